@@ -1,0 +1,307 @@
+#include "diagnosis/stack_aggregation.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <tuple>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "diagnosis/check.h"
+
+namespace peregrine {
+namespace {
+
+constexpr char kNoStack[] = "<no stack captured>";
+
+bool IsIdentChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
+
+absl::string_view BaseName(absl::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == absl::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// Replaces C++ operator names whose symbols would confuse bracket stripping.
+std::string ProtectOperators(absl::string_view in) {
+  static const std::pair<const char*, const char*> kOps[] = {
+      {"operator()", "operator_call"}, {"operator<<=", "operator_shl_assign"},
+      {"operator>>=", "operator_shr_assign"}, {"operator<<", "operator_shl"},
+      {"operator>>", "operator_shr"},  {"operator<=", "operator_le"},
+      {"operator>=", "operator_ge"},   {"operator->", "operator_arrow"},
+      {"operator<", "operator_lt"},    {"operator>", "operator_gt"},
+      {"operator[]", "operator_index"}};
+  std::string out(in);
+  for (const auto& [from, to] : kOps) {
+    size_t pos = 0;
+    while ((pos = out.find(from, pos)) != std::string::npos) {
+      out.replace(pos, strlen(from), to);
+      pos += strlen(to);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NormalizeFunctionName(absl::string_view function) {
+  absl::string_view f = absl::StripAsciiWhitespace(function);
+  if (f.empty()) return "??";
+  // Python pseudo-functions ("<module>", "<lambda>") stay as they are.
+  if (f.front() == '<') return std::string(f);
+  for (absl::string_view version : {"@@", "@GLIBC", "@CXXABI", "@GCC"}) {
+    size_t at = f.find(version);
+    if (at != absl::string_view::npos && at > 0) f = f.substr(0, at);
+  }
+  const std::string protected_name = ProtectOperators(f);
+  // Drop (...), {...}, [...] groups, and <...> groups that follow a name (templates).
+  std::string out;
+  int depth = 0;
+  std::vector<char> stack;
+  for (char c : protected_name) {
+    const bool opens = c == '(' || c == '{' || c == '[' ||
+                       (c == '<' && (depth > 0 || (!out.empty() && IsIdentChar(out.back()))));
+    if (opens) {
+      stack.push_back(c);
+      ++depth;
+      continue;
+    }
+    if (depth > 0) {
+      const char open = stack.back();
+      if ((c == ')' && open == '(') || (c == '}' && open == '{') || (c == ']' && open == '[') ||
+          (c == '>' && open == '<')) {
+        stack.pop_back();
+        --depth;
+      }
+      continue;
+    }
+    out.push_back(c);
+  }
+  // Return type and qualifiers: keep the last space-separated token that is a name.
+  absl::string_view name = absl::StripAsciiWhitespace(out);
+  for (absl::string_view qualifier : {" const", " volatile", " &&", " &"}) {
+    while (absl::ConsumeSuffix(&name, qualifier)) {
+    }
+  }
+  size_t space = name.rfind(' ');
+  if (space != absl::string_view::npos) name = name.substr(space + 1);
+  if (absl::StartsWith(name, "__GI_")) name.remove_prefix(5);
+  if (name.empty()) return std::string(absl::StripAsciiWhitespace(function));
+  return std::string(name);
+}
+
+std::string NormalizeFrame(const StackFrame& frame, bool keep_line_number) {
+  std::string out = NormalizeFunctionName(frame.function);
+  if (!frame.file.empty()) {
+    absl::StrAppend(&out, " @ ", BaseName(frame.file));
+    if (keep_line_number && frame.line > 0) absl::StrAppend(&out, ":", frame.line);
+  } else if (!frame.module.empty()) {
+    absl::StrAppend(&out, " @ ", BaseName(frame.module));
+  }
+  return out;
+}
+
+namespace {
+
+bool IsMainThread(const ProcessStack& process, const ThreadStack& thread) {
+  if (process.pid != 0 && thread.thread_id == process.pid) return true;
+  return thread.thread_name == "MainThread";
+}
+
+std::vector<const ThreadStack*> SelectedThreads(const ProcessStack& process,
+                                                const StackAggregationOptions& options) {
+  std::vector<const ThreadStack*> out;
+  for (const ThreadStack& t : process.threads) {
+    if (options.threads == ThreadSelection::kAllThreads || IsMainThread(process, t)) {
+      out.push_back(&t);
+    }
+  }
+  // A process whose main thread cannot be identified falls back to all its threads.
+  if (out.empty()) {
+    for (const ThreadStack& t : process.threads) out.push_back(&t);
+  }
+  return out;
+}
+
+std::string ThreadSignature(const ThreadStack& thread, const StackAggregationOptions& options) {
+  std::vector<std::string> frames;
+  for (const StackFrame& f : thread.frames) {
+    if (options.max_frames > 0 && static_cast<int>(frames.size()) >= options.max_frames) break;
+    frames.push_back(NormalizeFrame(f, options.keep_line_numbers));
+  }
+  return frames.empty() ? std::string("<empty stack>") : absl::StrJoin(frames, "\n");
+}
+
+// The innermost frames of the first process's main thread (or first thread).
+std::string Summary(const RankStacks& rank, const StackAggregationOptions& options) {
+  constexpr size_t kSummaryFrames = 4;
+  if (rank.processes.empty()) return kNoStack;
+  const ProcessStack& p = rank.processes.front();
+  StackAggregationOptions main_only = options;
+  main_only.threads = ThreadSelection::kMainThread;
+  const std::vector<const ThreadStack*> threads = SelectedThreads(p, main_only);
+  if (threads.empty() || threads.front()->frames.empty()) return "<empty stack>";
+  std::vector<std::string> frames;
+  for (const StackFrame& f : threads.front()->frames) {
+    if (frames.size() == kSummaryFrames) break;
+    frames.push_back(NormalizeFrame(f, options.keep_line_numbers));
+  }
+  return absl::StrJoin(frames, " <- ");
+}
+
+}  // namespace
+
+std::string RankSignature(const RankStacks& rank, const StackAggregationOptions& options) {
+  if (rank.processes.empty()) return kNoStack;
+  std::set<std::string> processes;
+  for (const ProcessStack& p : rank.processes) {
+    std::set<std::string> threads;
+    for (const ThreadStack* t : SelectedThreads(p, options)) {
+      threads.insert(ThreadSignature(*t, options));
+    }
+    processes.insert(absl::StrJoin(threads, "\n--\n"));
+  }
+  return absl::StrJoin(processes, "\n====\n");
+}
+
+namespace {
+
+constexpr GroupKind kKindOrder[] = {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData};
+
+std::string DescribeGroup(const ParallelLayout& layout, const CommGroup& group) {
+  return absl::StrFormat("%s group %d (ranks %s; machines %s)", GroupKindName(group.kind),
+                         group.index, absl::StrJoin(group.ranks, ","),
+                         absl::StrJoin(layout.MachinesOfGroup(group), ","));
+}
+
+}  // namespace
+
+OverEvictionChoice ChooseOverEviction(const ParallelLayout& layout,
+                                      absl::Span<const int> suspect_ranks) {
+  OverEvictionChoice choice;
+  if (suspect_ranks.empty()) {
+    choice.reason = "no suspect ranks";
+    return choice;
+  }
+  std::set<int> suspect_machines;
+  for (int rank : suspect_ranks) {
+    PEREGRINE_CHECK(rank >= 0 && rank < layout.world_size()) << "rank " << rank;
+    suspect_machines.insert(layout.MachineOf(rank));
+  }
+  const int first_machine = *suspect_machines.begin();
+  // (machines, ranks, kind order, index) of the best group so far.
+  std::optional<std::tuple<size_t, size_t, int, int>> best_key;
+  for (int k = 0; k < 3; ++k) {
+    const GroupKind kind = kKindOrder[k];
+    std::set<int> indices;  // groups touching the first suspect machine
+    for (int rank : layout.RanksOfMachine(first_machine)) {
+      indices.insert(layout.GroupIndexOf(kind, rank));
+    }
+    for (int index : indices) {
+      CommGroup group = layout.Group(kind, index);
+      const std::vector<int> machines = layout.MachinesOfGroup(group);
+      const std::set<int> machine_set(machines.begin(), machines.end());
+      if (!std::includes(machine_set.begin(), machine_set.end(), suspect_machines.begin(),
+                         suspect_machines.end())) {
+        continue;
+      }
+      auto key = std::make_tuple(machines.size(), group.ranks.size(), k, index);
+      if (!best_key || key < *best_key) {
+        best_key = key;
+        choice.group = std::move(group);
+        choice.machines = machines;
+      }
+    }
+  }
+  if (choice.group) {
+    std::sort(choice.machines.begin(), choice.machines.end());
+    choice.reason = absl::StrCat("smallest parallel group covering the machines of all ",
+                                 suspect_ranks.size(), " suspect rank(s): ",
+                                 DescribeGroup(layout, *choice.group));
+    return choice;
+  }
+  choice.machines.assign(suspect_machines.begin(), suspect_machines.end());
+  choice.reason = absl::StrCat(
+      "no single TP, PP or DP group covers the suspect ranks' machines; evicting the union "
+      "of their machines (",
+      absl::StrJoin(choice.machines, ","), ")");
+  return choice;
+}
+
+absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
+                                                 absl::Span<const RankStacks> ranks,
+                                                 const StackAggregationOptions& options) {
+  std::vector<const RankStacks*> by_rank(layout.world_size(), nullptr);
+  for (const RankStacks& r : ranks) {
+    if (r.rank < 0 || r.rank >= layout.world_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rank %d is outside the job (%s)", r.rank, layout.DebugString()));
+    }
+    if (by_rank[r.rank] != nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("rank %d appears twice", r.rank));
+    }
+    by_rank[r.rank] = &r;
+  }
+  std::map<std::string, size_t> index_of;
+  StackAggregation result;
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    const RankStacks empty{rank, {}};
+    const RankStacks& r = by_rank[rank] != nullptr ? *by_rank[rank] : empty;
+    std::string signature = RankSignature(r, options);
+    auto [it, inserted] = index_of.emplace(signature, result.groups.size());
+    if (inserted) {
+      result.groups.push_back({std::move(signature), {}, Summary(r, options)});
+    }
+    result.groups[it->second].ranks.push_back(rank);
+  }
+  std::stable_sort(result.groups.begin(), result.groups.end(),
+                   [](const StackGroup& a, const StackGroup& b) {
+                     if (a.ranks.size() != b.ranks.size()) return a.ranks.size() > b.ranks.size();
+                     return a.ranks.front() < b.ranks.front();
+                   });
+  std::string groups_text;
+  for (size_t i = 0; i < result.groups.size(); ++i) {
+    const StackGroup& g = result.groups[i];
+    absl::StrAppendFormat(&groups_text, "\n  group %d: %d rank(s) [%s], main thread: %s", i,
+                          g.ranks.size(), absl::StrJoin(g.ranks, ","), g.summary);
+  }
+  if (result.groups.size() == 1) {
+    result.dominant_group = 0;
+    result.explanation = absl::StrCat("all ", layout.world_size(),
+                                      " ranks show the same stacks: nothing to evict.",
+                                      groups_text);
+    return result;
+  }
+  if (result.groups[0].ranks.size() == result.groups[1].ranks.size()) {
+    result.explanation = absl::StrCat(
+        "no dominant stack: the two largest groups both have ", result.groups[0].ranks.size(),
+        " ranks, so no group can be taken as healthy; nothing evicted.", groups_text);
+    return result;
+  }
+  result.dominant_group = 0;
+  for (size_t i = 1; i < result.groups.size(); ++i) {
+    for (int rank : result.groups[i].ranks) result.suspect_ranks.push_back(rank);
+  }
+  std::sort(result.suspect_ranks.begin(), result.suspect_ranks.end());
+  OverEvictionChoice choice = ChooseOverEviction(layout, result.suspect_ranks);
+  result.chosen_group = choice.group;
+  result.machines_to_evict = choice.machines;
+  result.explanation = absl::StrFormat(
+      "%d stack groups over %d ranks; the dominant group (%d ranks) is taken as healthy; "
+      "%d suspect rank(s) [%s] in %d outlier group(s); %s; evict machines [%s].%s",
+      result.groups.size(), layout.world_size(), result.groups[0].ranks.size(),
+      result.suspect_ranks.size(), absl::StrJoin(result.suspect_ranks, ","),
+      result.groups.size() - 1, choice.reason, absl::StrJoin(result.machines_to_evict, ","),
+      groups_text);
+  return result;
+}
+
+}  // namespace peregrine
