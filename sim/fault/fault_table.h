@@ -1,0 +1,185 @@
+// Fault table of the stand-in cluster: which injected faults are active right now.
+//
+// The table lives in a small memory-mapped file (path in env PEREGRINE_SIM_FAULTS; absent
+// means no faults). A controller process writes it (sim/fault/fault_control.h); every
+// training process reads it (this header) and sees changes while it runs. Faults are keyed
+// by PHYSICAL identity, never by rank: a machine id (env PEREGRINE_MACHINE_ID) and a local
+// rank (env LOCAL_RANK; -1 in a fault = every GPU of that machine), so a fault disappears
+// when its machine is replaced by a standby.
+//
+// File layout (version 1, little-endian, all fields naturally aligned, 8-byte words):
+//   offset 0, 64 bytes: FaultTableHeader
+//     char     magic[8]        "PRGFLT\0\1"
+//     uint32_t version         1
+//     uint32_t header_bytes    64
+//     uint32_t rank_capacity   kRankFaultCapacity
+//     uint32_t link_capacity   kLinkFaultCapacity
+//     uint64_t generation      seqlock: odd while a writer is changing the table; bumped
+//                              by 2 per completed change
+//     uint32_t rank_count      live RankFaultRecords
+//     uint32_t link_count      live LinkFaultRecords
+//     uint8_t  reserved[24]
+//   offset 64: RankFaultRecord[rank_capacity], 24 bytes each
+//     int32_t machine_id; int32_t local_rank (-1 = whole machine);
+//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt); uint32_t reserved;
+//     double compute_slowdown (>= 1)
+//   then: LinkFaultRecord[link_capacity], 24 bytes each (directional src -> dst)
+//     int32_t src_machine; int32_t dst_machine; int64_t delay_us;
+//     double bandwidth_bytes_per_s (0 = unlimited)
+// Writers serialise with flock(LOCK_EX) on the file and bracket every change with the
+// generation seqlock; readers never lock: they copy the records with atomic word loads and
+// retry while the generation is odd or moved during the copy.
+//
+// This part has no Abseil dependency: it is linked into the stand-in libnccl.so.2.
+// Thread safety: FaultTableReader is thread-compatible (callers serialise Poll()); the
+// snapshot it returns stays valid until the next Poll(). Value types are thread-compatible.
+#ifndef PEREGRINE_SIM_FAULT_FAULT_TABLE_H_
+#define PEREGRINE_SIM_FAULT_FAULT_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace peregrine::sim {
+
+inline constexpr char kFaultTableMagic[8] = {'P', 'R', 'G', 'F', 'L', 'T', '\0', '\1'};
+inline constexpr uint32_t kFaultTableVersion = 1;
+inline constexpr uint32_t kRankFaultCapacity = 256;
+inline constexpr uint32_t kLinkFaultCapacity = 256;
+
+inline constexpr uint32_t kFaultFlagHang = 1u << 0;
+inline constexpr uint32_t kFaultFlagCrash = 1u << 1;
+inline constexpr uint32_t kFaultFlagNan = 1u << 2;
+inline constexpr uint32_t kFaultFlagCorrupt = 1u << 3;
+
+struct FaultTableHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t rank_capacity;
+  uint32_t link_capacity;
+  uint64_t generation;
+  uint32_t rank_count;
+  uint32_t link_count;
+  uint8_t reserved[24];
+};
+static_assert(sizeof(FaultTableHeader) == 64);
+
+struct RankFaultRecord {
+  int32_t machine_id;
+  int32_t local_rank;
+  uint32_t flags;
+  uint32_t reserved;
+  double compute_slowdown;
+};
+static_assert(sizeof(RankFaultRecord) == 24);
+
+struct LinkFaultRecord {
+  int32_t src_machine;
+  int32_t dst_machine;
+  int64_t delay_us;
+  double bandwidth_bytes_per_s;
+};
+static_assert(sizeof(LinkFaultRecord) == 24);
+
+// Total file size of a table with the default capacities.
+inline constexpr size_t kFaultTableBytes = sizeof(FaultTableHeader) +
+                                           kRankFaultCapacity * sizeof(RankFaultRecord) +
+                                           kLinkFaultCapacity * sizeof(LinkFaultRecord);
+
+// A fault on one GPU (or every GPU of a machine). The default value means "healthy".
+struct RankFault {
+  double compute_slowdown = 1.0;  // the trainer stretches its compute by this factor
+  bool hang = false;              // the trainer blocks until the fault is cleared
+  bool crash = false;             // the trainer prints a CUDA-style error and aborts
+  bool nan = false;               // the rank contributes NaN (floating types) to NCCL ops
+  bool corrupt = false;           // the rank contributes values scaled by (1 + 1e-3)
+  bool Any() const { return compute_slowdown != 1.0 || hang || crash || nan || corrupt; }
+  bool operator==(const RankFault&) const = default;
+};
+
+// A fault on the directional link src machine -> dst machine. Default: healthy.
+struct LinkFault {
+  int64_t delay_us = 0;               // extra latency per message
+  double bandwidth_bytes_per_s = 0;   // cap on payload rate; 0 = unlimited
+  bool Any() const { return delay_us != 0 || bandwidth_bytes_per_s != 0; }
+  bool operator==(const LinkFault&) const = default;
+};
+
+struct RankFaultEntry {
+  int machine_id = 0;
+  int local_rank = -1;
+  RankFault fault;
+  bool operator==(const RankFaultEntry&) const = default;
+};
+
+struct LinkFaultEntry {
+  int src_machine = 0;
+  int dst_machine = 0;
+  LinkFault fault;
+  bool operator==(const LinkFaultEntry&) const = default;
+};
+
+// A consistent copy of the table.
+struct FaultTableSnapshot {
+  uint64_t generation = 0;
+  std::vector<RankFaultEntry> ranks;
+  std::vector<LinkFaultEntry> links;
+
+  // The fault that applies to GPU (machine_id, local_rank): the machine-wide entry
+  // (local_rank -1) merged with the GPU's own entry (flags OR-ed, largest slowdown).
+  // machine_id < 0 (identity unknown) never matches.
+  RankFault RankFaultFor(int machine_id, int local_rank) const;
+  // The fault on the directional link src -> dst; healthy when absent or unknown (< 0).
+  LinkFault LinkFaultFor(int src_machine, int dst_machine) const;
+};
+
+// Encodes/decodes one record (shared by reader and writer).
+RankFaultRecord EncodeRankFault(const RankFaultEntry& entry);
+RankFaultEntry DecodeRankFault(const RankFaultRecord& record);
+LinkFaultRecord EncodeLinkFault(const LinkFaultEntry& entry);
+LinkFaultEntry DecodeLinkFault(const LinkFaultRecord& record);
+
+// Copies a consistent snapshot out of a mapped table (seqlock read). Returns false with
+// *error set when the mapping is not a valid version-1 table.
+bool ReadMappedFaultTable(const void* base, size_t bytes, FaultTableSnapshot* out,
+                          std::string* error);
+
+// Reads the table at `path`, following changes cheaply. An empty path means "no faults".
+// A missing or invalid file reads as an empty table and is retried at most once a second,
+// so a table created after the process started is picked up.
+class FaultTableReader {
+ public:
+  explicit FaultTableReader(std::string path);
+  ~FaultTableReader();
+  FaultTableReader(const FaultTableReader&) = delete;
+  FaultTableReader& operator=(const FaultTableReader&) = delete;
+
+  // Returns the current snapshot. When the generation is unchanged this costs one atomic
+  // load; otherwise the records are copied again.
+  const FaultTableSnapshot& Poll();
+
+  // Human-readable reason the file could not be used (empty when it is mapped).
+  const std::string& error() const { return error_; }
+
+ private:
+  void TryMap();
+
+  std::string path_;
+  const void* base_ = nullptr;
+  size_t bytes_ = 0;
+  int64_t next_open_attempt_ns_ = 0;
+  uint64_t seen_generation_ = ~uint64_t{0};
+  FaultTableSnapshot snapshot_;
+  std::string error_;
+};
+
+// The physical identity of this process from its environment: PEREGRINE_MACHINE_ID
+// (-1 when absent or malformed) and LOCAL_RANK (-1 when absent or malformed).
+int MachineIdFromEnv();
+int LocalRankFromEnv();
+
+}  // namespace peregrine::sim
+
+#endif  // PEREGRINE_SIM_FAULT_FAULT_TABLE_H_

@@ -1,0 +1,271 @@
+#include "sim/trainer/trainer.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "diagnosis/parallel_layout.h"
+#include "nccl.h"
+#include "sim/fault/fault_table.h"
+#include "sim/trainer/id_store.h"
+
+namespace peregrine::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_rank = 0;
+
+[[noreturn]] void NcclFailure(const char* what, ncclResult_t r, ncclComm_t comm) {
+  const char* detail = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  std::fprintf(stderr, "[peregrine] rank %d: NCCL error in %s: %s (ncclResult_t %d)%s%s\n", g_rank,
+               what, ncclGetErrorString(r), static_cast<int>(r),
+               detail != nullptr && *detail ? ": " : "", detail != nullptr ? detail : "");
+  std::fflush(stderr);
+  std::fflush(stdout);
+  std::_Exit(kExitNcclError);
+}
+
+#define NCCL_OR_DIE(call, comm)                       \
+  do {                                                \
+    ncclResult_t r_ = (call);                         \
+    if (r_ != ncclSuccess) NcclFailure(#call, r_, comm); \
+  } while (0)
+
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-1, 1), a pure function of its arguments.
+float Uniform(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) {
+  uint64_t h = Mix(Mix(Mix(Mix(Mix(a) ^ b) ^ c) ^ d) ^ e);
+  return static_cast<float>(static_cast<double>(h >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+void SleepMs(double ms) {
+  if (ms <= 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Applies this GPU's injected compute faults after `measured_ms` of real work, modelling
+// `extra_ms` of additional device time.
+class ComputeFaults {
+ public:
+  explicit ComputeFaults(int rank)
+      : reader_(std::getenv("PEREGRINE_SIM_FAULTS") != nullptr ? std::getenv("PEREGRINE_SIM_FAULTS")
+                                                               : ""),
+        machine_id_(MachineIdFromEnv()),
+        local_rank_(LocalRankFromEnv()),
+        rank_(rank) {}
+
+  void AfterCompute(double measured_ms, double extra_ms, int step) {
+    RankFault f = reader_.Poll().RankFaultFor(machine_id_, local_rank_);
+    if (f.crash) {
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "[peregrine] rank %d (machine %d, local rank %d) step %d: injected crash\n"
+                   "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+                   rank_, machine_id_, local_rank_, step);
+      std::fflush(stderr);
+      std::abort();
+    }
+    while (f.hang) {
+      // Blocks like a hung kernel; polls the table so clearing the fault resumes training.
+      SleepMs(20);
+      f = reader_.Poll().RankFaultFor(machine_id_, local_rank_);
+    }
+    SleepMs((measured_ms + extra_ms) * f.compute_slowdown - measured_ms);
+  }
+
+ private:
+  FaultTableReader reader_;
+  int machine_id_;
+  int local_rank_;
+  int rank_;
+};
+
+}  // namespace
+
+int RunTrainer(const TrainerOptions& o) {
+  g_rank = o.rank;
+  absl::StatusOr<ParallelLayout> layout_or =
+      ParallelLayout::Create(o.tp, o.pp, o.dp, o.local_world_size);
+  if (!layout_or.ok()) {
+    std::fprintf(stderr, "[peregrine] invalid layout: %s\n", layout_or.status().ToString().c_str());
+    return kExitUsage;
+  }
+  const ParallelLayout& layout = *layout_or;
+  if (layout.world_size() != o.world_size) {
+    std::fprintf(stderr, "[peregrine] PEREGRINE_TP*PP*DP = %d but WORLD_SIZE = %d\n",
+                 layout.world_size(), o.world_size);
+    return kExitUsage;
+  }
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    std::fprintf(stderr, "[peregrine] RANK %d out of range [0, %d)\n", o.rank, o.world_size);
+    return kExitUsage;
+  }
+  if (o.hidden <= 0 || o.hidden % o.tp != 0 || o.micro_batches <= 0 || o.steps < 0) {
+    std::fprintf(stderr,
+                 "[peregrine] need --hidden > 0 divisible by PEREGRINE_TP, --micro-batches > 0, "
+                 "--steps >= 0\n");
+    return kExitUsage;
+  }
+
+  // Rendezvous: rank 0's unique id through the TCP store, then the world communicator and
+  // the TP / PP / DP groups by ncclCommSplit.
+  ncclUniqueId id;
+  if (o.rank == 0) {
+    NCCL_OR_DIE(ncclGetUniqueId(&id), nullptr);
+    absl::Status s = ServeUniqueId(o.master_addr, o.master_port, o.world_size, id, o.init_timeout_ms);
+    if (!s.ok()) {
+      std::fprintf(stderr, "[peregrine] rank 0: store: %s\n", s.ToString().c_str());
+      return kExitUsage;
+    }
+  } else {
+    absl::StatusOr<ncclUniqueId> fetched =
+        FetchUniqueId(o.master_addr, o.master_port, o.rank, o.world_size, o.init_timeout_ms);
+    if (!fetched.ok()) {
+      std::fprintf(stderr, "[peregrine] rank %d: store: %s\n", o.rank,
+                   fetched.status().ToString().c_str());
+      return kExitUsage;
+    }
+    id = *fetched;
+  }
+  ncclComm_t world = nullptr, tp_comm = nullptr, pp_comm = nullptr, dp_comm = nullptr;
+  NCCL_OR_DIE(ncclCommInitRank(&world, o.world_size, id, o.rank), nullptr);
+  const RankCoordinates me = layout.Coordinates(o.rank);
+  NCCL_OR_DIE(ncclCommSplit(world, layout.GroupIndexOf(GroupKind::kTensor, o.rank), me.tp,
+                            &tp_comm, nullptr), world);
+  NCCL_OR_DIE(ncclCommSplit(world, layout.GroupIndexOf(GroupKind::kPipeline, o.rank), me.pp,
+                            &pp_comm, nullptr), world);
+  NCCL_OR_DIE(ncclCommSplit(world, layout.GroupIndexOf(GroupKind::kData, o.rank), me.dp,
+                            &dp_comm, nullptr), world);
+  if (o.rank == 0) {
+    std::fprintf(stderr, "[peregrine] sim-trainer: %s, hidden %d, %d micro-batches, steps %d..%d\n",
+                 layout.DebugString().c_str(), o.hidden, o.micro_batches, o.resume_step + 1,
+                 o.steps);
+  }
+
+  const int H = o.hidden;
+  const int S = H / o.tp;
+  const int j0 = me.tp * S;
+  const int M = o.micro_batches;
+  const bool first_stage = me.pp == 0;
+  const bool last_stage = me.pp == o.pp - 1;
+  const float scale = 1.5f / std::sqrt(static_cast<float>(H));
+  std::vector<float> w(static_cast<size_t>(H) * S);
+  for (int i = 0; i < H; ++i) {
+    for (int jl = 0; jl < S; ++jl) {
+      w[static_cast<size_t>(i) * S + jl] = scale * Uniform(o.seed, 1, me.pp, i, j0 + jl);
+    }
+  }
+  std::vector<std::vector<float>> a_in(M, std::vector<float>(H)), a_out(M, std::vector<float>(H));
+  std::vector<float> y_part(H), y(H), g(H), gy(H), ga_shard(S), ga(H);
+  const size_t grad_count = static_cast<size_t>(H) * S;
+  const size_t shard_count = (grad_count + o.dp - 1) / o.dp;
+  std::vector<float> grad(shard_count * o.dp), grad_shard(shard_count);
+  ComputeFaults faults(o.rank);
+  const double fwd_extra_ms = o.compute_ms / 3.0;
+  const double bwd_extra_ms = o.compute_ms - fwd_extra_ms;
+
+  for (int step = o.resume_step + 1; step <= o.steps; ++step) {
+    const auto step_start = Clock::now();
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    double loss_sum = 0;
+    // Forward.
+    for (int m = 0; m < M; ++m) {
+      std::vector<float>& x = a_in[m];
+      if (first_stage) {
+        for (int j = 0; j < H; ++j) x[j] = Uniform(o.seed, 2, step, me.dp * 1000003ull + m, j);
+      } else {
+        NCCL_OR_DIE(ncclRecv(x.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
+      }
+      const auto t0 = Clock::now();
+      for (int i = 0; i < H; ++i) {
+        const float* row = &w[static_cast<size_t>(i) * S];
+        float acc = 0;
+        for (int jl = 0; jl < S; ++jl) acc += row[jl] * x[j0 + jl];
+        y_part[i] = acc;
+      }
+      faults.AfterCompute(MsSince(t0), fwd_extra_ms, step);
+      NCCL_OR_DIE(ncclAllReduce(y_part.data(), y.data(), H, ncclFloat32, ncclSum, tp_comm, nullptr),
+                  tp_comm);
+      for (int i = 0; i < H; ++i) a_out[m][i] = std::tanh(y[i]);
+      if (!last_stage) {
+        NCCL_OR_DIE(ncclSend(a_out[m].data(), H, ncclFloat32, me.pp + 1, pp_comm, nullptr), pp_comm);
+      }
+    }
+    // Backward.
+    for (int m = M - 1; m >= 0; --m) {
+      if (last_stage) {
+        double l = 0;
+        for (int i = 0; i < H; ++i) {
+          const float target = 0.8f * Uniform(o.seed, 3, step, me.dp * 1000003ull + m, i);
+          const float d = a_out[m][i] - target;
+          l += static_cast<double>(d) * d;
+          g[i] = 2.0f * d / static_cast<float>(H);
+        }
+        loss_sum += l / H;
+      } else {
+        NCCL_OR_DIE(ncclRecv(g.data(), H, ncclFloat32, me.pp + 1, pp_comm, nullptr), pp_comm);
+      }
+      const auto t0 = Clock::now();
+      for (int i = 0; i < H; ++i) gy[i] = g[i] * (1.0f - a_out[m][i] * a_out[m][i]);
+      std::fill(ga_shard.begin(), ga_shard.end(), 0.0f);
+      for (int i = 0; i < H; ++i) {
+        const float* row = &w[static_cast<size_t>(i) * S];
+        float* grow = &grad[static_cast<size_t>(i) * S];
+        const float gi = gy[i];
+        for (int jl = 0; jl < S; ++jl) {
+          grow[jl] += gi * a_in[m][j0 + jl];
+          ga_shard[jl] += row[jl] * gi;
+        }
+      }
+      faults.AfterCompute(MsSince(t0), bwd_extra_ms, step);
+      NCCL_OR_DIE(ncclAllGather(ga_shard.data(), ga.data(), S, ncclFloat32, tp_comm, nullptr),
+                  tp_comm);
+      if (!first_stage) {
+        NCCL_OR_DIE(ncclSend(ga.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
+      }
+    }
+    // Data-parallel gradient reduction.
+    if (o.dp_reduce_scatter) {
+      NCCL_OR_DIE(ncclReduceScatter(grad.data(), grad_shard.data(), shard_count, ncclFloat32,
+                                    ncclAvg, dp_comm, nullptr), dp_comm);
+      NCCL_OR_DIE(ncclAllGather(grad_shard.data(), grad.data(), shard_count, ncclFloat32, dp_comm,
+                                nullptr), dp_comm);
+    } else {
+      NCCL_OR_DIE(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclAvg,
+                                dp_comm, nullptr), dp_comm);
+    }
+    double sq = 0;
+    for (size_t k = 0; k < grad_count; ++k) sq += static_cast<double>(grad[k]) * grad[k];
+    double metrics[2] = {last_stage && me.tp == 0 ? loss_sum : 0.0, me.dp == 0 ? sq : 0.0};
+    NCCL_OR_DIE(ncclAllReduce(metrics, metrics, 2, ncclFloat64, ncclSum, world, nullptr), world);
+    const double loss = metrics[0] / (static_cast<double>(o.dp) * M);
+    const double grad_norm = std::sqrt(metrics[1]);
+    std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f\n", step, loss,
+                grad_norm, MsSince(step_start));
+    std::fflush(stdout);
+  }
+  ncclCommDestroy(dp_comm);
+  ncclCommDestroy(pp_comm);
+  ncclCommDestroy(tp_comm);
+  ncclCommDestroy(world);
+  return kExitOk;
+}
+
+}  // namespace peregrine::sim

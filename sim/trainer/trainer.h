@@ -1,0 +1,65 @@
+// sim-trainer: a hybrid-parallel (TP x PP x DP) training iteration loop written only
+// against the NCCL API, with real CPU work per micro-batch. It runs on the stand-in
+// libnccl.so.2 (sim/nccl) by default; the same binary links to any libnccl.so.2.
+//
+// Model (stateless, so a resume needs no checkpoint): each pipeline stage is one
+// row-parallel linear layer a' = tanh(W a) with W (hidden x hidden) generated from the
+// seed and the stage; TP rank t holds the columns [t*H/TP, (t+1)*H/TP). Micro-batch inputs
+// and targets are generated from (seed, step, dp index, micro-batch). Weights are not
+// updated, so the loss of step n depends only on n and on the data that crossed the
+// collectives in step n: identical across runs, ranks and resumes, and changed by a
+// nan/corrupt fault anywhere on the path.
+//
+// Schedule (GPipe): per step, forward for micro-batches 0..M-1 (recv activations from the
+// previous stage, local partial matmul, TP all-reduce, tanh, send to the next stage), then
+// backward for M-1..0 (recv the gradient from the next stage, weight-gradient
+// accumulation, input-gradient shard, TP all-gather, send to the previous stage), then the
+// DP gradient all-reduce (ncclAvg) or reduce-scatter + all-gather, then one world
+// all-reduce of (loss, grad-norm^2) so every rank prints the same line.
+//
+// Faults (sim/fault, keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied in the
+// compute: compute_slowdown stretches it, hang blocks until cleared, crash prints a
+// CUDA-style error and aborts.
+//
+// Thread safety: RunTrainer is called once per process from main.
+#ifndef PEREGRINE_SIM_TRAINER_TRAINER_H_
+#define PEREGRINE_SIM_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+namespace peregrine::sim {
+
+struct TrainerOptions {
+  // Environment.
+  int rank = 0;              // RANK
+  int world_size = 1;        // WORLD_SIZE
+  int local_rank = 0;        // LOCAL_RANK
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR
+  int master_port = 29500;   // MASTER_PORT
+  int tp = 1;                // PEREGRINE_TP
+  int pp = 1;                // PEREGRINE_PP
+  int dp = 1;                // PEREGRINE_DP
+  int resume_step = 0;       // PEREGRINE_RESUME_STEP: steps resume_step+1 .. steps run
+  // Flags.
+  int steps = 10;            // --steps
+  int micro_batches = 4;     // --micro-batches
+  int hidden = 256;          // --hidden
+  double compute_ms = 0;     // --compute-ms: extra modelled compute per micro-batch
+  uint64_t seed = 1;         // --seed
+  bool dp_reduce_scatter = false;  // --dp-mode=rs-ag (default allreduce)
+  int init_timeout_ms = 120000;    // --init-timeout-s
+};
+
+// Exit codes of sim-trainer.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNcclError = 3;
+
+// Runs the loop; returns the process exit code (kExitOk after the last step).
+int RunTrainer(const TrainerOptions& options);
+
+}  // namespace peregrine::sim
+
+#endif  // PEREGRINE_SIM_TRAINER_TRAINER_H_
