@@ -1,0 +1,571 @@
+#include "controller/decision_engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "controller/standby_pool_size.h"
+
+namespace peregrine {
+namespace {
+
+constexpr int64_t kNanosPerSecond = 1'000'000'000;
+
+void SetCondition(JobStatus& st, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, int64_t generation, int64_t now) {
+  const std::string status = value ? "True" : "False";
+  for (Condition& c : st.conditions) {
+    if (c.type != type) continue;
+    if (c.status != status) c.last_transition_time = now;
+    c.status = status;
+    c.reason = reason;
+    c.message = message;
+    c.observed_generation = generation;
+    return;
+  }
+  st.conditions.push_back(Condition{type, status, reason, message, generation, now});
+}
+
+template <typename T>
+void TrimFront(std::vector<T>& v, size_t max) {
+  if (v.size() > max) v.erase(v.begin(), v.begin() + static_cast<long>(v.size() - max));
+}
+
+std::string ExitText(const RankExit& e) {
+  return e.signal != 0 ? absl::StrFormat("rank %d killed by signal %d", e.global_rank, e.signal)
+                       : absl::StrFormat("rank %d exited with code %d", e.global_rank, e.exit_code);
+}
+
+class Decider {
+ public:
+  Decider(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
+          const DecisionConfig& config)
+      : job_(job), spec_(job.spec), obs_(obs), now_(now), config_(config) {
+    plan_.status = status;
+    for (const PodObservation& p : obs.pods) pods_[p.name] = &p;
+    for (const AgentObservation& a : obs.agents) agents_[a.pod] = &a;
+  }
+
+  JobPlan Run() {
+    JobStatus& st = plan_.status;
+    InitializeOnce();
+    st.observed_generation = job_.metadata.generation;
+    SetCondition(st, "Valid", true, "SpecValid", "the spec is valid", job_.metadata.generation, now_);
+    ObserveMachines();
+    if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) {
+      TearDownStandbys();
+      DeleteOrphans();
+      FillDesiredAgents();
+      UpdateConditions();
+      return std::move(plan_);
+    }
+    SizeStandbyPool();
+    ReplaceFailedStandbys();
+    EnsurePods();
+    if (st.attempt == 0) {
+      MaybeStartFirstAttempt();
+    } else {
+      TrackProgress();
+      DetectAndTriage();
+    }
+    if (st.attempt > 0 && st.triage_deadline == 0 && st.phase != JobPhase::kFailed) {
+      ConvergeAgents();
+      DetectSuccess();
+    }
+    ReplenishStandbys();
+    if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) TearDownStandbys();
+    DeleteOrphans();
+    FillDesiredAgents();
+    UpdateEttr();
+    UpdateConditions();
+    return std::move(plan_);
+  }
+
+ private:
+  const AgentObservation* Agent(const std::string& pod) const {
+    auto it = agents_.find(pod);
+    return it == agents_.end() ? nullptr : it->second;
+  }
+  const PodObservation* Pod(const std::string& pod) const {
+    auto it = pods_.find(pod);
+    return it == pods_.end() ? nullptr : it->second;
+  }
+  bool PodLost(const std::string& pod, bool observed, std::string* reason) const {
+    const PodObservation* p = Pod(pod);
+    if (p == nullptr) {
+      if (!observed) return false;  // not created yet, or not visible yet
+      *reason = "pod disappeared";
+      return true;
+    }
+    if (p->failed) {
+      *reason = p->reason.empty() ? "pod failed" : p->reason;
+      return true;
+    }
+    return false;
+  }
+  Incident* OpenIncident() {
+    JobStatus& st = plan_.status;
+    if (st.incidents.empty()) return nullptr;
+    Incident& last = st.incidents.back();
+    return last.resumed_at == 0 ? &last : nullptr;
+  }
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    plan_.events.push_back(JobEvent{type, reason, message});
+  }
+  AssignmentSpec DesiredAssignment(int slot) const {
+    const JobStatus& st = plan_.status;
+    AssignmentSpec a;
+    a.slot = slot;
+    a.attempt = st.attempt;
+    a.resume_step = st.resume_step;
+    a.master_addr = st.master_addr;
+    a.master_port = st.master_port;
+    a.code = st.code;
+    return a;
+  }
+  std::string MasterAddr() const {
+    const JobStatus& st = plan_.status;
+    if (obs_.rendezvous_domain.empty() || st.slots.empty()) return "127.0.0.1";
+    return absl::StrCat(st.slots[0].pod, ".", obs_.rendezvous_domain);
+  }
+
+  void InitializeOnce() {
+    JobStatus& st = plan_.status;
+    if (st.started_at == 0) st.started_at = now_;
+    if (st.code.command.empty()) {
+      st.code = spec_.code;
+      st.version_history.push_back(VersionRecord{spec_.code, now_, "initial version", "Running"});
+    }
+    if (st.slots.empty()) {
+      for (int i = 0; i < spec_.machines; ++i) st.slots.push_back(SlotStatus{i, ActivePodName(job_.metadata.name, i), "", false});
+    }
+  }
+
+  void ObserveMachines() {
+    JobStatus& st = plan_.status;
+    for (SlotStatus& slot : st.slots) {
+      if (const PodObservation* p = Pod(slot.pod); p != nullptr && p->running) {
+        slot.observed = true;
+        if (!p->machine_id.empty()) slot.machine_id = p->machine_id;
+      }
+    }
+    for (StandbyStatus& sb : st.standbys) {
+      if (const PodObservation* p = Pod(sb.pod); p != nullptr && p->running) {
+        sb.observed = true;
+        if (!p->machine_id.empty()) sb.machine_id = p->machine_id;
+      }
+    }
+  }
+
+  void SizeStandbyPool() {
+    StandbyPoolInputs in;
+    in.machines = spec_.machines;
+    in.daily_failure_rate = spec_.standby.daily_failure_rate;
+    in.replenish_horizon_hours = spec_.standby.replenish_horizon_hours;
+    in.percentile = spec_.standby.percentile;
+    in.min = spec_.standby.min;
+    in.max = spec_.standby.max;
+    auto k = StandbyPoolSize(in);
+    plan_.status.standby_desired = k.ok() ? static_cast<int>(*k) : spec_.standby.min;
+  }
+
+  void ReplaceFailedStandbys() {
+    JobStatus& st = plan_.status;
+    std::vector<StandbyStatus> kept;
+    for (const StandbyStatus& sb : st.standbys) {
+      std::string reason;
+      if (PodLost(sb.pod, sb.observed, &reason)) {
+        st.evicted.push_back(Eviction{sb.machine_id, sb.pod, absl::StrCat("standby failed: ", reason), now_});
+        plan_.delete_pods.push_back(PodToDelete{sb.pod, absl::StrCat("standby failed: ", reason)});
+        Event("Warning", "StandbyFailed", absl::StrCat("standby ", sb.pod, " failed: ", reason));
+        continue;
+      }
+      kept.push_back(sb);
+    }
+    st.standbys = std::move(kept);
+    TrimFront(st.evicted, config_.max_evictions);
+  }
+
+  void EnsurePods() {
+    for (const SlotStatus& slot : plan_.status.slots) {
+      if (!slot.observed && Pod(slot.pod) == nullptr) {
+        plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, slot.index});
+      }
+    }
+    for (const StandbyStatus& sb : plan_.status.standbys) {
+      if (!sb.observed && Pod(sb.pod) == nullptr) {
+        plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1});
+      }
+    }
+  }
+
+  void ReplenishStandbys() {
+    JobStatus& st = plan_.status;
+    if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) return;
+    while (static_cast<int>(st.standbys.size()) < st.standby_desired) {
+      StandbyStatus sb{StandbyPodName(job_.metadata.name, st.next_pod_serial++), "", false};
+      st.standbys.push_back(sb);
+      plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1});
+    }
+    while (static_cast<int>(st.standbys.size()) > st.standby_desired) {
+      plan_.delete_pods.push_back(PodToDelete{st.standbys.back().pod, "standby pool larger than desired"});
+      st.standbys.pop_back();
+    }
+    int ready = 0;
+    for (const StandbyStatus& sb : st.standbys) {
+      const AgentObservation* a = Agent(sb.pod);
+      const PodObservation* p = Pod(sb.pod);
+      if (a && a->connected && a->registered_as_standby && a->self_check_passed && p && p->running) ++ready;
+    }
+    st.standby_ready = ready;
+  }
+
+  void TearDownStandbys() {
+    JobStatus& st = plan_.status;
+    for (const StandbyStatus& sb : st.standbys) plan_.delete_pods.push_back(PodToDelete{sb.pod, "job finished"});
+    st.standbys.clear();
+    st.standby_ready = 0;
+  }
+
+  // Pods the cluster shows for the job that are neither a slot nor a standby (an evicted
+  // pod whose deletion failed, a leftover after a controller restart) are deleted.
+  void DeleteOrphans() {
+    std::set<std::string> wanted;
+    for (const SlotStatus& s : plan_.status.slots) wanted.insert(s.pod);
+    for (const StandbyStatus& s : plan_.status.standbys) wanted.insert(s.pod);
+    std::set<std::string> already;
+    for (const PodToDelete& d : plan_.delete_pods) already.insert(d.name);
+    for (const PodObservation& p : obs_.pods) {
+      if (!wanted.count(p.name) && !already.count(p.name) && (p.running || p.failed)) {
+        plan_.delete_pods.push_back(PodToDelete{p.name, "not part of the job any more"});
+      }
+    }
+  }
+
+  void MaybeStartFirstAttempt() {
+    JobStatus& st = plan_.status;
+    for (const SlotStatus& slot : st.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      const PodObservation* p = Pod(slot.pod);
+      if (!p || !p->running || !a || !a->connected) return;  // wait for every slot's agent
+    }
+    st.attempt = 1;
+    st.attempt_started_at = now_;
+    st.master_addr = MasterAddr();
+    st.master_port = obs_.candidate_master_port;
+    st.phase = JobPhase::kRunning;
+    Event("Normal", "Started",
+          absl::StrFormat("all %d machines registered; training attempt 1 starts from step %d", st.slots.size(),
+                          st.resume_step));
+  }
+
+  void TrackProgress() {
+    JobStatus& st = plan_.status;
+    uint64_t min_step = std::numeric_limits<uint64_t>::max();
+    uint64_t max_step = st.resume_step;
+    double iter_sum = 0;
+    int iter_n = 0;
+    const int gpus = spec_.gpus_per_machine;
+    for (const SlotStatus& slot : st.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      for (int r = slot.index * gpus; r < (slot.index + 1) * gpus; ++r) {
+        uint64_t step = st.resume_step;
+        if (a && a->attempt == st.attempt) {
+          if (auto it = a->rank_steps.find(r); it != a->rank_steps.end()) step = std::max(step, it->second);
+        }
+        min_step = std::min(min_step, step);
+        max_step = std::max(max_step, step);
+      }
+      if (a && a->attempt == st.attempt && a->mean_iteration_seconds > 0) {
+        iter_sum += a->mean_iteration_seconds;
+        ++iter_n;
+      }
+    }
+    if (min_step == std::numeric_limits<uint64_t>::max()) min_step = st.resume_step;
+    st.last_completed_step = std::max(st.last_completed_step, min_step);
+    st.max_completed_step = std::max(st.max_completed_step, max_step);
+    if (iter_n > 0) st.mean_iteration_seconds = iter_sum / iter_n;
+
+    Incident* open = OpenIncident();
+    if (open != nullptr && open->decided_at != 0 && min_step > open->resume_step) {
+      open->resumed_at = now_;
+      const double downtime = static_cast<double>(now_ - open->detected_at) / kNanosPerSecond;
+      const double redo = static_cast<double>(open->step_at_failure - std::min(open->step_at_failure, open->resume_step)) *
+                          st.mean_iteration_seconds;
+      open->training_time_lost_seconds = downtime + redo;
+      st.training_time_lost_seconds += open->training_time_lost_seconds;
+      st.phase = JobPhase::kRunning;
+      Event("Normal", "Recovered",
+            absl::StrFormat("incident %d: training resumed at step %d (attempt %d); %.1f s of training time lost",
+                            open->id, min_step, st.attempt, open->training_time_lost_seconds));
+    }
+    if (st.reattempts > 0 && min_step > st.max_completed_step) st.reattempts = 0;
+  }
+
+  void DetectAndTriage() {
+    JobStatus& st = plan_.status;
+    std::vector<int> lost_slots;
+    std::vector<std::string> signals;
+    bool process_failed = false;
+    for (const SlotStatus& slot : st.slots) {
+      std::string reason;
+      if (PodLost(slot.pod, slot.observed, &reason)) {
+        lost_slots.push_back(slot.index);
+        signals.push_back(absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
+        continue;
+      }
+      const AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr) continue;
+      if (a->attempt == st.attempt && a->phase == AgentTrainingPhase::kExited) {
+        process_failed = true;
+        for (const RankExit& e : a->exits) {
+          if (e.exit_code != 0 || e.signal != 0) signals.push_back(absl::StrCat("pod ", slot.pod, ": ", ExitText(e)));
+        }
+      }
+      const std::string id = CommandId(slot.pod, st.attempt);
+      if (auto it = a->failed_commands.find(id); it != a->failed_commands.end()) {
+        process_failed = true;
+        signals.push_back(absl::StrCat("pod ", slot.pod, ": start failed: ", it->second));
+      }
+    }
+    // An attempt that never completes a step fails (stuck rendezvous, a rank that never came up).
+    if (!process_failed && lost_slots.empty() && st.attempt_started_at != 0 &&
+        st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns &&
+        st.triage_deadline == 0) {
+      process_failed = true;
+      signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
+    }
+    const bool failure = process_failed || !lost_slots.empty();
+
+    if (failure && st.triage_deadline == 0) {
+      Incident inc;
+      inc.id = st.next_incident_id++;
+      inc.kind = lost_slots.empty() ? "ProcessCrash" : "MachineLost";
+      inc.signal = absl::StrJoin(signals, "; ");
+      inc.detected_at = now_;
+      inc.step_at_failure = st.max_completed_step;
+      st.incidents.push_back(inc);
+      TrimFront(st.incidents, config_.max_incidents);
+      st.triage_deadline = now_ + config_.triage_window_ns;
+      st.phase = JobPhase::kRecovering;
+      Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+      plan_.requeue_after_ns = config_.triage_window_ns;
+      return;
+    }
+    if (st.triage_deadline == 0) return;
+    if (now_ < st.triage_deadline) {
+      plan_.requeue_after_ns = st.triage_deadline - now_;
+      return;
+    }
+    // Triage window over: decide on everything observed now.
+    st.triage_deadline = 0;
+    Incident* inc = OpenIncident();
+    if (inc == nullptr) return;
+    if (!signals.empty()) inc->signal = absl::StrJoin(signals, "; ");
+    inc->decided_at = now_;
+    if (!lost_slots.empty()) {
+      inc->kind = "MachineLost";
+      EvictAndActivate(lost_slots, inc);
+      inc->decision = "evict the machine, activate a warm standby, restart the others in place";
+    } else if (process_failed) {
+      inc->decision = "no machine at fault: reattempt in place";
+      ++st.reattempts;
+    } else {
+      inc->decision = "signal not confirmed: no action";
+      inc->resumed_at = now_;
+      st.phase = JobPhase::kRunning;
+      return;
+    }
+    ++st.recoveries;
+    if (st.recoveries > spec_.fault_tolerance.max_recoveries) {
+      st.phase = JobPhase::kFailed;
+      st.finished_at = now_;
+      inc->actions.push_back(absl::StrFormat("give up: %d recoveries exceed maxRecoveries", st.recoveries));
+      Event("Warning", "Failed", inc->actions.back());
+      StopAll();
+      return;
+    }
+    StartNewAttempt(inc);
+  }
+
+  void EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc) {
+    JobStatus& st = plan_.status;
+    for (int index : lost_slots) {
+      SlotStatus& slot = st.slots[index];
+      inc->machines.push_back(slot.machine_id);
+      st.evicted.push_back(Eviction{slot.machine_id, slot.pod, inc->signal, now_});
+      plan_.delete_pods.push_back(PodToDelete{slot.pod, "evicted: machine-attributed fault"});
+      inc->actions.push_back(absl::StrFormat("evict machine %s (pod %s, slot %d)", slot.machine_id, slot.pod, index));
+      // The first ready standby takes the slot.
+      auto ready = std::find_if(st.standbys.begin(), st.standbys.end(), [&](const StandbyStatus& sb) {
+        const AgentObservation* a = Agent(sb.pod);
+        const PodObservation* p = Pod(sb.pod);
+        return a && a->connected && a->registered_as_standby && a->self_check_passed && p && p->running;
+      });
+      if (ready != st.standbys.end()) {
+        inc->actions.push_back(absl::StrFormat("activate standby %s (machine %s) in slot %d", ready->pod,
+                                               ready->machine_id, index));
+        slot.pod = ready->pod;
+        slot.machine_id = ready->machine_id;
+        slot.observed = true;
+        st.standbys.erase(ready);
+      } else {
+        slot.pod = absl::StrCat(ActivePodName(job_.metadata.name, index), "-", st.next_pod_serial++);
+        slot.machine_id.clear();
+        slot.observed = false;
+        plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index});
+        inc->actions.push_back(absl::StrFormat("no ready standby: create pod %s for slot %d", slot.pod, index));
+      }
+      Event("Warning", "Evicted", inc->actions[inc->actions.size() - 2]);
+    }
+    TrimFront(st.evicted, config_.max_evictions);
+  }
+
+  void StartNewAttempt(Incident* inc) {
+    JobStatus& st = plan_.status;
+    st.attempt += 1;
+    st.resume_step = st.last_completed_step;
+    st.max_completed_step = std::max(st.max_completed_step, st.resume_step);
+    st.attempt_started_at = now_;
+    st.master_addr = MasterAddr();
+    st.master_port = obs_.candidate_master_port;
+    inc->resume_step = st.resume_step;
+    inc->actions.push_back(absl::StrFormat("restart %d machines in place from step %d (attempt %d)", st.slots.size(),
+                                           st.resume_step, st.attempt));
+    Event("Normal", "Restarting", absl::StrCat("incident ", inc->id, ": ", inc->decision, "; ", inc->actions.back()));
+  }
+
+  void StopAll() {
+    for (const SlotStatus& slot : plan_.status.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr || !a->connected) continue;
+      if (a->phase == AgentTrainingPhase::kIdle || a->phase == AgentTrainingPhase::kExited) continue;
+      CommandToSend c;
+      c.pod = slot.pod;
+      c.id = absl::StrCat(job_.metadata.namespace_, "/", job_.metadata.name, "/", slot.pod, "/stop");
+      c.kind = CommandKind::kStop;
+      c.grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
+      if (std::find(a->pending_command_ids.begin(), a->pending_command_ids.end(), c.id) == a->pending_command_ids.end()) {
+        plan_.commands.push_back(c);
+      }
+    }
+  }
+
+  std::string CommandId(const std::string& pod, uint64_t attempt) const {
+    return absl::StrCat(job_.metadata.namespace_, "/", job_.metadata.name, "/", pod, "/attempt-", attempt);
+  }
+
+  // Every slot's agent runs the current attempt; one that does not gets a command with a
+  // deterministic id (an agent that registered after the attempt began converges alone).
+  void ConvergeAgents() {
+    JobStatus& st = plan_.status;
+    for (const SlotStatus& slot : st.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr || !a->connected) continue;
+      if (a->attempt == st.attempt && a->phase != AgentTrainingPhase::kIdle && a->phase != AgentTrainingPhase::kUnknown) {
+        continue;
+      }
+      if (a->acked_attempt == st.attempt && !a->registered_as_standby) continue;
+      const std::string id = CommandId(slot.pod, st.attempt);
+      if (std::find(a->pending_command_ids.begin(), a->pending_command_ids.end(), id) != a->pending_command_ids.end()) {
+        continue;
+      }
+      if (a->failed_commands.count(id)) continue;
+      CommandToSend c;
+      c.pod = slot.pod;
+      c.id = id;
+      c.kind = a->registered_as_standby ? CommandKind::kActivate : CommandKind::kRestartInPlace;
+      c.assignment = DesiredAssignment(slot.index);
+      c.grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
+      plan_.commands.push_back(std::move(c));
+    }
+  }
+
+  void DetectSuccess() {
+    JobStatus& st = plan_.status;
+    for (const SlotStatus& slot : st.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr || a->attempt != st.attempt || a->phase != AgentTrainingPhase::kSucceeded) return;
+    }
+    st.phase = JobPhase::kSucceeded;
+    st.finished_at = now_;
+    st.last_completed_step = std::max(st.last_completed_step, st.max_completed_step);
+    Event("Normal", "Succeeded", absl::StrFormat("training finished at step %d after %d recoveries",
+                                                 st.last_completed_step, st.recoveries));
+  }
+
+  void FillDesiredAgents() {
+    const JobStatus& st = plan_.status;
+    for (const SlotStatus& slot : st.slots) plan_.desired_agents[slot.pod] = DesiredAgent{false, DesiredAssignment(slot.index)};
+    for (const StandbyStatus& sb : st.standbys) plan_.desired_agents[sb.pod] = DesiredAgent{true, {}};
+  }
+
+  void UpdateEttr() {
+    JobStatus& st = plan_.status;
+    const int64_t end = st.finished_at != 0 ? st.finished_at : now_;
+    const double elapsed = static_cast<double>(end - st.started_at) / kNanosPerSecond;
+    double lost = st.training_time_lost_seconds;
+    if (Incident* open = OpenIncident(); open != nullptr) lost += static_cast<double>(now_ - open->detected_at) / kNanosPerSecond;
+    st.ettr = elapsed > 0 ? std::clamp(1.0 - lost / elapsed, 0.0, 1.0) : 1.0;
+  }
+
+  void UpdateConditions() {
+    JobStatus& st = plan_.status;
+    const int64_t gen = job_.metadata.generation;
+    const bool running = st.phase == JobPhase::kRunning;
+    SetCondition(st, "Ready", running, running ? "Training" : JobPhaseName(st.phase),
+                 absl::StrFormat("phase %s, attempt %d, step %d", JobPhaseName(st.phase), st.attempt, st.last_completed_step),
+                 gen, now_);
+    const Incident* open = OpenIncident();
+    SetCondition(st, "Degraded", open != nullptr, open ? open->kind : "NoIncident",
+                 open ? absl::StrCat("incident ", open->id, ": ", open->signal) : "no open incident", gen, now_);
+    const bool terminal = st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed;
+    SetCondition(st, "StandbyReady", terminal || st.standby_ready >= st.standby_desired,
+                 terminal ? "JobFinished" : (st.standby_ready >= st.standby_desired ? "PoolReady" : "PoolFilling"),
+                 absl::StrFormat("%d of %d standbys ready", st.standby_ready, st.standby_desired), gen, now_);
+  }
+
+  const TrainingJob& job_;
+  const TrainingJobSpec& spec_;
+  const JobObservation& obs_;
+  const int64_t now_;
+  const DecisionConfig& config_;
+  JobPlan plan_;
+  std::map<std::string, const PodObservation*> pods_;
+  std::map<std::string, const AgentObservation*> agents_;
+};
+
+}  // namespace
+
+const char* JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending: return "Pending";
+    case JobPhase::kRunning: return "Running";
+    case JobPhase::kRecovering: return "Recovering";
+    case JobPhase::kSucceeded: return "Succeeded";
+    case JobPhase::kFailed: return "Failed";
+  }
+  return "Unknown";
+}
+
+const char* CommandKindName(CommandKind kind) {
+  switch (kind) {
+    case CommandKind::kRestartInPlace: return "restart_in_place";
+    case CommandKind::kActivate: return "activate";
+    case CommandKind::kStop: return "stop";
+  }
+  return "unknown";
+}
+
+std::string ActivePodName(const std::string& job, int slot) { return absl::StrCat(job, "-m", slot); }
+std::string StandbyPodName(const std::string& job, uint64_t serial) { return absl::StrCat(job, "-s", serial); }
+
+JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
+                  const DecisionConfig& config) {
+  return Decider(job, status, obs, now, config).Run();
+}
+
+}  // namespace peregrine

@@ -1,0 +1,35 @@
+// Parsing and validation of TrainingJob manifests.
+//
+// One parser serves both drivers: a local job file (YAML) and the object the Kubernetes
+// API server returns (JSON, which is YAML). Unknown fields under spec are rejected so a
+// typo never silently falls back to a default. Every error names the field path and the
+// reason, e.g. "spec.parallelism.tensor: expected an integer, got 'two'".
+//
+// Thread-safe (no shared state).
+#ifndef PEREGRINE_CONTROLLER_JOB_PARSER_H_
+#define PEREGRINE_CONTROLLER_JOB_PARSER_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/job_spec.h"
+
+namespace peregrine {
+
+// Parses one TrainingJob document. On success the job is also valid (ValidateTrainingJob).
+// kInvalidArgument names the field and the reason on any error.
+absl::StatusOr<TrainingJob> ParseTrainingJob(std::string_view text);
+
+// Reads and parses a file; kNotFound if it cannot be read.
+absl::StatusOr<TrainingJob> LoadTrainingJobFile(const std::string& path);
+
+// Semantic checks the schema cannot express alone (and the ones it does, so the local
+// path is as strict as the API server): sizes, the parallelism product, standby bounds,
+// thresholds. kInvalidArgument naming the field on failure.
+absl::Status ValidateTrainingJob(const TrainingJob& job);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_JOB_PARSER_H_

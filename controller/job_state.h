@@ -1,0 +1,222 @@
+// The decision engine's vocabulary: what the controller persists about a job (JobStatus),
+// what it observes each round (JobObservation) and what it decides to do (JobPlan).
+//
+// Plain data, no I/O. JobStatus is everything needed to resume after a controller
+// restart (DESIGN.md: "everything needed to resume lives in the TrainingJob status"):
+// it is written to the TrainingJob status subresource (Kubernetes) or the state file
+// (local mode) after every round that changed it. Times are Unix nanoseconds.
+#ifndef PEREGRINE_CONTROLLER_JOB_STATE_H_
+#define PEREGRINE_CONTROLLER_JOB_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/job_spec.h"
+
+namespace peregrine {
+
+enum class JobPhase { kPending, kRunning, kRecovering, kSucceeded, kFailed };
+const char* JobPhaseName(JobPhase phase);  // "Pending", "Running", ...
+
+// Kubernetes condition conventions: lastTransitionTime moves only when status flips.
+struct Condition {
+  std::string type;    // Valid, Ready, Progressing, StandbyReady, Degraded
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;  // CamelCase
+  std::string message;
+  int64_t observed_generation = 0;
+  int64_t last_transition_time = 0;
+};
+
+// A machine slot of the job: slot i holds ranks [i*gpus, (i+1)*gpus).
+struct SlotStatus {
+  int index = 0;
+  std::string pod;         // the pod holding the slot now
+  std::string machine_id;  // where that pod runs ("" until observed)
+  bool observed = false;   // the pod has been seen running at least once
+};
+
+struct StandbyStatus {
+  std::string pod;
+  std::string machine_id;
+  bool observed = false;
+};
+
+// One incident: a failure signal, what was decided and what it cost.
+struct Incident {
+  uint64_t id = 0;
+  std::string kind;    // MachineLost, ProcessCrash, ...
+  std::string signal;  // human-readable evidence
+  int64_t detected_at = 0;
+  int64_t decided_at = 0;   // 0 while triaging
+  int64_t resumed_at = 0;   // the first step after the restart completed; 0 while recovering
+  std::vector<std::string> machines;  // machine ids acted on
+  std::string decision;               // evict+standby, reattempt, ...
+  std::vector<std::string> actions;
+  uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure
+  uint64_t resume_step = 0;      // the step training resumed after
+  double training_time_lost_seconds = 0;
+};
+
+struct Eviction {
+  std::string machine_id;
+  std::string pod;
+  std::string reason;
+  int64_t at = 0;
+};
+
+struct VersionRecord {
+  CodeVersionSpec code;
+  int64_t applied_at = 0;
+  std::string reason;
+  std::string outcome;  // Running, Healthy, Failed, RolledBack
+};
+
+struct JobStatus {
+  JobPhase phase = JobPhase::kPending;
+  std::vector<Condition> conditions;
+  int64_t observed_generation = 0;
+  // The current attempt: every job-wide (re)start increments it; agents converge to it.
+  uint64_t attempt = 0;
+  uint64_t resume_step = 0;
+  int64_t attempt_started_at = 0;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  CodeVersionSpec code;
+  std::vector<VersionRecord> version_history;  // bounded
+  std::vector<SlotStatus> slots;
+  std::vector<StandbyStatus> standbys;
+  int standby_desired = 0;
+  int standby_ready = 0;
+  uint64_t last_completed_step = 0;  // min over ranks of the current attempt
+  uint64_t max_completed_step = 0;   // max over ranks (progress not yet common to all)
+  double mean_iteration_seconds = 0;
+  int64_t started_at = 0;
+  int64_t finished_at = 0;
+  double training_time_lost_seconds = 0;
+  double ettr = 1.0;  // effective training time ratio
+  std::vector<Incident> incidents;  // bounded, newest last
+  std::vector<Eviction> evicted;    // bounded, newest last
+  uint64_t next_incident_id = 1;
+  uint64_t next_pod_serial = 0;
+  int recoveries = 0;
+  int reattempts = 0;  // consecutive reattempts without progress past the failure step
+  int64_t triage_deadline = 0;  // >0 while an incident gathers corroborating signals
+};
+
+// ---------------------------------------------------------------------------
+// Observations (filled by the edges: the Cluster and the agent registry)
+// ---------------------------------------------------------------------------
+
+struct PodObservation {
+  std::string name;
+  std::string machine_id;
+  bool running = false;  // the pod's processes are alive
+  bool failed = false;   // the pod terminated or its machine is gone
+  std::string reason;    // why it failed ("process group exited with signal 9", "node NotReady")
+};
+
+enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };
+
+struct RankExit {
+  int global_rank = 0;
+  int exit_code = 0;
+  int signal = 0;
+  std::vector<std::string> last_log_lines;
+};
+
+struct AgentObservation {
+  std::string pod;
+  std::string machine_id;
+  bool connected = false;
+  bool registered_as_standby = false;
+  bool self_check_passed = false;
+  int64_t last_seen = 0;
+  uint64_t attempt = 0;  // the attempt its training runs (or ran last)
+  uint64_t acked_attempt = 0;  // the attempt its last RegisterAck carried (it converges to it alone)
+  AgentTrainingPhase phase = AgentTrainingPhase::kUnknown;
+  std::map<int, uint64_t> rank_steps;  // global rank -> last completed step (for `attempt`)
+  double mean_iteration_seconds = 0;
+  std::vector<RankExit> exits;  // exits of `attempt`'s processes
+  std::vector<std::string> pending_command_ids;
+  std::map<std::string, std::string> failed_commands;  // id -> error message
+};
+
+struct JobObservation {
+  std::vector<PodObservation> pods;       // the job's pods as the cluster shows them
+  std::vector<AgentObservation> agents;   // every agent that ever registered for the job
+  // Rank 0's address is "<slot-0 pod>.<rendezvous_domain>" (Kubernetes headless Service),
+  // or 127.0.0.1 when the domain is empty (local mode).
+  std::string rendezvous_domain;
+  uint32_t candidate_master_port = 0;     // a free port, used when a new attempt starts
+  std::optional<uint64_t> injected_fault_at;  // local mode: when a fault was injected (timeline)
+};
+
+// ---------------------------------------------------------------------------
+// Plan (applied by the executor; deciding again on the applied result returns no actions)
+// ---------------------------------------------------------------------------
+
+enum class PodRole { kActive, kStandby };
+
+struct PodToCreate {
+  std::string name;
+  PodRole role = PodRole::kActive;
+  int slot = -1;  // for active pods
+};
+
+struct PodToDelete {
+  std::string name;
+  std::string reason;
+};
+
+// What an agent should run: the plain form of peregrine.v1.Assignment.
+struct AssignmentSpec {
+  int slot = -1;
+  uint64_t attempt = 0;
+  uint64_t resume_step = 0;
+  int64_t attempt_started_at = 0;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  CodeVersionSpec code;
+};
+
+enum class CommandKind { kRestartInPlace, kActivate, kStop };
+const char* CommandKindName(CommandKind kind);
+
+struct CommandToSend {
+  std::string pod;
+  std::string id;  // deterministic: a resend after a controller restart has the same id
+  CommandKind kind = CommandKind::kRestartInPlace;
+  AssignmentSpec assignment;
+  int grace_ms = 0;
+};
+
+struct JobEvent {
+  std::string type;  // Normal, Warning
+  std::string reason;
+  std::string message;
+};
+
+// The role and assignment each pod's agent should hold (RegisterAck is built from it).
+struct DesiredAgent {
+  bool standby = false;
+  AssignmentSpec assignment;
+};
+
+struct JobPlan {
+  JobStatus status;  // the new status (persist when changed)
+  std::vector<PodToCreate> create_pods;
+  std::vector<PodToDelete> delete_pods;
+  std::vector<CommandToSend> commands;
+  std::vector<JobEvent> events;
+  std::map<std::string, DesiredAgent> desired_agents;  // by pod name
+  int64_t requeue_after_ns = 0;  // look again after this long even without new observations
+  bool Empty() const { return create_pods.empty() && delete_pods.empty() && commands.empty() && events.empty(); }
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_JOB_STATE_H_
