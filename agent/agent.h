@@ -1,0 +1,86 @@
+// Agent: peregrine-agent, the training pod's entrypoint.
+//
+// Wires the Supervisor (training processes), the ControllerLink (the stream to
+// the controller), progress parsing and stack capture:
+//   * registers on every new stream (job, pod, machine, role, current
+//     TrainingState, recent executed command ids, a self-check for standbys);
+//   * converges on every RegisterAck, level-based: ACTIVE with attempt > 0 ->
+//     training of exactly that attempt runs (left alone when it already does,
+//     otherwise stopped and restarted); ACTIVE with attempt 0 or STANDBY ->
+//     nothing runs;
+//   * heartbeats (TrainingState + IterationSummary per rank) every interval
+//     (the ack's heartbeat_interval_ms overrides the option);
+//   * sends Event.process_exit (exit code or signal, the last output lines,
+//     attempt, last completed step) when a training process exits on its own
+//     (not for exits the agent caused by stop/restart/shutdown); events that
+//     happen while disconnected are queued (bounded) and sent after the next
+//     RegisterAck;
+//   * executes Commands idempotently by id (the last 256 results are kept and
+//     re-sent for a repeated id): restart_in_place, activate, stop, pause,
+//     resume, capture_stacks, hot_update (urgent: restart now; otherwise
+//     deferred to the next start); run_diagnostic answers UNIMPLEMENTED (12);
+//   * never restarts training by itself and keeps it running while the
+//     controller is away, reconnecting with jittered backoff;
+//   * on shutdown (SIGTERM/SIGINT when handle_signals, or RequestShutdown):
+//     SIGTERM to every training process group, SIGKILL after grace_ms, reap,
+//     then Wait() returns 0 if training had succeeded, else 143.
+//
+// Threads: one control loop owns all state (commands, supervisor, timers);
+// the link's reader thread and stack-capture workers post closures to it.
+// Thread safety: public methods are thread-safe. Ownership: the Agent owns its
+// threads and children; destroying it shuts down (as RequestShutdown) and joins.
+#ifndef PEREGRINE_AGENT_AGENT_H_
+#define PEREGRINE_AGENT_AGENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace peregrine {
+
+enum class AgentRoleOption { kActive, kStandby };
+
+struct AgentOptions {
+  std::string controller;     // host:port of the controller's agent endpoint
+  std::string job_namespace;
+  std::string job_name;
+  std::string pod_name;
+  std::string machine_id;
+  AgentRoleOption role = AgentRoleOption::kActive;
+  std::string token_file;     // optional: "authorization: Bearer <token>"
+  std::string tls_ca_file;    // optional: TLS with this CA bundle
+  std::string log_dir;        // optional: per-rank logs rank-<N>.log
+  uint32_t heartbeat_ms = 1000;
+  uint32_t grace_ms = 10000;  // SIGTERM -> SIGKILL on agent shutdown
+  bool handle_signals = false;  // install SIGTERM/SIGINT handlers (the binary does)
+  absl::Duration backoff_initial = absl::Milliseconds(100);
+  absl::Duration backoff_max = absl::Seconds(5);
+  std::string agent_version = "0.1.0";
+};
+
+class Agent {
+ public:
+  // InvalidArgument naming the option when a required one is missing.
+  static absl::StatusOr<std::unique_ptr<Agent>> BuildAndStart(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Begins the shutdown sequence (as SIGTERM would). Returns at once.
+  void RequestShutdown();
+  // Blocks until the agent has shut down; returns the process exit code.
+  int Wait();
+
+  class Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_AGENT_H_

@@ -1,0 +1,50 @@
+// Command-line flags of peregrine-agent -> AgentOptions.
+//
+// Flags (each also read from the environment variable in brackets; a flag on
+// the command line wins over the variable):
+//   --controller HOST:PORT [PEREGRINE_CONTROLLER]   required
+//   --job NAMESPACE/NAME   [PEREGRINE_JOB]          required
+//   --pod NAME             [PEREGRINE_POD]          required
+//   --machine-id ID        [PEREGRINE_MACHINE_ID]   default: the pod name
+//   --role active|standby  [PEREGRINE_ROLE]         default: active
+//   --token-file PATH      [PEREGRINE_TOKEN_FILE]
+//   --tls-ca PATH          [PEREGRINE_TLS_CA]
+//   --log-dir DIR          [PEREGRINE_LOG_DIR]
+//   --heartbeat-ms N       [PEREGRINE_HEARTBEAT_MS] default 1000
+//   --grace-ms N           [PEREGRINE_GRACE_MS]     default 10000
+//   --help
+// Both "--flag value" and "--flag=value" are accepted.
+//
+// Pure: the environment is passed in as a lookup function. Thread-compatible.
+#ifndef PEREGRINE_AGENT_AGENT_FLAGS_H_
+#define PEREGRINE_AGENT_AGENT_FLAGS_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/agent.h"
+
+namespace peregrine {
+
+struct ParsedAgentFlags {
+  bool help = false;  // --help was given; options are not filled in
+  AgentOptions options;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// `args` excludes argv[0]. InvalidArgument naming the flag (or variable) for
+// an unknown flag, a missing value, a bad number or role, or a missing
+// required flag.
+absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>& args, const EnvLookup& env);
+
+// The --help text.
+std::string AgentUsage();
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_AGENT_FLAGS_H_

@@ -1,0 +1,154 @@
+#include "agent/controller_link.h"
+
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+
+namespace peregrine {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace
+
+ReconnectBackoff::ReconnectBackoff(absl::Duration initial, absl::Duration max)
+    : initial_(initial), max_(max), base_(initial) {}
+
+absl::Duration ReconnectBackoff::Next(double uniform01) {
+  absl::Duration base = std::min(base_, max_);
+  base_ = std::min(base_ * 2, max_);
+  if (uniform01 < 0) uniform01 = 0;
+  if (uniform01 >= 1) uniform01 = 0.999999;
+  return base * (0.5 + 0.5 * uniform01);
+}
+
+void ReconnectBackoff::Reset() { base_ = initial_; }
+
+ControllerLink::ControllerLink(ControllerLinkOptions options, Callbacks callbacks)
+    : options_(std::move(options)), callbacks_(std::move(callbacks)) {}
+
+ControllerLink::~ControllerLink() { Stop(); }
+
+void ControllerLink::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void ControllerLink::Stop() {
+  {
+    absl::MutexLock lock(&state_mu_);
+    stopping_ = true;
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ControllerLink::Send(uint64_t session, const peregrine::v1::AgentMessage& message) {
+  absl::MutexLock lock(&write_mu_);
+  if (stream_ == nullptr || write_session_ != session) return false;
+  return stream_->Write(message);
+}
+
+void ControllerLink::MarkRegistered(uint64_t session) {
+  absl::MutexLock lock(&state_mu_);
+  if (session == session_) registered_ = true;
+}
+
+void ControllerLink::Run() {
+  std::mt19937_64 rng(options_.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  ReconnectBackoff backoff(options_.backoff_initial, options_.backoff_max);
+  while (true) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    std::string setup_error;
+    if (options_.tls_ca_file.empty()) {
+      credentials = grpc::InsecureChannelCredentials();
+    } else {
+      absl::StatusOr<std::string> ca = ReadFile(options_.tls_ca_file);
+      if (ca.ok()) {
+        grpc::SslCredentialsOptions ssl;
+        ssl.pem_root_certs = *ca;
+        credentials = grpc::SslCredentials(ssl);
+      } else {
+        setup_error = ca.status().ToString();
+      }
+    }
+    std::string token;
+    if (!options_.token_file.empty()) {
+      absl::StatusOr<std::string> token_text = ReadFile(options_.token_file);
+      if (token_text.ok()) {
+        token = std::string(absl::StripAsciiWhitespace(*token_text));
+      } else {
+        setup_error = token_text.status().ToString();
+      }
+    }
+    uint64_t session = 0;
+    if (setup_error.empty()) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive)));
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+      std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options_.target, credentials, args);
+      std::unique_ptr<peregrine::v1::AgentService::Stub> stub = peregrine::v1::AgentService::NewStub(channel);
+      auto context = std::make_unique<grpc::ClientContext>();
+      if (!token.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+      {
+        absl::MutexLock lock(&state_mu_);
+        if (stopping_) return;
+        context_ = context.get();
+        session = ++session_;
+        registered_ = false;
+      }
+      std::unique_ptr<grpc::ClientReaderWriter<peregrine::v1::AgentMessage, peregrine::v1::ControllerMessage>>
+          stream = stub->Connect(context.get());
+      {
+        absl::MutexLock lock(&write_mu_);
+        stream_ = stream.get();
+        write_session_ = session;
+      }
+      callbacks_.on_stream_open(session);
+      peregrine::v1::ControllerMessage message;
+      while (stream->Read(&message)) {
+        callbacks_.on_message(session, std::move(message));
+        message.Clear();
+      }
+      {
+        absl::MutexLock lock(&write_mu_);  // waits for a write in progress
+        stream_ = nullptr;
+        write_session_ = 0;
+      }
+      grpc::Status status = stream->Finish();
+      {
+        absl::MutexLock lock(&state_mu_);
+        context_ = nullptr;
+      }
+      callbacks_.on_stream_closed(session, FromGrpc(status));
+    } else {
+      std::fprintf(stderr, "peregrine-agent: cannot connect to %s: %s\n", options_.target.c_str(),
+                   setup_error.c_str());
+    }
+    absl::Duration delay;
+    {
+      absl::MutexLock lock(&state_mu_);
+      if (registered_ && session == session_) backoff.Reset();
+      registered_ = false;
+      delay = backoff.Next(uniform(rng));
+      auto stop_requested = [this]() ABSL_SHARED_LOCKS_REQUIRED(state_mu_) { return stopping_; };
+      state_mu_.AwaitWithTimeout(absl::Condition(&stop_requested), delay);
+      if (stopping_) return;
+    }
+  }
+}
+
+}  // namespace peregrine

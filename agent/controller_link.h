@@ -1,0 +1,105 @@
+// ControllerLink: the agent's one long-lived AgentService.Connect stream.
+//
+// A background thread opens the stream (a fresh channel per attempt; insecure,
+// or TLS with the given CA bundle; metadata "authorization: Bearer <token>" when
+// a token file is set, re-read on every attempt so rotated tokens are picked
+// up), reports it with on_stream_open, delivers every ControllerMessage with
+// on_message, and reports the end with on_stream_closed. It then waits a
+// jittered exponential backoff (ReconnectBackoff) and tries again, for ever,
+// until Stop(). MarkRegistered() (called when a RegisterAck arrived) resets the
+// backoff, so only failed attempts make the wait grow.
+//
+// Each stream has a session number; Send(session, msg) writes only to that
+// session's stream (writes are serialised by a mutex and may block while gRPC
+// flow control holds them) and returns false when that stream is gone or the
+// write failed: the caller keeps what must not be lost and re-sends it after
+// the next registration.
+//
+// Thread safety: every public method is thread-safe. The callbacks run on the
+// link's thread, one at a time, and never after Stop() returned; they must not
+// call Stop(). Ownership: the owner must outlive the link (the callbacks
+// usually capture it) and call Stop() (or destroy the link) first.
+#ifndef PEREGRINE_AGENT_CONTROLLER_LINK_H_
+#define PEREGRINE_AGENT_CONTROLLER_LINK_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "peregrine/v1/agent.grpc.pb.h"
+
+namespace peregrine {
+
+// Pure: delay n (0-based, n failed attempts so far) is
+//   min(initial * 2^n, max) * (0.5 + 0.5 * u),  u uniform in [0, 1).
+class ReconnectBackoff {
+ public:
+  ReconnectBackoff(absl::Duration initial, absl::Duration max);
+  absl::Duration Next(double uniform01);
+  void Reset();
+
+ private:
+  absl::Duration initial_;
+  absl::Duration max_;
+  absl::Duration base_;
+};
+
+struct ControllerLinkOptions {
+  std::string target;       // host:port
+  std::string token_file;   // empty: no authorization metadata
+  std::string tls_ca_file;  // empty: insecure channel
+  absl::Duration backoff_initial = absl::Milliseconds(100);
+  absl::Duration backoff_max = absl::Seconds(5);
+  absl::Duration keepalive = absl::Minutes(5);
+  uint64_t seed = 0;        // jitter seed
+};
+
+class ControllerLink {
+ public:
+  struct Callbacks {
+    std::function<void(uint64_t session)> on_stream_open;
+    std::function<void(uint64_t session, peregrine::v1::ControllerMessage message)> on_message;
+    std::function<void(uint64_t session, absl::Status status)> on_stream_closed;
+  };
+
+  ControllerLink(ControllerLinkOptions options, Callbacks callbacks);
+  ~ControllerLink();
+  ControllerLink(const ControllerLink&) = delete;
+  ControllerLink& operator=(const ControllerLink&) = delete;
+
+  void Start();
+  // Cancels the stream, stops reconnecting, joins the thread. Idempotent.
+  void Stop();
+
+  bool Send(uint64_t session, const peregrine::v1::AgentMessage& message);
+  void MarkRegistered(uint64_t session);
+
+ private:
+  void Run();
+
+  const ControllerLinkOptions options_;
+  const Callbacks callbacks_;
+  std::thread thread_;
+
+  absl::Mutex state_mu_;
+  bool stopping_ ABSL_GUARDED_BY(state_mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(state_mu_) = false;
+  uint64_t session_ ABSL_GUARDED_BY(state_mu_) = 0;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(state_mu_) = nullptr;
+
+  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(state_mu_);
+  uint64_t write_session_ ABSL_GUARDED_BY(write_mu_) = 0;
+  grpc::ClientReaderWriter<peregrine::v1::AgentMessage, peregrine::v1::ControllerMessage>* stream_
+      ABSL_GUARDED_BY(write_mu_) = nullptr;
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_CONTROLLER_LINK_H_

@@ -1,0 +1,96 @@
+#include "agent/launch_plan.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace peregrine {
+namespace {
+
+using EnvMap = std::map<std::string, std::string>;
+
+EnvMap MachineEnvironment(const peregrine::v1::Assignment& a, const LaunchContext& context) {
+  EnvMap env;
+  for (const std::string& entry : context.agent_env) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [key, value] : a.code().env()) env[key] = value;
+  const auto& layout = a.layout();
+  env["WORLD_SIZE"] = absl::StrCat(a.world_size());
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(a.ranks_size());
+  env["NODE_RANK"] = absl::StrCat(a.machine_index());
+  env["NNODES"] = absl::StrCat(a.world_size() / layout.gpus_per_machine());
+  env["MASTER_ADDR"] = a.master_addr();
+  env["MASTER_PORT"] = absl::StrCat(a.master_port());
+  env["PEREGRINE_TP"] = absl::StrCat(layout.tensor());
+  env["PEREGRINE_PP"] = absl::StrCat(layout.pipeline());
+  env["PEREGRINE_DP"] = absl::StrCat(layout.data());
+  env["PEREGRINE_RESUME_STEP"] = absl::StrCat(a.resume_step());
+  env["PEREGRINE_ATTEMPT"] = absl::StrCat(a.attempt());
+  env["PEREGRINE_MACHINE_ID"] = context.machine_id;
+  return env;
+}
+
+std::vector<std::string> Flatten(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [key, value] : env) out.push_back(absl::StrCat(key, "=", value));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ProcessSpec>> BuildLaunchPlan(const peregrine::v1::Assignment& a,
+                                                         const LaunchContext& context) {
+  if (a.code().command().empty() || a.code().command(0).empty()) {
+    return absl::InvalidArgumentError("assignment.code.command is empty");
+  }
+  if (a.ranks().empty()) return absl::InvalidArgumentError("assignment.ranks is empty");
+  const auto& layout = a.layout();
+  if (layout.tensor() == 0 || layout.pipeline() == 0 || layout.data() == 0 || layout.gpus_per_machine() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assignment.layout: every size must be >= 1 (tensor ", layout.tensor(), ", pipeline ", layout.pipeline(),
+        ", data ", layout.data(), ", gpus_per_machine ", layout.gpus_per_machine(), ")"));
+  }
+  const uint64_t product = static_cast<uint64_t>(layout.tensor()) * layout.pipeline() * layout.data();
+  if (product != a.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("assignment.world_size ", a.world_size(), " != tensor*pipeline*data ", product));
+  }
+  if (a.world_size() % layout.gpus_per_machine() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment.layout.gpus_per_machine ", layout.gpus_per_machine(),
+                                                   " does not divide world_size ", a.world_size()));
+  }
+  const EnvMap machine_env = MachineEnvironment(a, context);
+  std::vector<ProcessSpec> specs;
+  for (const auto& rank : a.ranks()) {
+    if (rank.global_rank() >= a.world_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("assignment rank ", rank.global_rank(), " is outside world_size ", a.world_size()));
+    }
+    EnvMap env = machine_env;
+    env["RANK"] = absl::StrCat(rank.global_rank());
+    env["LOCAL_RANK"] = absl::StrCat(rank.local_rank());
+    env["PEREGRINE_TP_RANK"] = absl::StrCat(rank.tp());
+    env["PEREGRINE_PP_RANK"] = absl::StrCat(rank.pp());
+    env["PEREGRINE_DP_RANK"] = absl::StrCat(rank.dp());
+    ProcessSpec spec;
+    spec.global_rank = static_cast<int>(rank.global_rank());
+    spec.argv.assign(a.code().command().begin(), a.code().command().end());
+    spec.env = Flatten(env);
+    if (!context.log_dir.empty()) {
+      spec.log_path = absl::StrCat(context.log_dir, "/rank-", rank.global_rank(), ".log");
+      spec.log_header = absl::StrCat("===== peregrine attempt ", a.attempt(), " rank ", rank.global_rank(),
+                                     " resume_step ", a.resume_step(), " revision ",
+                                     a.code().revision().empty() ? "-" : a.code().revision(),
+                                     " started ", context.started_at, " =====");
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,56 @@
+// Stack capture of the training process tree, for hang diagnosis.
+//
+// WithDescendants expands the training processes to every descendant (found
+// from the ppid field of /proc/*/stat); descendants get global_rank -1.
+// CaptureStacks runs one tool per process, by argv (no shell) with a timeout:
+//   py-spy dump --pid PID [--native]  when py-spy is on PATH and the process is Python;
+//   eu-stack -p PID                   when eu-stack exists (preferred native tool);
+//   gdb -batch -ex "thread apply all bt" -p PID  otherwise.
+// When a tool fails (cannot start, non-zero exit with no output, timeout) the
+// next one in that order is tried; the result keeps the last tool's text and
+// the failures. Parsing the text is the controller's job.
+//
+// Thread safety: the functions are thread-safe and block (seconds); call them
+// off the control loop. Ownership: plain values.
+#ifndef PEREGRINE_AGENT_STACK_CAPTURE_H_
+#define PEREGRINE_AGENT_STACK_CAPTURE_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace peregrine {
+
+struct StackTarget {
+  pid_t pid = 0;
+  int global_rank = -1;
+};
+
+struct CapturedStack {
+  pid_t pid = 0;
+  int global_rank = -1;
+  std::string command;  // /proc/PID/cmdline, space-joined, bounded
+  std::string tool;     // "py-spy", "eu-stack", "gdb", or "" when none could run
+  std::string raw;      // the tool's output, at most max_raw_bytes
+  bool ok = false;      // a tool produced a stack
+};
+
+struct StackCaptureOptions {
+  absl::Duration timeout_per_process = absl::Seconds(20);
+  size_t max_raw_bytes = 64 * 1024;
+  bool include_native = false;
+};
+
+// `roots` plus all their live descendants, roots first, no duplicates.
+std::vector<StackTarget> WithDescendants(const std::vector<StackTarget>& roots);
+
+std::vector<CapturedStack> CaptureStacks(const std::vector<StackTarget>& targets,
+                                         const StackCaptureOptions& options);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_STACK_CAPTURE_H_
