@@ -1,0 +1,355 @@
+#include "agent/inspection/kernel_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace peregrine {
+
+absl::StatusOr<KmsgRecord> ParseKmsgRecord(absl::string_view line) {
+  line = absl::StripSuffix(line, "\n");
+  const size_t semi = line.find(';');
+  if (semi == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kmsg record without ';' separator: \"", line.substr(0, 80), "\""));
+  }
+  std::vector<absl::string_view> fields = absl::StrSplit(line.substr(0, semi), ',');
+  if (fields.size() < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kmsg record prefix needs priority,sequence,timestamp,flags: \"", line.substr(0, 80), "\""));
+  }
+  KmsgRecord r;
+  int prio = 0;
+  if (!absl::SimpleAtoi(fields[0], &prio) || prio < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kmsg priority \"", fields[0], "\" is not a number"));
+  }
+  r.level = prio & 7;
+  r.facility = prio >> 3;
+  if (!absl::SimpleAtoi(fields[1], &r.sequence)) {
+    return absl::InvalidArgumentError(absl::StrCat("kmsg sequence \"", fields[1], "\" is not a number"));
+  }
+  if (!absl::SimpleAtoi(fields[2], &r.timestamp_us) || r.timestamp_us < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kmsg timestamp \"", fields[2], "\" is not a number"));
+  }
+  r.message = std::string(line.substr(semi + 1));
+  return r;
+}
+
+absl::StatusOr<KmsgRecord> ParseDmesgLine(absl::string_view line) {
+  absl::string_view s = absl::StripTrailingAsciiWhitespace(line);
+  if (!absl::ConsumePrefix(&s, "[")) {
+    return absl::InvalidArgumentError(absl::StrCat("dmesg line without '[time]': \"", line.substr(0, 80), "\""));
+  }
+  const size_t close = s.find(']');
+  double seconds = 0;
+  if (close == absl::string_view::npos ||
+      !absl::SimpleAtod(absl::StripAsciiWhitespace(s.substr(0, close)), &seconds) || seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("dmesg timestamp malformed: \"", line.substr(0, 80), "\""));
+  }
+  KmsgRecord r;
+  r.timestamp_us = static_cast<int64_t>(seconds * 1e6 + 0.5);
+  r.message = std::string(absl::StripLeadingAsciiWhitespace(s.substr(close + 1)));
+  return r;
+}
+
+const char* XidClassName(XidClass c) {
+  switch (c) {
+    case XidClass::kMachineFatal: return "machine_fatal";
+    case XidClass::kRecoverable: return "recoverable";
+    case XidClass::kApplication: return "application";
+  }
+  return "unknown";
+}
+
+XidClass ClassifyXid(int xid) {
+  switch (xid) {
+    case 48: case 62: case 63: case 64: case 74: case 79: case 92: case 94: case 95:
+    case 119: case 120: case 140:
+      return XidClass::kMachineFatal;
+    case 13: case 31: case 43: case 45:
+      return XidClass::kApplication;
+    default:
+      return XidClass::kRecoverable;
+  }
+}
+
+const char* XidDescription(int xid) {
+  switch (xid) {
+    case 13: return "graphics engine exception";
+    case 31: return "GPU memory page fault";
+    case 43: return "GPU stopped processing (channel reset)";
+    case 45: return "preemptive cleanup after a previous error";
+    case 48: return "double-bit ECC error";
+    case 62: return "internal micro-controller halt";
+    case 63: return "ECC page retirement or row remapping recorded";
+    case 64: return "ECC page retirement or row remapping failure";
+    case 74: return "NVLink error";
+    case 79: return "GPU has fallen off the bus";
+    case 92: return "high single-bit ECC error rate";
+    case 94: return "contained ECC error";
+    case 95: return "uncontained ECC error";
+    case 119: return "GSP RPC timeout";
+    case 120: return "GSP error";
+    case 140: return "unrecovered ECC error";
+    default: return "";
+  }
+}
+
+absl::StatusOr<std::optional<XidEvent>> ParseXid(absl::string_view message) {
+  const size_t start = message.find("NVRM: Xid (");
+  if (start == absl::string_view::npos) return std::optional<XidEvent>();
+  absl::string_view s = message.substr(start + 11);
+  const size_t close = s.find("): ");
+  if (close == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("Xid line without \"(<pci>): \": \"", message.substr(0, 120), "\""));
+  }
+  XidEvent e;
+  e.pci = std::string(s.substr(0, close));
+  s.remove_prefix(close + 3);
+  const size_t comma = s.find(',');
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(s.substr(0, comma)), &e.xid) || e.xid <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Xid number malformed: \"", message.substr(0, 120), "\""));
+  }
+  s = comma == absl::string_view::npos ? absl::string_view() : s.substr(comma + 1);
+  // Optional "pid=1234," and "name=python3," before the detail.
+  while (true) {
+    absl::string_view t = absl::StripLeadingAsciiWhitespace(s);
+    const size_t next = t.find(',');
+    absl::string_view field = t.substr(0, next);
+    if (absl::ConsumePrefix(&field, "pid=")) {
+      int pid = 0;
+      if (absl::SimpleAtoi(field, &pid)) e.pid = pid;  // "pid='<unknown>'" stays empty
+    } else if (absl::ConsumePrefix(&field, "name=")) {
+      e.process_name = std::string(field);
+    } else {
+      s = t;
+      break;
+    }
+    s = next == absl::string_view::npos ? absl::string_view() : t.substr(next + 1);
+  }
+  e.detail = std::string(absl::StripAsciiWhitespace(s));
+  return std::optional<XidEvent>(std::move(e));
+}
+
+std::optional<std::string> ParseBlockIoError(absl::string_view message) {
+  for (absl::string_view key : {"I/O error, dev ", "I/O error on dev ", "EXT4-fs error (device ",
+                                "XFS (", "critical medium error, dev "}) {
+    const size_t pos = message.find(key);
+    if (pos == absl::string_view::npos) continue;
+    if (key == "XFS (" && !absl::StrContains(message, "error")) continue;
+    absl::string_view dev = message.substr(pos + key.size());
+    dev = dev.substr(0, dev.find_first_of(",): "));
+    if (!dev.empty()) return std::string(dev);
+  }
+  return std::nullopt;
+}
+
+// ------------------------------------------------------------------------- inspection
+
+KernelLogInspection::KernelLogInspection(KernelLogOptions options, CommandRunner runner)
+    : options_(std::move(options)), runner_(std::move(runner)) {}
+
+KernelLogInspection::~KernelLogInspection() {
+  if (fd_ >= 0) close(fd_);
+}
+
+namespace {
+struct ReadOutcome {
+  std::vector<KmsgRecord> records;
+  std::string first_error;
+  int bad = 0;
+};
+}  // namespace
+
+std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
+  ReadOutcome in;
+  auto add_error = [&in](const absl::Status& s) {
+    ++in.bad;
+    if (in.first_error.empty()) in.first_error = std::string(s.message());
+  };
+  if (fd_ < 0 && !use_dmesg_) {
+    fd_ = open(options_.kmsg_path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) {
+      open_error_ = absl::StrCat(options_.kmsg_path, ": ", std::strerror(errno));
+      use_dmesg_ = !options_.dmesg.empty();
+    } else {
+      struct stat st;
+      is_char_device_ = fstat(fd_, &st) == 0 && S_ISCHR(st.st_mode);
+    }
+  }
+  std::string read_error;
+  if (fd_ >= 0 && is_char_device_) {
+    // One record per read(); EAGAIN: caught up; EPIPE: records were overwritten.
+    char buf[16384];
+    while (in.records.size() < options_.max_records_per_run) {
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EPIPE) {
+          ++lost_records_;
+          continue;
+        }
+        if (errno != EAGAIN) read_error = absl::StrCat(options_.kmsg_path, ": ", std::strerror(errno));
+        break;
+      }
+      if (n == 0) break;
+      absl::string_view record(buf, static_cast<size_t>(n));
+      absl::StatusOr<KmsgRecord> r = ParseKmsgRecord(record.substr(0, record.find('\n')));
+      if (r.ok()) {
+        in.records.push_back(*std::move(r));
+      } else {
+        add_error(r.status());
+      }
+    }
+  } else if (fd_ >= 0) {
+    // A regular file holding kmsg-format lines (tests, or a saved log): read what was
+    // appended since the last run.
+    char buf[16384];
+    while (true) {
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        read_error = absl::StrCat(options_.kmsg_path, ": ", std::strerror(errno));
+        break;
+      }
+      if (n == 0) break;
+      partial_line_.append(buf, static_cast<size_t>(n));
+    }
+    size_t start = 0, nl;
+    while ((nl = partial_line_.find('\n', start)) != std::string::npos) {
+      absl::string_view line(partial_line_.data() + start, nl - start);
+      start = nl + 1;
+      if (line.empty() || line.front() == ' ') continue;  // continuation (dictionary) line
+      absl::StatusOr<KmsgRecord> r = ParseKmsgRecord(line);
+      if (r.ok()) {
+        in.records.push_back(*std::move(r));
+      } else {
+        add_error(r.status());
+      }
+    }
+    partial_line_.erase(0, start);
+  } else if (use_dmesg_) {
+    absl::StatusOr<CommandResult> out = runner_({options_.dmesg}, options_.command_timeout);
+    if (!out.ok() || out->exit_code != 0) {
+      read_error = absl::StrCat(open_error_, "; dmesg: ",
+                                out.ok() ? absl::StrCat("exit ", out->exit_code, " ",
+                                                        absl::StripAsciiWhitespace(out->stderr_text))
+                                         : std::string(out.status().message()));
+    } else {
+      int64_t newest = last_dmesg_us_;
+      for (absl::string_view line : absl::StrSplit(out->stdout_text, '\n', absl::SkipEmpty())) {
+        absl::StatusOr<KmsgRecord> r = ParseDmesgLine(line);
+        if (!r.ok()) {
+          if (line.front() != ' ') add_error(r.status());
+          continue;
+        }
+        if (r->timestamp_us <= last_dmesg_us_) continue;
+        newest = std::max(newest, r->timestamp_us);
+        in.records.push_back(*std::move(r));
+      }
+      last_dmesg_us_ = newest;
+    }
+  } else {
+    read_error = open_error_;
+  }
+
+  std::map<std::string, std::vector<XidEvent>> this_run;  // non-fatal, by PCI id
+  for (const KmsgRecord& r : in.records) {
+    absl::StatusOr<std::optional<XidEvent>> xid = ParseXid(r.message);
+    if (!xid.ok()) {
+      add_error(xid.status());
+    } else if (xid->has_value()) {
+      XidEvent& e = **xid;
+      if (ClassifyXid(e.xid) == XidClass::kMachineFatal) {
+        fatal_[e.pci] = e;
+      } else {
+        auto& events = this_run[e.pci];
+        if (events.size() < 16) events.push_back(std::move(e));
+      }
+    }
+    if (std::optional<std::string> dev = ParseBlockIoError(r.message)) ++io_errors_[*dev];
+  }
+
+  std::vector<InspectionResult> results;
+  auto base = [&](const char* kind, std::string component) {
+    InspectionResult res;
+    res.kind = kind;
+    res.component = std::move(component);
+    res.observed_at = now;
+    return res;
+  };
+  for (const auto& [pci, e] : fatal_) {
+    InspectionResult res = base("xid", pci);
+    res.status = InspectionStatus::kFault;
+    res.machine_attributed = true;
+    res.summary = absl::StrFormat("Xid %d (%s, machine-fatal): %s", e.xid, XidDescription(e.xid),
+                                  e.detail);
+    res.details["xid"] = absl::StrCat(e.xid);
+    res.details["class"] = XidClassName(XidClass::kMachineFatal);
+    if (e.pid) res.details["pid"] = absl::StrCat(*e.pid);
+    if (!e.process_name.empty()) res.details["process"] = e.process_name;
+    results.push_back(std::move(res));
+  }
+  for (const auto& [pci, events] : this_run) {
+    if (fatal_.count(pci) > 0) continue;
+    InspectionResult res = base("xid", pci);
+    res.status = InspectionStatus::kWarning;
+    std::vector<std::string> parts;
+    bool application = true;
+    for (const XidEvent& e : events) {
+      const XidClass c = ClassifyXid(e.xid);
+      application &= c == XidClass::kApplication;
+      parts.push_back(absl::StrFormat("Xid %d (%s)", e.xid, XidClassName(c)));
+    }
+    res.summary = absl::StrJoin(parts, ", ");
+    res.details["xid"] = absl::StrCat(events.back().xid);
+    res.details["class"] = application ? XidClassName(XidClass::kApplication)
+                                       : XidClassName(XidClass::kRecoverable);
+    if (events.back().pid) res.details["pid"] = absl::StrCat(*events.back().pid);
+    results.push_back(std::move(res));
+  }
+  for (const auto& [dev, count] : io_errors_) {
+    InspectionResult res = base("host", absl::StrCat("/dev/", dev));
+    res.status = InspectionStatus::kFault;
+    res.machine_attributed = true;
+    res.summary = absl::StrFormat("%d block I/O error(s) on /dev/%s in the kernel log", count, dev);
+    res.details["io_errors"] = absl::StrCat(count);
+    results.push_back(std::move(res));
+  }
+  if (!read_error.empty()) {
+    InspectionResult res = base("xid", "kernel-log");
+    res.status = InspectionStatus::kError;
+    res.summary = absl::StrCat("cannot read the kernel log: ", read_error);
+    results.push_back(std::move(res));
+  } else if (in.bad > 0) {
+    InspectionResult res = base("xid", "kernel-log");
+    res.status = InspectionStatus::kError;
+    res.summary = absl::StrFormat("%d unparseable kernel-log record(s); first: %s", in.bad,
+                                  in.first_error);
+    results.push_back(std::move(res));
+  } else if (results.empty()) {
+    InspectionResult res = base("xid", "kernel-log");
+    res.status = InspectionStatus::kOk;
+    res.summary = "no Xid or block I/O error";
+    res.details["records_read"] = absl::StrCat(in.records.size());
+    if (lost_records_ > 0) res.details["records_lost"] = absl::StrCat(lost_records_);
+    results.push_back(std::move(res));
+  }
+  return results;
+}
+
+}  // namespace peregrine

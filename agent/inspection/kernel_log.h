@@ -1,0 +1,106 @@
+// Kernel-log inspection: NVIDIA Xid events and block-device I/O errors from /dev/kmsg
+// (falling back to `dmesg` when /dev/kmsg cannot be opened).
+//
+// Formats:
+//   /dev/kmsg record (Documentation/ABI/testing/dev-kmsg):
+//     "<prio>,<seq>,<usec>,<flags>[,...];<message>", continuation lines start with ' '.
+//   dmesg default line: "[  123.456789] <message>".
+//   Xid (NVIDIA driver): "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has
+//     fallen off the bus." (pid=/name= are absent on older drivers).
+//   Block errors: "I/O error, dev sdb, sector 2048 op 0x1:(WRITE) ...", "Buffer I/O error on
+//     dev nvme0n1p1, logical block 0, ...", "EXT4-fs error (device sda1): ...".
+// Xid classes (NVIDIA's Xid catalogue): machine-fatal (the machine must be evicted: 48 DBE,
+// 62 micro-controller halt, 63/64 row-remap event/failure, 74 NVLink, 79 fallen off the
+// bus, 92/94/95 ECC, 119/120 GSP, 140 unrecovered ECC), application errors (the job's code:
+// 13, 31, 43, 45), and everything else recoverable.
+//
+// Parsers are pure; KernelLogInspection keeps the reader position and the machine-fatal
+// events (which stay reported until the agent restarts). Thread-compatible.
+#ifndef PEREGRINE_AGENT_INSPECTION_KERNEL_LOG_H_
+#define PEREGRINE_AGENT_INSPECTION_KERNEL_LOG_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "agent/inspection/command_runner.h"
+#include "agent/inspection/inspection.h"
+
+namespace peregrine {
+
+struct KmsgRecord {
+  int facility = 0;
+  int level = 0;  // syslog level 0 (emerg) .. 7 (debug)
+  uint64_t sequence = 0;
+  int64_t timestamp_us = 0;  // since boot
+  std::string message;
+};
+
+// One /dev/kmsg record (the first line of a read; continuation lines are not passed).
+// Fails with kInvalidArgument naming the bad field.
+absl::StatusOr<KmsgRecord> ParseKmsgRecord(absl::string_view line);
+
+// One `dmesg` line "[ seconds] message". Fails with kInvalidArgument.
+absl::StatusOr<KmsgRecord> ParseDmesgLine(absl::string_view line);
+
+enum class XidClass { kMachineFatal, kRecoverable, kApplication };
+const char* XidClassName(XidClass c);  // "machine_fatal", "recoverable", "application"
+XidClass ClassifyXid(int xid);
+// Short catalogue text, e.g. "GPU has fallen off the bus"; "" when unknown.
+const char* XidDescription(int xid);
+
+struct XidEvent {
+  std::string pci;  // "PCI:0000:3b:00"
+  int xid = 0;
+  std::optional<int> pid;
+  std::string process_name;
+  std::string detail;  // the rest of the message
+};
+
+// nullopt when the message is not an Xid line; kInvalidArgument when it starts like one
+// ("NVRM: Xid (") but is malformed.
+absl::StatusOr<std::optional<XidEvent>> ParseXid(absl::string_view message);
+
+// The block device named by an I/O-error message ("sdb", "nvme0n1p1"), or nullopt.
+std::optional<std::string> ParseBlockIoError(absl::string_view message);
+
+struct KernelLogOptions {
+  std::string kmsg_path = "/dev/kmsg";  // a regular file is read as appended lines
+  std::string dmesg = "dmesg";          // fallback command; empty disables it
+  absl::Duration command_timeout = absl::Seconds(10);
+  size_t max_records_per_run = 100000;  // bounds one run's work
+};
+
+class KernelLogInspection : public Inspection {
+ public:
+  explicit KernelLogInspection(KernelLogOptions options,
+                               CommandRunner runner = DefaultCommandRunner());
+  ~KernelLogInspection() override;
+  std::string kind() const override { return "xid"; }
+  // Results: one "xid" result per GPU that logged an Xid (FAULT + machine_attributed while
+  // a machine-fatal Xid has been seen, WARNING for others in this run), one "host" result
+  // per block device with I/O errors (FAULT, machine), or a single OK "kernel-log" result.
+  std::vector<InspectionResult> Run(absl::Time now) override;
+
+ private:
+  KernelLogOptions options_;
+  CommandRunner runner_;
+  int fd_ = -1;
+  bool is_char_device_ = false;
+  bool use_dmesg_ = false;
+  std::string open_error_;
+  std::string partial_line_;
+  int64_t last_dmesg_us_ = -1;
+  uint64_t lost_records_ = 0;
+  std::map<std::string, XidEvent> fatal_;   // by PCI id, sticky
+  std::map<std::string, int> io_errors_;    // by device, sticky counts
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_INSPECTION_KERNEL_LOG_H_

@@ -1,0 +1,184 @@
+#include "agent/inspection/kernel_log.h"
+
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/inspection/test_util.h"
+
+namespace peregrine {
+namespace {
+
+using testing::Fixture;
+using testing::TempDir;
+
+const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+
+const InspectionResult* Find(const std::vector<InspectionResult>& rs, const std::string& component) {
+  for (const auto& r : rs) {
+    if (r.component == component) return &r;
+  }
+  return nullptr;
+}
+
+TEST_CASE("kernel log: /dev/kmsg records", "[unit]") {
+  absl::StatusOr<KmsgRecord> r = ParseKmsgRecord(
+      "4,2400,91000000001,-;NVRM: Xid (PCI:0000:db:00): 79, pid='<unknown>', name=<unknown>, "
+      "GPU has fallen off the bus.");
+  REQUIRE(r.ok());
+  CHECK(r->level == 4);
+  CHECK(r->facility == 0);
+  CHECK(r->sequence == 2400);
+  CHECK(r->timestamp_us == 91000000001);
+  CHECK(r->message.rfind("NVRM: Xid", 0) == 0);
+  // Userspace facility (LOG_USER = 1): prio 14 = 1 << 3 | 6; extra prefix fields allowed.
+  r = ParseKmsgRecord("14,7,100,-,caller=T1;hello");
+  REQUIRE(r.ok());
+  CHECK(r->facility == 1);
+  CHECK(r->level == 6);
+  CHECK(r->message == "hello");
+  CHECK(ParseKmsgRecord("no separator").status().message().find("';'") != std::string::npos);
+  CHECK(ParseKmsgRecord("x,1,2,-;msg").status().message().find("priority") != std::string::npos);
+  CHECK(ParseKmsgRecord("6,1;msg").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ParseKmsgRecord("6,1,-5,-;msg").status().message().find("timestamp") != std::string::npos);
+
+  absl::StatusOr<KmsgRecord> d = ParseDmesgLine("[86400.123456] NVRM: Xid (PCI:0000:3a:00): 13, x");
+  REQUIRE(d.ok());
+  CHECK(d->timestamp_us == 86400123456);
+  CHECK(!ParseDmesgLine("no brackets").ok());
+  CHECK(!ParseDmesgLine("[abc] x").ok());
+}
+
+TEST_CASE("kernel log: Xid lines and their classes", "[unit]") {
+  absl::StatusOr<std::optional<XidEvent>> x = ParseXid(
+      "NVRM: Xid (PCI:0000:3a:00): 13, pid=48213, name=python3, Graphics SM Warp Exception on "
+      "(GPC 1, TPC 2, SM 0): Out Of Range Address");
+  REQUIRE(x.ok());
+  REQUIRE(x->has_value());
+  CHECK((*x)->pci == "PCI:0000:3a:00");
+  CHECK((*x)->xid == 13);
+  CHECK((*x)->pid == 48213);
+  CHECK((*x)->process_name == "python3");
+  CHECK((*x)->detail.rfind("Graphics SM Warp Exception", 0) == 0);
+  // Older drivers: no pid=/name=.
+  x = ParseXid("NVRM: Xid (PCI:0000:10:1c): 63, Row Remapper: New row marked for remapping");
+  REQUIRE(x.ok());
+  CHECK((*x)->xid == 63);
+  CHECK(!(*x)->pid.has_value());
+  CHECK((*x)->detail == "Row Remapper: New row marked for remapping");
+  x = ParseXid("NVRM: Xid (PCI:0000:db:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.");
+  REQUIRE(x.ok());
+  CHECK(!(*x)->pid.has_value());
+  CHECK((*x)->detail == "GPU has fallen off the bus.");
+  // Not an Xid line.
+  x = ParseXid("EXT4-fs (sda1): mounted filesystem");
+  REQUIRE(x.ok());
+  CHECK(!x->has_value());
+  // Malformed Xid lines.
+  CHECK(!ParseXid("NVRM: Xid (PCI:0000:db:00 79").ok());
+  CHECK(!ParseXid("NVRM: Xid (PCI:0000:db:00): seventy-nine, GPU gone").ok());
+
+  for (int fatal : {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}) {
+    CHECK(ClassifyXid(fatal) == XidClass::kMachineFatal);
+  }
+  for (int app : {13, 31, 43, 45}) CHECK(ClassifyXid(app) == XidClass::kApplication);
+  CHECK(ClassifyXid(8) == XidClass::kRecoverable);
+  CHECK(std::string(XidDescription(79)) == "GPU has fallen off the bus");
+
+  CHECK(ParseBlockIoError("blk_update_request: I/O error, dev nvme1n1, sector 209715200 op 0x1:(WRITE)") ==
+        "nvme1n1");
+  CHECK(ParseBlockIoError("Buffer I/O error on dev sdb1, logical block 0, async page read") == "sdb1");
+  CHECK(ParseBlockIoError("EXT4-fs error (device sda1): ext4_find_entry:1455: inode #2") == "sda1");
+  CHECK(!ParseBlockIoError("EXT4-fs (sda1): mounted filesystem with ordered data mode").has_value());
+}
+
+TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", "[integration]") {
+  TempDir dir;
+  const std::string path = dir.Write("kmsg", Fixture("kmsg_xid.txt"));
+  KernelLogOptions options;
+  options.kmsg_path = path;
+  options.dmesg = "";
+  KernelLogInspection inspection(options);
+  std::vector<InspectionResult> rs = inspection.Run(kNow);
+  const InspectionResult* fallen = Find(rs, "PCI:0000:db:00");
+  REQUIRE(fallen != nullptr);
+  CHECK(fallen->kind == "xid");
+  CHECK(fallen->status == InspectionStatus::kFault);
+  CHECK(fallen->machine_attributed);
+  CHECK(fallen->details.at("xid") == "79");
+  const InspectionResult* remap = Find(rs, "PCI:0000:5d:00");
+  REQUIRE(remap != nullptr);
+  CHECK(remap->status == InspectionStatus::kFault);  // Xid 63: row remap, machine-fatal
+  const InspectionResult* app = Find(rs, "PCI:0000:3a:00");
+  REQUIRE(app != nullptr);
+  CHECK(app->status == InspectionStatus::kWarning);
+  CHECK(!app->machine_attributed);
+  CHECK(app->details.at("class") == "application");
+  const InspectionResult* disk = Find(rs, "/dev/nvme1n1");
+  REQUIRE(disk != nullptr);
+  CHECK(disk->kind == "host");
+  CHECK(disk->status == InspectionStatus::kFault);
+  CHECK(disk->machine_attributed);
+
+  // Second run with nothing new: fatal Xids and disk errors stay; application Xids were
+  // reported once.
+  rs = inspection.Run(kNow + absl::Seconds(10));
+  CHECK(Find(rs, "PCI:0000:db:00") != nullptr);
+  CHECK(Find(rs, "PCI:0000:3a:00") == nullptr);
+
+  // Appended records (one garbled) are read on the next run; the garbled one is reported as
+  // an inspection ERROR without hiding the real event.
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "4,2500,92000000000,-;NVRM: Xid (PCI:0000:18:00): 8, pid=1, name=python3, Channel 1\n";
+    out << "this is not a kmsg record\n";
+  }
+  rs = inspection.Run(kNow + absl::Seconds(20));
+  const InspectionResult* recoverable = Find(rs, "PCI:0000:18:00");
+  REQUIRE(recoverable != nullptr);
+  CHECK(recoverable->status == InspectionStatus::kWarning);
+  CHECK(recoverable->details.at("class") == "recoverable");
+  const InspectionResult* err = Find(rs, "kernel-log");
+  REQUIRE(err != nullptr);
+  CHECK(err->status == InspectionStatus::kError);
+  CHECK(err->summary.find("1 unparseable") != std::string::npos);
+}
+
+TEST_CASE("kernel log: the real /dev/kmsg of this machine", "[integration]") {
+  KernelLogInspection inspection(KernelLogOptions{});
+  const std::vector<InspectionResult> rs = inspection.Run(kNow);
+  REQUIRE(!rs.empty());
+  for (const auto& r : rs) {
+    INFO(r.DebugString());
+    // Whatever this machine logged, nothing here may be a parse error of a real record.
+    CHECK((r.status != InspectionStatus::kError || r.summary.find("cannot read") != std::string::npos));
+  }
+}
+
+TEST_CASE("kernel log: dmesg fallback when /dev/kmsg cannot be opened", "[integration]") {
+  TempDir dir;
+  const std::string fake_dmesg = dir.Write(
+      "dmesg", "#!/bin/sh\ncat '" + testing::FixturePath("dmesg_xid.txt") + "'\n", true);
+  KernelLogOptions options;
+  options.kmsg_path = dir.path() + "/no-such-kmsg";
+  options.dmesg = fake_dmesg;
+  KernelLogInspection inspection(options);
+  std::vector<InspectionResult> rs = inspection.Run(kNow);
+  REQUIRE(Find(rs, "PCI:0000:db:00") != nullptr);
+  CHECK(Find(rs, "PCI:0000:db:00")->status == InspectionStatus::kFault);
+  CHECK(Find(rs, "PCI:0000:3a:00") != nullptr);
+  // dmesg prints everything again; only newer records count.
+  rs = inspection.Run(kNow + absl::Seconds(10));
+  CHECK(Find(rs, "PCI:0000:3a:00") == nullptr);
+  CHECK(Find(rs, "PCI:0000:db:00") != nullptr);
+
+  options.dmesg = "";
+  KernelLogInspection unreadable(options);
+  rs = unreadable.Run(kNow);
+  REQUIRE(rs.size() == 1);
+  CHECK(rs[0].status == InspectionStatus::kError);
+  CHECK(rs[0].summary.find("no-such-kmsg") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace peregrine
