@@ -1,0 +1,175 @@
+// sim-trainer end to end: a TP=2 PP=2 DP=2 world of 8 real processes on the stand-in NCCL.
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "sim/fault/fault_control.h"
+#include "tests/sim/sim_test_util.h"
+
+namespace peregrine::testing {
+namespace {
+
+struct StepLine {
+  int step;
+  std::string loss;
+  std::string grad_norm;
+  bool operator==(const StepLine&) const = default;
+};
+
+struct RunResult {
+  std::vector<std::optional<int>> statuses;
+  std::vector<std::vector<StepLine>> lines;  // per rank
+  std::vector<std::string> stderr_text;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs 8 ranks (4 machines x 2) and waits for all of them.
+RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int resume_step,
+                   const std::string& faults, const std::vector<std::string>& extra = {}) {
+  const int port = FreePort();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < 8; ++r) {
+    ChildProcess::Options o;
+    o.argv = {TrainerPath(), "--steps", std::to_string(steps), "--micro-batches", "4",
+              "--hidden", "64", "--seed", "7"};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.env = {{"RANK", std::to_string(r)},           {"WORLD_SIZE", "8"},
+             {"LOCAL_RANK", std::to_string(r % 2)}, {"LOCAL_WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(port)},
+             {"PEREGRINE_TP", "2"},                 {"PEREGRINE_PP", "2"},
+             {"PEREGRINE_DP", "2"},                 {"PEREGRINE_RESUME_STEP", std::to_string(resume_step)},
+             {"PEREGRINE_MACHINE_ID", std::to_string(r / 2)},
+             {"PEREGRINE_SIM_FAULTS", faults},      {"PEREGRINE_NCCL_TIMEOUT_MS", ""}};
+    o.stdout_path = dir.File(tag + ".out." + std::to_string(r));
+    o.stderr_path = dir.File(tag + ".err." + std::to_string(r));
+    ranks.push_back(ChildProcess::Start(o));
+  }
+  RunResult result;
+  const std::regex line_re(
+      R"(^\[peregrine\] step=(\d+) loss=(\S+) grad_norm=(\S+) iter_ms=([0-9.]+)$)");
+  for (int r = 0; r < 8; ++r) {
+    result.statuses.push_back(ranks[r] ? ranks[r]->Wait(kGenerous) : std::nullopt);
+    std::vector<StepLine> lines;
+    std::ifstream in(dir.File(tag + ".out." + std::to_string(r)));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (std::regex_match(line, m, line_re)) {
+        lines.push_back(StepLine{std::stoi(m[1]), m[2], m[3]});
+      } else {
+        lines.push_back(StepLine{-1, line, ""});  // any other stdout line fails comparisons
+      }
+    }
+    result.lines.push_back(lines);
+    result.stderr_text.push_back(Slurp(dir.File(tag + ".err." + std::to_string(r))));
+  }
+  return result;
+}
+
+TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs, ranks and resumes", "[e2e]") {
+  TempDir dir;
+  const RunResult a = RunWorld(dir, "a", 6, 0, "");
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << a.stderr_text[r]);
+    REQUIRE(ExitedWith(a.statuses[r], 0));
+    REQUIRE(a.lines[r].size() == 6);
+    CHECK(a.lines[r] == a.lines[0]);
+  }
+  for (int s = 0; s < 6; ++s) CHECK(a.lines[0][s].step == s + 1);
+  CHECK(a.lines[0][0].loss != a.lines[0][1].loss);  // the loss depends on the step's data
+
+  const RunResult b = RunWorld(dir, "b", 6, 0, "", {"--dp-mode", "rs-ag"});
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << b.stderr_text[r]);
+    REQUIRE(ExitedWith(b.statuses[r], 0));
+    CHECK(b.lines[r] == a.lines[0]);
+  }
+
+  const RunResult resumed = RunWorld(dir, "c", 6, 3, "");
+  const std::vector<StepLine> tail(a.lines[0].begin() + 3, a.lines[0].end());
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << resumed.stderr_text[r]);
+    REQUIRE(ExitedWith(resumed.statuses[r], 0));
+    CHECK(resumed.lines[r] == tail);
+  }
+}
+
+TEST_CASE("sim-trainer: nan and corrupt faults show in the loss; a crash exits the rest with 3",
+          "[e2e]") {
+  TempDir dir;
+  const std::string faults = dir.File("faults");
+  REQUIRE(sim::CreateFaultTable(faults).ok());
+  const RunResult clean = RunWorld(dir, "clean", 2, 0, faults);
+  for (int r = 0; r < 8; ++r) REQUIRE(ExitedWith(clean.statuses[r], 0));
+
+  sim::RankFault corrupt;
+  corrupt.corrupt = true;
+  REQUIRE(sim::SetRankFault(faults, 2, 1, corrupt).ok());  // rank 5: TP 1, DP 0, PP 1
+  const RunResult sdc = RunWorld(dir, "sdc", 2, 0, faults);
+  for (int r = 0; r < 8; ++r) {
+    REQUIRE(ExitedWith(sdc.statuses[r], 0));
+    REQUIRE(sdc.lines[r].size() == 2);
+    CHECK(sdc.lines[r] == sdc.lines[0]);
+  }
+  for (int s = 0; s < 2; ++s) {
+    CHECK(sdc.lines[0][s].loss != clean.lines[0][s].loss);
+    CHECK(sdc.lines[0][s].loss != "nan");
+  }
+
+  sim::RankFault nan;
+  nan.nan = true;
+  REQUIRE(sim::SetRankFault(faults, 2, 1, nan).ok());
+  const RunResult poisoned = RunWorld(dir, "nan", 2, 0, faults);
+  for (int r = 0; r < 8; ++r) {
+    REQUIRE(ExitedWith(poisoned.statuses[r], 0));
+    REQUIRE(poisoned.lines[r].size() == 2);
+    CHECK((poisoned.lines[r][0].loss == "nan" || poisoned.lines[r][0].loss == "-nan"));
+  }
+
+  sim::RankFault crash;
+  crash.crash = true;
+  REQUIRE(sim::ClearFaults(faults).ok());
+  REQUIRE(sim::SetRankFault(faults, 1, 0, crash).ok());  // rank 2
+  const RunResult crashed = RunWorld(dir, "crash", 2, 0, faults);
+  REQUIRE(crashed.statuses[2].has_value());
+  CHECK(WIFSIGNALED(*crashed.statuses[2]));
+  CHECK(crashed.stderr_text[2].find("CUDA error: an illegal memory access") != std::string::npos);
+  for (int r = 0; r < 8; ++r) {
+    if (r == 2) continue;
+    INFO("rank " << r << " stderr: " << crashed.stderr_text[r]);
+    CHECK(ExitedWith(crashed.statuses[r], 3));
+    CHECK(crashed.stderr_text[r].find("NCCL error") != std::string::npos);
+  }
+}
+
+TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration", "[e2e]") {
+  TempDir dir;
+  const std::string faults = dir.File("faults");
+  REQUIRE(sim::CreateFaultTable(faults).ok());
+  sim::RankFault slow;
+  slow.compute_slowdown = 3.0;
+  REQUIRE(sim::SetRankFault(faults, 3, 0, slow).ok());  // rank 6
+  const RunResult r = RunWorld(dir, "slow", 2, 0, faults, {"--compute-ms", "10"});
+  for (int k = 0; k < 8; ++k) REQUIRE(ExitedWith(r.statuses[k], 0));
+  // The slowed rank alone spends >= 4 micro-batches x 10 ms x 3 per step; every rank waits
+  // for it, so every iteration time has that floor.
+  std::ifstream in(dir.File("slow.out.0"));
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    const double ms = std::atof(line.substr(line.find("iter_ms=") + 8).c_str());
+    CHECK(ms >= 4 * 10 * 3);
+    ++checked;
+  }
+  CHECK(checked == 2);
+}
+
+}  // namespace
+}  // namespace peregrine::testing
