@@ -12,7 +12,7 @@ namespace {
 
 using peregrine::testing::TempDir;
 
-TEST_CASE("fault table: set, read, merge and clear", "[unit]") {
+TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   TempDir dir;
   const std::string path = dir.File("faults");
   REQUIRE(CreateFaultTable(path).ok());

@@ -30,7 +30,7 @@ TEST_CASE("float16 and bfloat16 conversions round to nearest even", "[unit]") {
   }
 }
 
-TEST_CASE("reductions, average and fault perturbations per type", "[unit]") {
+TEST_CASE("reductions and average and fault perturbations per type", "[unit]") {
   std::vector<int8_t> a = {100, -100, 5}, b = {100, -100, -7};
   ReduceInto(a.data(), b.data(), 3, ncclInt8, ncclSum);  // wraps around
   CHECK(a == std::vector<int8_t>{-56, 56, -2});

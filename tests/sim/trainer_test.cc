@@ -73,7 +73,7 @@ RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int re
   return result;
 }
 
-TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs, ranks and resumes", "[e2e]") {
+TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs and ranks and resumes", "[e2e]") {
   TempDir dir;
   const RunResult a = RunWorld(dir, "a", 6, 0, "");
   for (int r = 0; r < 8; ++r) {
@@ -101,7 +101,7 @@ TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs, ranks and resu
   }
 }
 
-TEST_CASE("sim-trainer: nan and corrupt faults show in the loss; a crash exits the rest with 3",
+TEST_CASE("sim-trainer: nan and corrupt faults show in the loss and a crash exits the rest with 3",
           "[e2e]") {
   TempDir dir;
   const std::string faults = dir.File("faults");
