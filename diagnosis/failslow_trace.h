@@ -1,0 +1,145 @@
+// Labelled iteration-time traces and an episode-level scorer, to evaluate fail-slow
+// detectors the way Falcon's Tables 4-5 do (sliding window vs BOCD vs BOCD+verification).
+//
+// GenerateFailSlowTrace(seed, options) is deterministic in (seed, options) on every
+// platform (own SplitMix64 generator, no <random> distributions). A trace has:
+//  - a base iteration time and per-trace jitter (Gaussian, or uniform with probability 1/2),
+//    occasional single-iteration spikes (checkpoint saves, GC: +30% to +100%);
+//  - a warm-up of slower iterations decaying to the base level;
+//  - fail-slow episodes separated by fault-free stretches: compute (a constant slowdown
+//    factor) or communication (a slowdown that fluctuates iteration to iteration, the
+//    congestion pattern), severities from min_severity to max_severity (5% to 300%),
+//    durations from min_duration to max_duration iterations; an episode may ramp in over
+//    a few iterations;
+//  - restarts: with restart_probability an episode is ended by a restart (the label's end),
+//    followed by a new warm-up and a small level shift of the base time (back to normal).
+// Episodes with severity below labelled_severity (10%: GUARD's "monitor only" tier, and
+// Falcon's verification threshold) are kept in the trace as sub-threshold degradations but
+// are not labelled fail-slows: a detection inside one is neither a hit nor a false positive.
+//
+// ScoreDetections scores reported fail-slow starts against the labels of one trace:
+//  - a labelled episode is detected when some reported start lies in
+//    [start - pre_tolerance, end + post_tolerance);
+//  - a false positive is a reported start outside every labelled (and sub-threshold)
+//    episode's window;
+//  - a trace is judged correct when every labelled episode is detected and there is no
+//    false positive.
+// Summaries aggregate: accuracy = correct traces / traces; FPR = false-positive reports /
+// all reports; FNR = missed episodes / labelled episodes.
+//
+// Pure computation; thread-safe.
+#ifndef PEREGRINE_DIAGNOSIS_FAILSLOW_TRACE_H_
+#define PEREGRINE_DIAGNOSIS_FAILSLOW_TRACE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "diagnosis/change_point.h"
+#include "diagnosis/sliding_window.h"
+
+namespace peregrine {
+
+enum class FailSlowKind { kCompute, kCommunication };
+const char* FailSlowKindName(FailSlowKind kind);
+
+struct FailSlowEpisode {
+  FailSlowKind kind = FailSlowKind::kCompute;
+  int64_t start = 0;  // first slow iteration
+  int64_t end = 0;    // first iteration after the episode (exclusive)
+  double severity = 0.0;  // mean slowdown: 0.5 means 1.5x the healthy time
+  bool labelled = true;   // severity >= labelled_severity
+  bool ended_by_restart = false;
+};
+
+struct FailSlowTraceOptions {
+  int length = 2000;
+  // Which kind of episodes the trace contains (one kind per trace, like Tables 4 and 5).
+  FailSlowKind kind = FailSlowKind::kCompute;
+  double fault_free_probability = 0.3;  // the whole trace has no episode
+  int max_episodes = 3;
+  double min_severity = 0.05;
+  double max_severity = 3.0;
+  int min_duration = 30;
+  int max_duration = 400;
+  int min_gap = 80;  // healthy iterations between episodes
+  double labelled_severity = 0.10;
+  double min_base_ms = 50.0;
+  double max_base_ms = 2000.0;
+  double min_jitter = 0.005;  // relative standard deviation (Gaussian) or half-width/sqrt(3)
+  double max_jitter = 0.03;
+  double spike_probability = 0.001;
+  int max_warmup = 30;
+  double restart_probability = 0.2;
+};
+
+struct LabelledTrace {
+  uint64_t seed = 0;
+  std::vector<double> iteration_ms;
+  std::vector<FailSlowEpisode> episodes;  // in time order
+  std::vector<int64_t> restarts;          // iteration indices where training restarted
+};
+
+LabelledTrace GenerateFailSlowTrace(uint64_t seed, const FailSlowTraceOptions& options = {});
+
+struct EpisodeScoreOptions {
+  int64_t pre_tolerance = 2;
+  int64_t post_tolerance = 10;
+};
+
+struct TraceScore {
+  int labelled_episodes = 0;
+  int detected_episodes = 0;
+  int reports = 0;
+  int false_positives = 0;
+  bool correct = false;
+};
+
+// `starts`: indices where the detector reported the start of a fail-slow, any order.
+TraceScore ScoreDetections(const LabelledTrace& trace, absl::Span<const int64_t> starts,
+                           const EpisodeScoreOptions& options = {});
+
+struct DetectorSummary {
+  int traces = 0;
+  int correct_traces = 0;
+  int labelled_episodes = 0;
+  int detected_episodes = 0;
+  int reports = 0;
+  int false_positives = 0;
+
+  void Add(const TraceScore& s);
+  double accuracy() const;  // correct_traces / traces
+  double fpr() const;       // false_positives / reports (0 without reports)
+  double fnr() const;       // missed / labelled episodes (0 without episodes)
+  // "accuracy 99.5% (995/1000)  FPR 0.0% (0/812)  FNR 1.2% (9/750)"
+  std::string ToString() const;
+};
+
+// The detectors compared in Falcon's Tables 4-5, as functions from a trace to the indices
+// where they report the start of a fail-slow:
+//  - kSlidingWindow: SlidingWindowDetector start events;
+//  - kBocd: every BOCD change point (BOCD without verification reports a fail-slow at
+//    each change point, whatever its direction);
+//  - kBocdVerified: FailSlowDetector kSlowdownStart events (BOCD + verification).
+// A restart begins a new incarnation of the job: every detector is started afresh at each
+// index in `restarts` (as the agent does when the training processes restart), so the
+// post-restart warm-up is judged against the new incarnation only.
+enum class FailSlowDetectorKind { kSlidingWindow, kBocd, kBocdVerified };
+const char* FailSlowDetectorKindName(FailSlowDetectorKind kind);
+
+struct EvaluatedDetectors {
+  SlidingWindowOptions sliding_window;
+  FailSlowDetectorOptions bocd;  // .bocd also configures kBocd
+};
+
+// Fails only when the options are invalid.
+absl::StatusOr<std::vector<int64_t>> ReportedStarts(FailSlowDetectorKind kind,
+                                                    absl::Span<const double> samples,
+                                                    absl::Span<const int64_t> restarts,
+                                                    const EvaluatedDetectors& options = {});
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_DIAGNOSIS_FAILSLOW_TRACE_H_

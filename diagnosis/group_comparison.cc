@@ -1,0 +1,180 @@
+#include "diagnosis/group_comparison.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace peregrine {
+namespace {
+
+double LowerMedian(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<FailSlowSuspects> CompareGroups(absl::Span<const CollectiveTiming> collectives,
+                                               const GroupComparisonOptions& options) {
+  if (!(options.slow_ratio > 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("slow_ratio must be > 1, got %g", options.slow_ratio));
+  }
+  if (!(options.min_late_fraction > 0.0 && options.min_late_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_late_fraction must be in (0, 1], got %g", options.min_late_fraction));
+  }
+  if (!(options.min_imposed_wait_fraction >= 0.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_imposed_wait_fraction must be >= 0, got %g", options.min_imposed_wait_fraction));
+  }
+  using GroupKey = std::pair<int, int>;  // (kind, index)
+  struct GroupAcc {
+    int collectives = 0;
+    double transfer_sum = 0.0;
+    double wait_sum = 0.0;  // summed over members
+    int member_samples = 0;
+    std::set<int> ranks;
+  };
+  struct RankGroupAcc {
+    int collectives = 0;
+    int last = 0;
+  };
+  struct RankAcc {
+    int collectives = 0;
+    int last = 0;
+    double imposed = 0.0;
+    double own_wait = 0.0;
+    std::map<GroupKey, RankGroupAcc> groups;
+  };
+  std::map<GroupKey, GroupAcc> groups;
+  std::map<int, RankAcc> ranks;
+  std::vector<double> transfers;
+  transfers.reserve(collectives.size());
+
+  for (size_t ci = 0; ci < collectives.size(); ++ci) {
+    const CollectiveTiming& c = collectives[ci];
+    if (c.members.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "collective %d of %s group %d has no members", ci, GroupKindName(c.kind),
+          c.group_index));
+    }
+    int64_t last_enter = c.members[0].enter_ns;
+    int64_t completion = c.members[0].exit_ns;
+    std::set<int> seen;
+    for (const MemberTiming& m : c.members) {
+      if (m.exit_ns < m.enter_ns) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "collective %d: rank %d exits (%d ns) before it enters (%d ns)", ci, m.rank,
+            m.exit_ns, m.enter_ns));
+      }
+      if (!seen.insert(m.rank).second) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("collective %d lists rank %d twice", ci, m.rank));
+      }
+      last_enter = std::max(last_enter, m.enter_ns);
+      completion = std::max(completion, m.exit_ns);
+    }
+    // The unique last arrival, if any, and the delay it alone imposed.
+    int last_rank = -1;
+    int64_t second = INT64_MIN;
+    int at_last = 0;
+    for (const MemberTiming& m : c.members) {
+      if (m.enter_ns == last_enter) {
+        ++at_last;
+        last_rank = m.rank;
+      } else {
+        second = std::max(second, m.enter_ns);
+      }
+    }
+    if (at_last != 1 || c.members.size() < 2) last_rank = -1;
+    const double transfer = static_cast<double>(completion - last_enter);
+    transfers.push_back(transfer);
+    const GroupKey key{static_cast<int>(c.kind), c.group_index};
+    GroupAcc& g = groups[key];
+    ++g.collectives;
+    g.transfer_sum += transfer;
+    for (const MemberTiming& m : c.members) {
+      const double wait = static_cast<double>(last_enter - m.enter_ns);
+      g.wait_sum += wait;
+      ++g.member_samples;
+      g.ranks.insert(m.rank);
+      RankAcc& r = ranks[m.rank];
+      ++r.collectives;
+      r.own_wait += wait;
+      RankGroupAcc& rg = r.groups[key];
+      ++rg.collectives;
+      if (m.rank == last_rank) {
+        ++r.last;
+        ++rg.last;
+        r.imposed += static_cast<double>(last_enter - second);
+      }
+    }
+  }
+
+  FailSlowSuspects out;
+  if (transfers.empty()) return out;
+  out.median_transfer_ns = LowerMedian(transfers);
+
+  // Communication: compare groups of the same kind.
+  std::map<int, std::vector<double>> by_kind;
+  for (const auto& [key, g] : groups) by_kind[key.first].push_back(g.transfer_sum / g.collectives);
+  for (const auto& [key, g] : groups) {
+    const std::vector<double>& peers = by_kind[key.first];
+    if (peers.size() < 2) continue;
+    const double median = LowerMedian(peers);
+    const double mean = g.transfer_sum / g.collectives;
+    const bool slow = median > 0.0 ? mean > options.slow_ratio * median : mean > 0.0;
+    if (!slow) continue;
+    CommunicationSuspect s;
+    s.kind = static_cast<GroupKind>(key.first);
+    s.group_index = key.second;
+    s.collectives = g.collectives;
+    s.mean_transfer_ns = mean;
+    s.median_of_kind_ns = median;
+    s.ratio = median > 0.0 ? mean / median : INFINITY;
+    s.mean_wait_ns = g.wait_sum / g.member_samples;
+    s.ranks.assign(g.ranks.begin(), g.ranks.end());
+    out.communication.push_back(std::move(s));
+  }
+  std::sort(out.communication.begin(), out.communication.end(),
+            [](const CommunicationSuspect& a, const CommunicationSuspect& b) {
+              return std::tie(b.ratio, a.kind, a.group_index) <
+                     std::tie(a.ratio, b.kind, b.group_index);
+            });
+
+  // Compute: late in every group, imposing a delay that matters.
+  const double min_imposed = options.min_imposed_wait_fraction * out.median_transfer_ns;
+  for (const auto& [rank, r] : ranks) {
+    double min_late = 1.0;
+    for (const auto& [key, rg] : r.groups) {
+      min_late = std::min(min_late, static_cast<double>(rg.last) / rg.collectives);
+    }
+    const double mean_imposed = r.imposed / r.collectives;
+    if (min_late < options.min_late_fraction || mean_imposed <= 0.0 ||
+        mean_imposed < min_imposed) {
+      continue;
+    }
+    ComputeSuspect s;
+    s.rank = rank;
+    s.collectives = r.collectives;
+    s.min_late_fraction = min_late;
+    s.late_fraction = static_cast<double>(r.last) / r.collectives;
+    s.mean_imposed_wait_ns = mean_imposed;
+    s.mean_own_wait_ns = r.own_wait / r.collectives;
+    out.compute.push_back(s);
+  }
+  std::sort(out.compute.begin(), out.compute.end(),
+            [](const ComputeSuspect& a, const ComputeSuspect& b) {
+              return std::tie(b.mean_imposed_wait_ns, a.rank) <
+                     std::tie(a.mean_imposed_wait_ns, b.rank);
+            });
+  return out;
+}
+
+}  // namespace peregrine
