@@ -30,9 +30,12 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Runs 8 ranks (4 machines x 2) and waits for all of them.
-RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int resume_step,
-                   const std::string& faults, const std::vector<std::string>& extra = {}) {
+// Starts 8 ranks (4 machines x 2).
+std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const std::string& tag,
+                                                      int steps, int resume_step,
+                                                      const std::string& faults,
+                                                      const std::vector<std::string>& extra,
+                                                      const std::string& timeout_ms = "") {
   const int port = FreePort();
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 8; ++r) {
@@ -46,11 +49,19 @@ RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int re
              {"PEREGRINE_TP", "2"},                 {"PEREGRINE_PP", "2"},
              {"PEREGRINE_DP", "2"},                 {"PEREGRINE_RESUME_STEP", std::to_string(resume_step)},
              {"PEREGRINE_MACHINE_ID", std::to_string(r / 2)},
-             {"PEREGRINE_SIM_FAULTS", faults},      {"PEREGRINE_NCCL_TIMEOUT_MS", ""}};
+             {"PEREGRINE_SIM_FAULTS", faults},      {"PEREGRINE_NCCL_TIMEOUT_MS", timeout_ms}};
     o.stdout_path = dir.File(tag + ".out." + std::to_string(r));
     o.stderr_path = dir.File(tag + ".err." + std::to_string(r));
     ranks.push_back(ChildProcess::Start(o));
   }
+  return ranks;
+}
+
+// Runs 8 ranks (4 machines x 2) and waits for all of them.
+RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int resume_step,
+                   const std::string& faults, const std::vector<std::string>& extra = {}) {
+  std::vector<std::unique_ptr<ChildProcess>> ranks =
+      StartWorld(dir, tag, steps, resume_step, faults, extra);
   RunResult result;
   const std::regex line_re(
       R"(^\[peregrine\] step=(\d+) loss=(\S+) grad_norm=(\S+) iter_ms=([0-9.]+)$)");
@@ -169,6 +180,25 @@ TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration"
     ++checked;
   }
   CHECK(checked == 2);
+}
+
+TEST_CASE("sim-trainer: a hung GPU times its peers out and SIGTERM stops it", "[e2e]") {
+  TempDir dir;
+  const std::string faults = dir.File("faults");
+  REQUIRE(sim::CreateFaultTable(faults).ok());
+  sim::RankFault hang;
+  hang.hang = true;
+  REQUIRE(sim::SetRankFault(faults, 3, 0, hang).ok());  // rank 6
+  auto ranks = StartWorld(dir, "hang", 3, 0, faults, {}, /*timeout_ms=*/"1500");
+  for (int r = 0; r < 8; ++r) {
+    if (r == 6) continue;
+    INFO("rank " << r << " stderr: " << Slurp(dir.File("hang.err." + std::to_string(r))));
+    CHECK(ExitedWith(ranks[r]->Wait(kGenerous), 3));
+  }
+  // The hung rank is not inside NCCL, so nothing times it out: it is still there.
+  CHECK_FALSE(ranks[6]->Wait(std::chrono::milliseconds(0)).has_value());
+  ranks[6]->Signal(SIGTERM);
+  CHECK(ExitedWith(ranks[6]->Wait(kGenerous), 143));
 }
 
 }  // namespace
