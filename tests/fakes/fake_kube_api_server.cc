@@ -358,54 +358,6 @@ class FakeKubeApiServer::Impl {
   void Stop();
   int port() const { return port_; }
 
-  void RegisterResource(KubeResourceType type) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    types_[absl::StrCat(type.group, "/", type.plural)] = std::move(type);
-  }
-
-  int64_t ResourceVersion() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return rv_;
-  }
-  void Compact() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    compacted_rv_ = rv_;
-    history_.clear();
-  }
-  void DropWatches() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    ++drop_epoch_;
-    changed_.SignalAll();
-  }
-  void EmitBookmarks() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    ++bookmark_epoch_;
-    changed_.SignalAll();
-  }
-  int OpenWatches() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return open_watches_;
-  }
-  void FailNext(std::string verb, std::string resource, int count, int code)
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    failures_.push_back({std::move(verb), std::move(resource), count, code});
-  }
-  int RequestCount(absl::string_view verb, absl::string_view resource) const
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    int n = 0;
-    for (const auto& [key, count] : request_counts_) {
-      if ((verb == "*" || key.first == verb) && (resource == "*" || key.second == resource)) {
-        n += count;
-      }
-    }
-    return n;
-  }
-  std::string LastAuthorization() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return last_authorization_;
-  }
   absl::StatusOr<json> Get(absl::string_view resource, absl::string_view ns,
                            absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<json> Create(absl::string_view resource, absl::string_view ns, json object)
@@ -413,7 +365,8 @@ class FakeKubeApiServer::Impl {
   absl::Status MutateStatus(absl::string_view resource, absl::string_view ns, absl::string_view name,
                             const std::function<void(json&)>& mutate) ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
+  // The simple test hooks below lock mu_ themselves, so the rest is public to the
+  // FakeKubeApiServer methods in this file (Impl itself is private to it).
   // One committed write, kept for watches and exact-version lists. `prev` is the
   // object before the write (null for ADDED); DELETED carries the final object.
   struct HistoryEntry {
@@ -1415,23 +1368,52 @@ std::string FakeKubeApiServer::base_url() const {
   return absl::StrCat("http://127.0.0.1:", impl_->port());
 }
 void FakeKubeApiServer::RegisterResource(KubeResourceType type) {
-  impl_->RegisterResource(std::move(type));
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->types_[absl::StrCat(type.group, "/", type.plural)] = std::move(type);
 }
-int64_t FakeKubeApiServer::ResourceVersionForTest() const { return impl_->ResourceVersion(); }
-void FakeKubeApiServer::CompactForTest() { impl_->Compact(); }
-void FakeKubeApiServer::DropWatchesForTest() { impl_->DropWatches(); }
-void FakeKubeApiServer::EmitBookmarksForTest() { impl_->EmitBookmarks(); }
-int FakeKubeApiServer::OpenWatchCountForTest() const { return impl_->OpenWatches(); }
+int64_t FakeKubeApiServer::ResourceVersionForTest() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->rv_;
+}
+void FakeKubeApiServer::CompactForTest() {
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->compacted_rv_ = impl_->rv_;
+  impl_->history_.clear();
+  impl_->changed_.SignalAll();
+}
+void FakeKubeApiServer::DropWatchesForTest() {
+  absl::MutexLock lock(&impl_->mu_);
+  ++impl_->drop_epoch_;
+  impl_->changed_.SignalAll();
+}
+void FakeKubeApiServer::EmitBookmarksForTest() {
+  absl::MutexLock lock(&impl_->mu_);
+  ++impl_->bookmark_epoch_;
+  impl_->changed_.SignalAll();
+}
+int FakeKubeApiServer::OpenWatchCountForTest() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->open_watches_;
+}
 void FakeKubeApiServer::FailNextRequestsForTest(std::string verb, std::string resource, int count,
                                                 int http_code) {
-  impl_->FailNext(std::move(verb), std::move(resource), count, http_code);
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->failures_.push_back({std::move(verb), std::move(resource), count, http_code});
 }
 int FakeKubeApiServer::RequestCountForTest(absl::string_view verb,
                                            absl::string_view resource) const {
-  return impl_->RequestCount(verb, resource);
+  absl::MutexLock lock(&impl_->mu_);
+  int n = 0;
+  for (const auto& [key, count] : impl_->request_counts_) {
+    if ((verb == "*" || key.first == verb) && (resource == "*" || key.second == resource)) {
+      n += count;
+    }
+  }
+  return n;
 }
 std::string FakeKubeApiServer::LastAuthorizationForTest() const {
-  return impl_->LastAuthorization();
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->last_authorization_;
 }
 absl::StatusOr<json> FakeKubeApiServer::GetForTest(absl::string_view resource, absl::string_view ns,
                                                    absl::string_view name) const {

@@ -27,8 +27,8 @@ struct Env {
     api = std::make_unique<ApiClient>(server.port());
   }
   ~Env() { server.Stop(); }
-  std::unique_ptr<WatchStream> Watch(const std::string& path) {
-    return std::make_unique<WatchStream>(server.port(), path);
+  std::unique_ptr<WatchStream> Watch(const std::string& path, httplib::Headers headers = {}) {
+    return std::make_unique<WatchStream>(server.port(), path, std::move(headers));
   }
   FakeKubeApiServer server;
   std::unique_ptr<ApiClient> api;
@@ -317,6 +317,9 @@ TEST_CASE("watch from a listed resourceVersion sees every later event in order",
   ApiReply list = env.api->Get(kPods);
   std::string rv = list.body["metadata"]["resourceVersion"];
   auto watch = env.Watch(absl::StrCat(kPods, "?watch=true&resourceVersion=", rv));
+  // A client that accepts gzip still gets each event as it happens, not at stream end.
+  auto gzip = env.Watch(absl::StrCat(kPods, "?watch=true&resourceVersion=", rv),
+                        {{"Accept-Encoding", "gzip, deflate"}});
 
   json b = env.api->Post(kPods, Pod("b")).body;
   b["metadata"]["labels"] = {{"x", "1"}};
@@ -335,6 +338,7 @@ TEST_CASE("watch from a listed resourceVersion sees every later event in order",
     last = Rv(e["object"]);
   }
   CHECK(watch->http_status() == 200);
+  CHECK(Summaries(gzip->WaitForEvents(4)) == Summaries(events));
 
   // Without a resourceVersion the watch starts with the current state as ADDED events.
   auto fresh = env.Watch(absl::StrCat(kPods, "?watch=1"));

@@ -75,9 +75,12 @@ class ApiClient {
 
 class WatchStream {
  public:
-  WatchStream(int port, std::string path) : client_("127.0.0.1", port) {
+  WatchStream(int port, std::string path, httplib::Headers headers = {})
+      : client_("127.0.0.1", port) {
     client_.set_read_timeout(300, 0);
-    thread_ = std::thread([this, path = std::move(path)] { Run(path); });
+    thread_ = std::thread([this, path = std::move(path), headers = std::move(headers)] {
+      Run(path, headers);
+    });
   }
   ~WatchStream() {
     {
@@ -122,10 +125,10 @@ class WatchStream {
   }
 
  private:
-  void Run(const std::string& path) {
+  void Run(const std::string& path, const httplib::Headers& headers) {
     std::string buffer;
     httplib::Result result = client_.Get(
-        path.c_str(),
+        path.c_str(), headers,
         [this](const httplib::Response& response) {
           absl::MutexLock lock(&mu_);
           status_ = response.status;
