@@ -313,7 +313,7 @@ spec:
   CHECK(Errors(doc) == "");
 }
 
-TEST_CASE("a status as the controller writes it validates; a malformed one does not", "[unit]") {
+TEST_CASE("a status as the controller writes it validates and a malformed one does not", "[unit]") {
   YAML::Node doc = Demo();
   doc["status"] = YAML::Load(R"(
 phase: Recovering
