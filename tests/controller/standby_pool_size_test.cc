@@ -1,8 +1,5 @@
 // Tests for controller/standby_pool_size.h.
 //
-// (Lives in tests/deploy until tests/controller/ has its CMakeLists.txt; then it moves
-// to tests/controller/standby_pool_size_test.cc unchanged.)
-//
 // Expected values come from three independent sources:
 //  1. an exact integer enumerator in this file (dyadic p, so every pmf term is an
 //     integer over 2^(b n); the percentile's double value is compared exactly too);
