@@ -1,5 +1,7 @@
 #include "controller/kube/events.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -77,8 +79,15 @@ absl::Status EventRecorder::Record(const ObjectReference& object, EventType type
     if (!absl::IsNotFound(patched.status())) return patched.status();
   }
 
-  const std::string name =
-      absl::StrFormat("%s.%x", object.name, static_cast<uint64_t>(absl::ToUnixNanos(now)));
+  // Names are <object>.<hex nanoseconds> as client-go makes them; the nanoseconds are
+  // kept strictly increasing so two events in the same instant do not collide.
+  uint64_t stamp = static_cast<uint64_t>(absl::ToUnixNanos(now));
+  {
+    absl::MutexLock lock(&mu_);
+    stamp = std::max(stamp, last_name_stamp_ + 1);
+    last_name_stamp_ = stamp;
+  }
+  const std::string name = absl::StrFormat("%s.%x", object.name, stamp);
   json involved = {{"kind", object.kind}, {"name", object.name}, {"namespace", object.namespace_name}};
   if (!object.api_version.empty()) involved["apiVersion"] = object.api_version;
   if (!object.uid.empty()) involved["uid"] = object.uid;

@@ -12,6 +12,7 @@
 #ifndef PEREGRINE_CONTROLLER_KUBE_EVENTS_H_
 #define PEREGRINE_CONTROLLER_KUBE_EVENTS_H_
 
+#include <cstdint>
 #include <list>
 #include <string>
 
@@ -72,6 +73,7 @@ class EventRecorder {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // front: most recently used
+  uint64_t last_name_stamp_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace peregrine::kube

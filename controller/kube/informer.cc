@@ -242,10 +242,9 @@ absl::Status Informer::WatchOnce(int* events) {
         ++*events;
         const std::string rv = ResourceVersionOf(event.object);
         if (event.type == "BOOKMARK") {
-          if (!rv.empty()) {
-            absl::MutexLock lock(&mu_);
-            resource_version_ = rv;
-          }
+          absl::MutexLock lock(&mu_);
+          if (!rv.empty()) resource_version_ = rv;
+          last_error_ = absl::OkStatus();  // the watch is healthy again
           return absl::OkStatus();
         }
         if (event.type != "ADDED" && event.type != "MODIFIED" && event.type != "DELETED") {
@@ -263,6 +262,7 @@ absl::Status Informer::WatchOnce(int* events) {
             UpsertLocked(key, std::make_shared<const json>(std::move(event.object)));
           }
           if (!rv.empty()) resource_version_ = rv;
+          last_error_ = absl::OkStatus();
         }
         Notify({key});
         return absl::OkStatus();

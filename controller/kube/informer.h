@@ -106,7 +106,8 @@ class Informer {
   std::string LastSyncResourceVersion();
   // Number of completed lists (1 after the first sync; more after 410s or errors).
   int ListCount();
-  // The last list/watch failure (OK if none happened since the last success).
+  // The last list/watch failure; OK again once a list succeeds or a watch delivers
+  // an event or bookmark.
   absl::Status LastError();
 
  private:
