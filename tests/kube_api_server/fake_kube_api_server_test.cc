@@ -116,7 +116,7 @@ TEST_CASE("create sets server fields, get reads them, duplicates get 409 Already
   CHECK(env.api->Post(kPods, Pod("Upper_Case")).code == 422);
 }
 
-TEST_CASE("list filters by namespace; built-in list items omit kind, custom ones keep it",
+TEST_CASE("list filters by namespace, built-in list items omit kind, custom ones keep it",
           "[unit]") {
   Env env;
   REQUIRE(env.api->Post(kPods, Pod("a")).code == 201);
@@ -268,7 +268,7 @@ TEST_CASE("status subresource: spec and status are written separately, generatio
   CHECK(env.api->Get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l/status").code == 404);
 }
 
-TEST_CASE("merge patch follows RFC 7386; JSON patch follows RFC 6902", "[unit]") {
+TEST_CASE("merge patch follows RFC 7386, JSON patch follows RFC 6902", "[unit]") {
   Env env;
   json pod = Pod("a", {{"keep", "1"}, {"drop", "2"}});
   pod["metadata"]["annotations"] = {{"x", "y"}};
@@ -608,7 +608,7 @@ TEST_CASE("garbage collection follows ownerReferences", "[integration]") {
   }
 }
 
-TEST_CASE("nodes are cluster-scoped; cordon and labels by merge patch", "[unit]") {
+TEST_CASE("nodes are cluster-scoped, cordon and labels by merge patch", "[unit]") {
   Env env;
   json node = {{"apiVersion", "v1"},
                {"kind", "Node"},
@@ -703,7 +703,7 @@ TEST_CASE("fault hooks: injected failures, request counts, kubelet status change
         absl::StatusCode::kAlreadyExists);
 }
 
-TEST_CASE("dropped watches break the stream; timeoutSeconds ends it cleanly", "[integration]") {
+TEST_CASE("dropped watches break the stream, timeoutSeconds ends it cleanly", "[integration]") {
   Env env;
   auto dropped = env.Watch(absl::StrCat(kPods, "?watch=true"));
   auto timed = env.Watch(absl::StrCat(kPods, "?watch=true&timeoutSeconds=1"));
