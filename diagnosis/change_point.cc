@@ -149,18 +149,20 @@ double BocdChangePointDetector::GammaRatio(double n) {
 }
 
 void BocdChangePointDetector::RefreshPredictive(size_t i) {
+  // Posterior (kn, mun, an, bn); the Student-t has nu = 2 an and
+  // s^2 = bn (kn + 1) / (an kn), so nu s^2 = 2q with q = bn (kn + 1) / kn.
   const BocdOptions& o = options_;
   const double n = n_[i];
   const double kn = o.kappa0 + n;
-  const double an = o.alpha0 + 0.5 * n;
+  const double inv_kn = 1.0 / kn;
   const double d = mean_[i] - o.mu0;
-  const double bn = o.beta0 + 0.5 * m2_[i] + o.kappa0 * n * d * d / (2.0 * kn);
-  const double nu = 2.0 * an;
-  const double s2 = bn * (kn + 1.0) / (an * kn);
-  loc_[i] = (o.kappa0 * o.mu0 + n * mean_[i]) / kn;
-  inv_nu_s2_[i] = 1.0 / (nu * s2);
-  half_nu1_[i] = 0.5 * (nu + 1.0);
-  norm_[i] = GammaRatio(n) / std::sqrt(nu * kPi * s2);
+  const double bn = o.beta0 + 0.5 * m2_[i] + 0.5 * o.kappa0 * n * d * d * inv_kn;
+  const double q = bn * (kn + 1.0) * inv_kn;
+  const double inv_sqrt = 1.0 / std::sqrt(2.0 * kPi * q);  // 1 / sqrt(nu pi s^2)
+  loc_[i] = (o.kappa0 * o.mu0 + n * mean_[i]) * inv_kn;
+  inv_nu_s2_[i] = kPi * inv_sqrt * inv_sqrt;  // 1 / (2q)
+  half_nu1_[i] = o.alpha0 + 0.5 * n + 0.5;
+  norm_[i] = GammaRatio(n) * inv_sqrt;
 }
 
 void BocdChangePointDetector::Calibrate() {

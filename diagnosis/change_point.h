@@ -79,7 +79,7 @@ struct BocdOptions {
   // predictive instead of the run's model (0: plain Adams & MacKay).
   double outlier_probability = 0.01;
   // Pruning.
-  double prune_epsilon = 1e-4;
+  double prune_epsilon = 3e-4;
   int max_run_lengths = 256;
   // Reporting.
   double report_threshold = 0.9;
