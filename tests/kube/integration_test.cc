@@ -149,7 +149,7 @@ TEST_CASE("kube integration: create, get, list, patch, conflicts and deletes", "
   CHECK(f.observer.Count("DELETE pods 409") == 2);
 }
 
-TEST_CASE("kube integration: 429 with Retry-After is retried; 5xx maps to Unavailable",
+TEST_CASE("kube integration: 429 with Retry-After is retried and 5xx maps to Unavailable",
           "[integration]") {
   Fixture f;
   REQUIRE(f.client->Create(kPods, Pod("p-0", "job-a")).ok());
@@ -445,13 +445,13 @@ void RunTakeover(bool release_on_stop) {
   CHECK_FALSE(monitor.Finish());
 }
 
-TEST_CASE("kube integration: two electors, one leads; the other takes over when the leader "
+TEST_CASE("kube integration: two electors, one leads and the other takes over when the leader "
           "stops renewing",
           "[integration]") {
   RunTakeover(/*release_on_stop=*/false);
 }
 
-TEST_CASE("kube integration: two electors, one leads; a released lease is taken over",
+TEST_CASE("kube integration: two electors, one leads and a released lease is taken over",
           "[integration]") {
   RunTakeover(/*release_on_stop=*/true);
 }
