@@ -202,6 +202,8 @@ void CreateRing() {
   }
   // Start with profiling on (the agent can switch it at any time).
   if (EnvInt("PEREGRINE_NCCL_PROFILING", 0) == 1) StoreRelease(&h->profiling, 1u);
+  // Start trapped: the first call waits until the agent releases it.
+  if (EnvInt("PEREGRINE_NCCL_TRAP", 0) == 1) StoreRelease(&h->trap, 1u);
   g_ring_storage.header = h;
   g_ring_storage.slots = nccl_ring::Records(base);
 }
@@ -415,7 +417,9 @@ __attribute__((noinline)) bool TrapWait(RingHeader* h) {
   for (uint32_t i = 0;
        LoadAcquire(&h->trap) != 0 && LoadAcquire(&h->release_epoch) == epoch; ++i) {
     if (i < 64) {
+#if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
+#endif
     } else if (i < 128) {
       sched_yield();
     } else {

@@ -70,7 +70,7 @@ enum Op : uint8_t {
   kOpCommFinalize = 23,
   // Completion records (profiling only). `link` holds the seq of the call record.
   kOpHostExit = 100,    // value = host ns from entry to return; result = ncclResult_t
-  kOpDeviceTime = 101,  // value = ns between CUDA events recorded around the call
+  kOpDeviceTime = 101,  // value = ns between CUDA events around the call; datatype = op timed
   kOpMax = 102,
 };
 
@@ -234,6 +234,9 @@ inline uint64_t AppendRecord(RingHeader* h, RingSlot* slots, const RecordPayload
   memcpy(words, &p, sizeof(words));
   for (int i = 0; i < 7; ++i) StoreRelaxed(&slot->words[i], words[i]);
   StoreRelease(&slot->seq, Committed(idx));
+  // The ring is larger than the caches: fetch the next slot's line for writing now, so
+  // the next record (normally the next NCCL call, far later) does not stall on it.
+  __builtin_prefetch(&slots[(idx + 1) & (static_cast<uint64_t>(h->capacity) - 1)], 1, 3);
   return idx;
 }
 
