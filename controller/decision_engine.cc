@@ -314,7 +314,8 @@ class Decider {
       std::string reason;
       if (PodLost(slot.pod, slot.observed, &reason)) {
         lost_slots.push_back(slot.index);
-        signals.push_back(absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
+        signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
+                       absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
         continue;
       }
       const AgentObservation* a = Agent(slot.pod);
@@ -339,6 +340,21 @@ class Decider {
       signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
     }
     const bool failure = process_failed || !lost_slots.empty();
+    // A lost machine makes every peer's collectives fail: name the machine, count the rest.
+    if (!lost_slots.empty()) {
+      std::vector<std::string> machine_signals(signals.begin(), signals.begin() + static_cast<long>(lost_slots.size()));
+      std::vector<std::string> kept;
+      int peer_exits = 0;
+      for (const std::string& sig : signals) {
+        if (std::find(machine_signals.begin(), machine_signals.end(), sig) != machine_signals.end()) {
+          kept.push_back(sig);
+        } else {
+          ++peer_exits;
+        }
+      }
+      if (peer_exits > 0) kept.push_back(absl::StrFormat("%d rank(s) on other machines exited after it", peer_exits));
+      signals = std::move(kept);
+    }
 
     if (failure && st.triage_deadline == 0) {
       Incident inc;
@@ -399,6 +415,7 @@ class Decider {
       st.evicted.push_back(Eviction{slot.machine_id, slot.pod, inc->signal, now_});
       plan_.delete_pods.push_back(PodToDelete{slot.pod, "evicted: machine-attributed fault"});
       inc->actions.push_back(absl::StrFormat("evict machine %s (pod %s, slot %d)", slot.machine_id, slot.pod, index));
+      Event("Warning", "Evicted", inc->actions.back());
       // The first ready standby takes the slot.
       auto ready = std::find_if(st.standbys.begin(), st.standbys.end(), [&](const StandbyStatus& sb) {
         const AgentObservation* a = Agent(sb.pod);
@@ -412,6 +429,7 @@ class Decider {
         slot.machine_id = ready->machine_id;
         slot.observed = true;
         st.standbys.erase(ready);
+        Event("Normal", "StandbyActivated", inc->actions.back());
       } else {
         slot.pod = absl::StrCat(ActivePodName(job_.metadata.name, index), "-", st.next_pod_serial++);
         slot.machine_id.clear();
@@ -419,7 +437,7 @@ class Decider {
         plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index});
         inc->actions.push_back(absl::StrFormat("no ready standby: create pod %s for slot %d", slot.pod, index));
       }
-      Event("Warning", "Evicted", inc->actions[inc->actions.size() - 2]);
+
     }
     TrimFront(st.evicted, config_.max_evictions);
   }

@@ -1,0 +1,358 @@
+#include "controller/agent_registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "diagnosis/parallel_layout.h"
+
+namespace peregrine {
+namespace {
+
+constexpr size_t kMaxExitSummaries = 32;
+
+AgentTrainingPhase FromWire(v1::TrainingPhase phase) {
+  switch (phase) {
+    case v1::TRAINING_PHASE_IDLE: return AgentTrainingPhase::kIdle;
+    case v1::TRAINING_PHASE_RUNNING: return AgentTrainingPhase::kRunning;
+    case v1::TRAINING_PHASE_PAUSED: return AgentTrainingPhase::kPaused;
+    case v1::TRAINING_PHASE_STOPPING: return AgentTrainingPhase::kStopping;
+    case v1::TRAINING_PHASE_EXITED: return AgentTrainingPhase::kExited;
+    case v1::TRAINING_PHASE_SUCCEEDED: return AgentTrainingPhase::kSucceeded;
+    default: return AgentTrainingPhase::kUnknown;
+  }
+}
+
+v1::CodeVersion ToWire(const CodeVersionSpec& c) {
+  v1::CodeVersion w;
+  w.set_image(c.image);
+  for (const auto& a : c.command) w.add_command(a);
+  w.set_revision(c.revision);
+  for (const auto& [k, v] : c.env) (*w.mutable_env())[k] = v;
+  return w;
+}
+
+// Applies a TrainingState to the observation: attempt, phase and per-process exits.
+void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
+  if (t.attempt() != obs->attempt) {
+    obs->rank_steps.clear();
+    obs->exits.clear();
+    obs->mean_iteration_seconds = 0;
+  }
+  obs->attempt = t.attempt();
+  obs->phase = FromWire(t.phase());
+  std::vector<RankExit> exits;
+  for (const v1::ProcessState& p : t.processes()) {
+    if (p.running()) continue;
+    RankExit e;
+    e.global_rank = static_cast<int>(p.global_rank());
+    e.exit_code = p.exit_code();
+    e.signal = p.signal();
+    for (const RankExit& old : obs->exits) {
+      if (old.global_rank == e.global_rank) e.last_log_lines = old.last_log_lines;
+    }
+    exits.push_back(std::move(e));
+  }
+  obs->exits = std::move(exits);
+}
+
+}  // namespace
+
+std::string JobKey(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
+
+v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec) {
+  v1::Assignment w;
+  w.set_machine_index(static_cast<uint32_t>(std::max(a.slot, 0)));
+  auto layout = ParallelLayout::Create(spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data,
+                                       spec.gpus_per_machine);
+  if (layout.ok() && a.slot >= 0 && a.slot < layout->machines()) {
+    for (int rank : layout->RanksOfMachine(a.slot)) {
+      const RankCoordinates c = layout->Coordinates(rank);
+      v1::RankInfo* r = w.add_ranks();
+      r->set_global_rank(static_cast<uint32_t>(rank));
+      r->set_local_rank(static_cast<uint32_t>(layout->LocalRank(rank)));
+      r->set_tp(static_cast<uint32_t>(c.tp));
+      r->set_pp(static_cast<uint32_t>(c.pp));
+      r->set_dp(static_cast<uint32_t>(c.dp));
+    }
+    w.set_world_size(static_cast<uint32_t>(layout->world_size()));
+  }
+  v1::ParallelLayout* l = w.mutable_layout();
+  l->set_tensor(static_cast<uint32_t>(spec.parallelism.tensor));
+  l->set_pipeline(static_cast<uint32_t>(spec.parallelism.pipeline));
+  l->set_data(static_cast<uint32_t>(spec.parallelism.data));
+  l->set_gpus_per_machine(static_cast<uint32_t>(spec.gpus_per_machine));
+  w.set_master_addr(a.master_addr);
+  w.set_master_port(a.master_port);
+  w.set_resume_step(a.resume_step);
+  w.set_attempt(a.attempt);
+  *w.mutable_code() = ToWire(a.code);
+  return w;
+}
+
+void AgentRegistry::BindJob(const std::string& job_key, JobBinding binding) {
+  absl::MutexLock lock(&mu_);
+  jobs_[job_key].binding = std::move(binding);
+}
+
+void AgentRegistry::SetDesired(const std::string& job_key, const std::map<std::string, DesiredAgent>& desired) {
+  absl::MutexLock lock(&mu_);
+  jobs_[job_key].desired = desired;
+}
+
+std::vector<AgentObservation> AgentRegistry::Observe(const std::string& job_key) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<AgentObservation> out;
+  auto it = jobs_.find(job_key);
+  if (it == jobs_.end()) return out;
+  for (const auto& [pod, rec] : it->second.agents) {
+    AgentObservation obs = rec.obs;
+    obs.pending_command_ids.clear();
+    for (const auto& [id, cmd] : rec.pending) obs.pending_command_ids.push_back(id);
+    out.push_back(std::move(obs));
+  }
+  return out;
+}
+
+v1::Command AgentRegistry::ToWireCommand(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) const {
+  v1::Command w;
+  w.set_id(c.id);
+  w.set_issued_at(now);
+  switch (c.kind) {
+    case CommandKind::kRestartInPlace:
+      *w.mutable_restart_in_place()->mutable_assignment() = ToWire(c.assignment, spec);
+      w.mutable_restart_in_place()->set_grace_ms(static_cast<uint32_t>(c.grace_ms));
+      break;
+    case CommandKind::kActivate:
+      *w.mutable_activate()->mutable_assignment() = ToWire(c.assignment, spec);
+      break;
+    case CommandKind::kStop:
+      w.mutable_stop()->set_grace_ms(static_cast<uint32_t>(c.grace_ms));
+      break;
+  }
+  return w;
+}
+
+void AgentRegistry::Send(const std::string& job_key, const CommandToSend& command, int64_t now) {
+  std::shared_ptr<AgentStreamSink> sink;
+  v1::ControllerMessage message;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(job_key);
+    if (job == jobs_.end()) return;
+    AgentRecord& rec = job->second.agents[command.pod];
+    if (rec.obs.pod.empty()) rec.obs.pod = command.pod;
+    if (rec.pending.count(command.id)) return;
+    v1::Command wire = ToWireCommand(command, job->second.binding.spec, now);
+    rec.pending[command.id] = wire;
+    if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
+    sink = rec.sink;
+    *message.mutable_command() = std::move(wire);
+  }
+  if (sink) sink->Send(message);
+}
+
+void AgentRegistry::Forget(const std::string& job_key, const std::string& pod) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_key);
+  if (job == jobs_.end()) return;
+  auto it = job->second.agents.find(pod);
+  if (it == job->second.agents.end()) return;
+  if (it->second.sink) by_sink_.erase(it->second.sink.get());
+  job->second.agents.erase(it);
+}
+
+void AgentRegistry::SetChangeCallback(std::function<void(const std::string&)> callback) {
+  absl::MutexLock lock(&mu_);
+  on_change_ = std::move(callback);
+}
+
+void AgentRegistry::Notify(const std::string& job_key) {
+  std::function<void(const std::string&)> cb;
+  {
+    absl::MutexLock lock(&mu_);
+    cb = on_change_;
+  }
+  if (cb) cb(job_key);
+}
+
+std::vector<std::string> AgentRegistry::RecentExitSummaries(const std::string& job_key, size_t max) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  auto job = jobs_.find(job_key);
+  if (job == jobs_.end()) return out;
+  for (const auto& [pod, rec] : job->second.agents) {
+    for (const auto& s : rec.recent_exit_summaries) out.push_back(s);
+  }
+  if (out.size() > max) out.erase(out.begin(), out.begin() + static_cast<long>(out.size() - max));
+  return out;
+}
+
+absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentStreamSink> sink,
+                                                          const std::string& bearer_token, const v1::Register& reg,
+                                                          int64_t now) {
+  if (reg.job_name().empty()) return absl::InvalidArgumentError("register.job_name is empty");
+  if (reg.pod_name().empty()) return absl::InvalidArgumentError("register.pod_name is empty");
+  const std::string key = JobKey(reg.job_namespace().empty() ? "default" : reg.job_namespace(), reg.job_name());
+  v1::RegisterAck ack;
+  std::vector<v1::Command> resend;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(key);
+    if (job == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", key));
+    const JobBinding& binding = job->second.binding;
+    if (!binding.token.empty() && bearer_token != binding.token) {
+      return absl::UnauthenticatedError(absl::StrCat("bad or missing token for job ", key));
+    }
+    auto desired = job->second.desired.find(reg.pod_name());
+    if (desired == job->second.desired.end()) {
+      return absl::NotFoundError(absl::StrCat("pod ", reg.pod_name(), " is not part of job ", key));
+    }
+    AgentRecord& rec = job->second.agents[reg.pod_name()];
+    if (rec.sink) by_sink_.erase(rec.sink.get());
+    rec.sink = sink;
+    by_sink_[sink.get()] = {key, reg.pod_name()};
+    AgentObservation& obs = rec.obs;
+    obs.pod = reg.pod_name();
+    obs.machine_id = reg.machine_id();
+    obs.connected = true;
+    obs.last_seen = now;
+    obs.registered_as_standby = reg.role() == v1::AGENT_ROLE_STANDBY;
+    obs.self_check_passed = reg.self_check().passed() || reg.role() != v1::AGENT_ROLE_STANDBY;
+    ApplyTraining(reg.training(), &obs);
+
+    ack.set_controller_id(controller_id_);
+    ack.set_heartbeat_interval_ms(heartbeat_interval_ms_);
+    const DesiredAgent& want = desired->second;
+    ack.set_role(want.standby ? v1::AGENT_ROLE_STANDBY : v1::AGENT_ROLE_ACTIVE);
+    if (!want.standby) {
+      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec);
+      obs.acked_attempt = want.assignment.attempt;
+      // The ack converges an agent; it is no longer a standby once told to be active.
+      if (want.assignment.attempt > 0) obs.registered_as_standby = false;
+    }
+    // Commands it has not executed are sent again; the executed ones' results are lost.
+    std::set<std::string> executed(reg.executed_command_ids().begin(), reg.executed_command_ids().end());
+    for (auto it = rec.pending.begin(); it != rec.pending.end();) {
+      if (executed.count(it->first)) {
+        it = rec.pending.erase(it);
+      } else {
+        resend.push_back(it->second);
+        ++it;
+      }
+    }
+  }
+  for (const v1::Command& c : resend) {
+    v1::ControllerMessage m;
+    *m.mutable_command() = c;
+    sink->Send(m);
+  }
+  Notify(key);
+  return ack;
+}
+
+AgentRegistry::AgentRecord* AgentRegistry::FindBySink(const AgentStreamSink* sink, std::string* job_key) {
+  auto it = by_sink_.find(sink);
+  if (it == by_sink_.end()) return nullptr;
+  auto job = jobs_.find(it->second.first);
+  if (job == jobs_.end()) return nullptr;
+  auto rec = job->second.agents.find(it->second.second);
+  if (rec == job->second.agents.end()) return nullptr;
+  *job_key = it->second.first;
+  return &rec->second;
+}
+
+absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::AgentMessage& message, int64_t now) {
+  std::string key;
+  {
+    absl::MutexLock lock(&mu_);
+    AgentRecord* rec = FindBySink(sink, &key);
+    if (rec == nullptr) return absl::FailedPreconditionError("the first message on a stream must be register");
+    AgentObservation& obs = rec->obs;
+    obs.last_seen = now;
+    switch (message.body_case()) {
+      case v1::AgentMessage::kRegister:
+        return absl::InvalidArgumentError("register sent twice on one stream");
+      case v1::AgentMessage::kHeartbeat: {
+        const v1::Heartbeat& hb = message.heartbeat();
+        ApplyTraining(hb.training(), &obs);
+        double iter_sum = 0;
+        int iter_n = 0;
+        for (const v1::IterationSummary& it : hb.iterations()) {
+          uint64_t& step = obs.rank_steps[static_cast<int>(it.global_rank())];
+          step = std::max(step, it.last_completed_step());
+          if (it.mean_iteration_seconds() > 0) {
+            iter_sum += it.mean_iteration_seconds();
+            ++iter_n;
+          }
+        }
+        if (iter_n > 0) obs.mean_iteration_seconds = iter_sum / iter_n;
+        break;
+      }
+      case v1::AgentMessage::kEvent: {
+        const v1::Event& ev = message.event();
+        if (ev.has_process_exit()) {
+          const v1::ProcessExit& pe = ev.process_exit();
+          std::string tail = pe.last_log_lines().empty() ? "" : pe.last_log_lines(pe.last_log_lines_size() - 1);
+          rec->recent_exit_summaries.push_back(absl::StrFormat(
+              "%s rank %d %s: %s", obs.pod, pe.global_rank(),
+              pe.signal() != 0 ? absl::StrCat("killed by signal ", pe.signal()) : absl::StrCat("exited with code ", pe.exit_code()),
+              tail));
+          if (rec->recent_exit_summaries.size() > kMaxExitSummaries) {
+            rec->recent_exit_summaries.erase(rec->recent_exit_summaries.begin());
+          }
+          if (pe.attempt() == obs.attempt) {
+            for (RankExit& e : obs.exits) {
+              if (e.global_rank == static_cast<int>(pe.global_rank())) {
+                e.last_log_lines.assign(pe.last_log_lines().begin(), pe.last_log_lines().end());
+              }
+            }
+          }
+        }
+        break;
+      }
+      case v1::AgentMessage::kCommandResult: {
+        const v1::CommandResult& r = message.command_result();
+        if (r.command_id().empty()) return absl::InvalidArgumentError("command_result.command_id is empty");
+        rec->pending.erase(r.command_id());
+        if (r.status().code() != 0) {
+          obs.failed_commands[r.command_id()] = r.status().message();
+        } else {
+          obs.failed_commands.erase(r.command_id());
+        }
+        break;
+      }
+      case v1::AgentMessage::BODY_NOT_SET:
+        return absl::InvalidArgumentError("agent message has no body");
+    }
+  }
+  Notify(key);
+  return absl::OkStatus();
+}
+
+void AgentRegistry::OnDisconnect(const AgentStreamSink* sink, int64_t now) {
+  std::string key;
+  {
+    absl::MutexLock lock(&mu_);
+    AgentRecord* rec = FindBySink(sink, &key);
+    by_sink_.erase(sink);
+    if (rec == nullptr || rec->sink.get() != sink) return;
+    rec->sink.reset();
+    rec->obs.connected = false;
+    rec->obs.last_seen = now;
+  }
+  Notify(key);
+}
+
+int AgentRegistry::ConnectedCountForTest() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [key, job] : jobs_) {
+    for (const auto& [pod, rec] : job.agents) n += rec.obs.connected ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace peregrine

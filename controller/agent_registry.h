@@ -1,0 +1,103 @@
+// AgentRegistry: the controller's view of every connected agent, translated from the wire
+// (peregrine.v1) into the decision engine's plain observations, plus the commands in flight.
+//
+// The RPC layer (agent_service.h) feeds it stream events; the job controller reads
+// Observe(), publishes each pod's desired role and assignment with SetDesired() (the
+// RegisterAck an agent gets is built from it) and sends commands with Send(). A command
+// stays pending until its result arrives; pending commands are re-sent when the agent
+// registers again (agents execute each id once, so resending is safe).
+//
+// Thread-safe: every method may be called from any thread. Sinks are called with the
+// registry lock released.
+#ifndef PEREGRINE_CONTROLLER_AGENT_REGISTRY_H_
+#define PEREGRINE_CONTROLLER_AGENT_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/job_state.h"
+#include "peregrine/v1/agent.pb.h"
+
+namespace peregrine {
+
+// Where the registry writes messages for one stream. Implemented by the RPC reactor.
+class AgentStreamSink {
+ public:
+  virtual ~AgentStreamSink() = default;
+  // Queues a message; dropped silently once the stream has closed.
+  virtual void Send(const v1::ControllerMessage& message) = 0;
+};
+
+// "namespace/name".
+std::string JobKey(const std::string& ns, const std::string& name);
+
+// Plain <-> wire translation of an assignment.
+v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec);
+
+class AgentRegistry {
+ public:
+  struct JobBinding {
+    TrainingJobSpec spec;
+    std::string token;  // required bearer token; empty accepts any
+  };
+
+  explicit AgentRegistry(std::string controller_id) : controller_id_(std::move(controller_id)) {}
+
+  // Job controller side.
+  void BindJob(const std::string& job_key, JobBinding binding);
+  void SetDesired(const std::string& job_key, const std::map<std::string, DesiredAgent>& desired);
+  std::vector<AgentObservation> Observe(const std::string& job_key) const;
+  // Sends a command (or re-sends it if it is not pending yet); a no-op while the pod's
+  // agent is not connected: it is sent when it registers.
+  void Send(const std::string& job_key, const CommandToSend& command, int64_t now);
+  // The pod is gone for good: forget its agent.
+  void Forget(const std::string& job_key, const std::string& pod);
+  // Called (without locks held) whenever something a job's decision depends on changed.
+  void SetChangeCallback(std::function<void(const std::string& job_key)> callback);
+  // Recent process exits with their log tails, for the incident timeline.
+  std::vector<std::string> RecentExitSummaries(const std::string& job_key, size_t max) const;
+  void SetHeartbeatIntervalMs(uint32_t ms) { heartbeat_interval_ms_ = ms; }
+
+  // RPC side. OnRegister returns the ack to send, or an error to close the stream with
+  // (kUnauthenticated: bad token; kNotFound: unknown job or pod; kInvalidArgument: malformed).
+  absl::StatusOr<v1::RegisterAck> OnRegister(std::shared_ptr<AgentStreamSink> sink, const std::string& bearer_token,
+                                             const v1::Register& reg, int64_t now);
+  // kInvalidArgument for a message that does not fit (the caller answers with Reject).
+  absl::Status OnMessage(const AgentStreamSink* sink, const v1::AgentMessage& message, int64_t now);
+  void OnDisconnect(const AgentStreamSink* sink, int64_t now);
+
+  int ConnectedCountForTest() const;
+
+ private:
+  struct AgentRecord {
+    std::shared_ptr<AgentStreamSink> sink;  // null while disconnected
+    AgentObservation obs;
+    std::map<std::string, v1::Command> pending;  // id -> command
+    std::vector<std::string> recent_exit_summaries;
+  };
+  struct JobRecord {
+    JobBinding binding;
+    std::map<std::string, DesiredAgent> desired;
+    std::map<std::string, AgentRecord> agents;  // by pod
+  };
+  AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Command ToWireCommand(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) const;
+  void Notify(const std::string& job_key);
+
+  const std::string controller_id_;
+  uint32_t heartbeat_interval_ms_ = 1000;
+  mutable absl::Mutex mu_;
+  std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<const AgentStreamSink*, std::pair<std::string, std::string>> by_sink_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_change_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_AGENT_REGISTRY_H_

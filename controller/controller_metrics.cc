@@ -1,0 +1,103 @@
+#include "controller/controller_metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace peregrine {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+constexpr JobPhase kPhases[] = {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
+                                JobPhase::kFailed};
+
+// Eviction reasons become a fixed label set.
+std::string EvictionReasonLabel(const Eviction& e) {
+  return e.reason.rfind("standby failed", 0) == 0 ? "standby_failed" : "machine_fault";
+}
+
+}  // namespace
+
+ControllerMetrics::ControllerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      jobs_(BuildGauge().Name("peregrine_jobs").Help("TrainingJobs by phase.").Register(*registry_)),
+      machines_(BuildGauge().Name("peregrine_job_machines").Help("A job's machines by state (active, standby).").Register(*registry_)),
+      standby_desired_(BuildGauge().Name("peregrine_standby_desired").Help("Warm standbys the binomial quantile asks for.").Register(*registry_)),
+      standby_ready_(BuildGauge().Name("peregrine_standby_ready").Help("Warm standbys registered and self-checked.").Register(*registry_)),
+      incidents_(BuildCounter().Name("peregrine_incidents_total").Help("Incidents detected, by kind.").Register(*registry_)),
+      evictions_(BuildCounter().Name("peregrine_evictions_total").Help("Machines evicted, by reason.").Register(*registry_)),
+      restarts_(BuildCounter().Name("peregrine_restarts_total").Help("Job-wide restarts, by kind (in_place, standby_activation).").Register(*registry_)),
+      time_lost_(BuildCounter().Name("peregrine_training_time_lost_seconds_total").Help("Training time lost to incidents.").Register(*registry_)),
+      last_step_(BuildGauge().Name("peregrine_job_last_completed_step").Help("The last step every rank completed.").Register(*registry_)),
+      ettr_(BuildGauge().Name("peregrine_job_ettr_ratio").Help("Effective training time ratio (productive / elapsed).").Register(*registry_)),
+      iteration_seconds_(BuildGauge().Name("peregrine_job_iteration_seconds").Help("Mean iteration time over the last heartbeats.").Register(*registry_)),
+      reconcile_duration_(BuildHistogram()
+                              .Name("peregrine_reconcile_duration_seconds")
+                              .Help("Time of one reconcile round.")
+                              .Register(*registry_)
+                              .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5})),
+      reconcile_errors_(BuildCounter().Name("peregrine_reconcile_errors_total").Help("Reconcile rounds that hit an error.").Register(*registry_).Add({})),
+      leader_(BuildGauge().Name("peregrine_controller_is_leader").Help("1 while this replica holds the leader lease.").Register(*registry_).Add({})),
+      agents_connected_(BuildGauge().Name("peregrine_agents_connected").Help("Agent streams open.").Register(*registry_).Add({})),
+      workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Jobs waiting for a reconcile.").Register(*registry_).Add({})) {
+  for (JobPhase p : kPhases) jobs_.Add({{"phase", JobPhaseName(p)}}).Set(0);
+}
+
+std::string ControllerMetrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job, const JobStatus& before,
+                                   const JobStatus& after) {
+  const std::map<std::string, std::string> labels = {{"job", job}, {"namespace", ns}};
+  auto with = [&](const char* key, const std::string& value) {
+    auto l = labels;
+    l[key] = value;
+    return l;
+  };
+  machines_.Add(with("state", "active")).Set(static_cast<double>(after.slots.size()));
+  machines_.Add(with("state", "standby")).Set(static_cast<double>(after.standbys.size()));
+  standby_desired_.Add(labels).Set(after.standby_desired);
+  standby_ready_.Add(labels).Set(after.standby_ready);
+  last_step_.Add(labels).Set(static_cast<double>(after.last_completed_step));
+  ettr_.Add(labels).Set(after.ettr);
+  iteration_seconds_.Add(labels).Set(after.mean_iteration_seconds);
+  // Counters from what changed.
+  for (const Incident& inc : after.incidents) {
+    if (inc.id >= before.next_incident_id) incidents_.Add(with("kind", inc.kind)).Increment();
+  }
+  for (size_t i = 0; i < after.evicted.size(); ++i) {
+    const Eviction& e = after.evicted[i];
+    const bool is_new = std::none_of(before.evicted.begin(), before.evicted.end(), [&](const Eviction& b) {
+      return b.pod == e.pod && b.at == e.at;
+    });
+    if (is_new) evictions_.Add(with("reason", EvictionReasonLabel(e))).Increment();
+  }
+  if (after.attempt > before.attempt && before.attempt > 0) {
+    const bool activation = after.evicted.size() != before.evicted.size();
+    restarts_.Add(with("kind", activation ? "standby_activation" : "in_place")).Increment();
+  }
+  if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
+    time_lost_.Add(labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);
+  }
+  absl::MutexLock lock(&mu_);
+  job_phases_[absl::StrCat(ns, "/", job)] = after.phase;
+  for (JobPhase p : kPhases) {
+    int n = 0;
+    for (const auto& [k, phase] : job_phases_) n += phase == p ? 1 : 0;
+    jobs_.Add({{"phase", JobPhaseName(p)}}).Set(n);
+  }
+}
+
+void ControllerMetrics::ObserveReconcile(double seconds, bool error) {
+  reconcile_duration_.Observe(seconds);
+  if (error) reconcile_errors_.Increment();
+}
+
+void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
+void ControllerMetrics::SetAgentsConnected(int n) { agents_connected_.Set(n); }
+void ControllerMetrics::SetWorkQueueDepth(int n) { workqueue_depth_.Set(n); }
+
+}  // namespace peregrine

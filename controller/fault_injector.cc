@@ -1,0 +1,123 @@
+#include "controller/fault_injector.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sim/fault/fault_control.h"
+
+namespace peregrine {
+namespace {
+
+absl::StatusOr<std::string> MachineOf(const JobStatus& status, int slot, const std::string& machine,
+                                      const char* slot_field) {
+  if (!machine.empty()) return machine;
+  if (slot < 0 || slot >= static_cast<int>(status.slots.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %d is not a machine slot of the job (0..%d)", slot_field,
+                                                      slot, static_cast<int>(status.slots.size()) - 1));
+  }
+  if (status.slots[slot].machine_id.empty()) {
+    return absl::NotFoundError(absl::StrFormat("slot %d has no machine yet", slot));
+  }
+  return status.slots[slot].machine_id;
+}
+
+absl::StatusOr<int> NumericMachine(const std::string& machine) {
+  int id = 0;
+  if (!absl::SimpleAtoi(machine, &id) || id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("machine: '", machine, "' is not a local machine id"));
+  }
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("fault request is not JSON: ", e.what()));
+  }
+  if (!j.is_object()) return absl::InvalidArgumentError("fault request must be a JSON object");
+  FaultRequest r;
+  try {
+    r.kind = j.at("kind").get<std::string>();
+    r.slot = j.value("slot", -1);
+    r.machine = j.value("machine", "");
+    r.local_rank = j.value("localRank", -1);
+    r.factor = j.value("factor", 1.0);
+    r.peer_slot = j.value("peerSlot", -1);
+    r.peer_machine = j.value("peerMachine", "");
+    r.delay_us = j.value("delayUs", int64_t{0});
+    r.bandwidth_bytes_per_second = j.value("bandwidthBytesPerSecond", 0.0);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
+  }
+  static const char* kKinds[] = {"kill", "crash", "hang", "slow", "nan", "corrupt", "link", "clear"};
+  if (std::find(std::begin(kKinds), std::end(kKinds), r.kind) == std::end(kKinds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kind: unknown fault '", r.kind, "' (expected kill, crash, hang, slow, nan, corrupt, link or clear)"));
+  }
+  if (r.kind == "slow" && !(r.factor > 1.0)) return absl::InvalidArgumentError("factor: a slowdown must be > 1");
+  if (r.kind == "link" && r.delay_us <= 0 && r.bandwidth_bytes_per_second <= 0) {
+    return absl::InvalidArgumentError("delayUs or bandwidthBytesPerSecond: a link fault needs one of them > 0");
+  }
+  if (r.kind != "clear" && r.slot < 0 && r.machine.empty()) {
+    return absl::InvalidArgumentError("slot or machine: the fault needs a target");
+  }
+  return r;
+}
+
+std::string FaultRequestToJson(const FaultRequest& r) {
+  nlohmann::json j = {{"kind", r.kind}, {"localRank", r.local_rank}};
+  if (r.slot >= 0) j["slot"] = r.slot;
+  if (!r.machine.empty()) j["machine"] = r.machine;
+  if (r.kind == "slow") j["factor"] = r.factor;
+  if (r.peer_slot >= 0) j["peerSlot"] = r.peer_slot;
+  if (!r.peer_machine.empty()) j["peerMachine"] = r.peer_machine;
+  if (r.delay_us > 0) j["delayUs"] = r.delay_us;
+  if (r.bandwidth_bytes_per_second > 0) j["bandwidthBytesPerSecond"] = r.bandwidth_bytes_per_second;
+  return j.dump();
+}
+
+absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const JobStatus& status) {
+  if (r.kind == "clear") {
+    if (auto s = sim::ClearFaults(fault_table_path_); !s.ok()) return s;
+    return std::string("cleared every GPU and link fault");
+  }
+  auto machine = MachineOf(status, r.slot, r.machine, "slot");
+  if (!machine.ok()) return machine.status();
+  if (r.kind == "kill") {
+    if (auto s = cluster_->KillMachine(*machine); !s.ok()) return s;
+    return absl::StrCat("killed machine ", *machine, " (every process of its pod)");
+  }
+  auto id = NumericMachine(*machine);
+  if (!id.ok()) return id.status();
+  const std::string target = r.local_rank < 0 ? absl::StrCat("machine ", *machine)
+                                              : absl::StrCat("GPU ", r.local_rank, " of machine ", *machine);
+  if (r.kind == "link") {
+    auto peer = MachineOf(status, r.peer_slot, r.peer_machine, "peerSlot");
+    if (!peer.ok()) return peer.status();
+    auto peer_id = NumericMachine(*peer);
+    if (!peer_id.ok()) return peer_id.status();
+    sim::LinkFault f;
+    f.delay_us = r.delay_us;
+    f.bandwidth_bytes_per_s = r.bandwidth_bytes_per_second;
+    if (auto s = sim::SetLinkFault(fault_table_path_, *id, *peer_id, f, /*both_directions=*/true); !s.ok()) return s;
+    return absl::StrFormat("link between machines %s and %s: +%d us per message, cap %.0f B/s", *machine, *peer,
+                           r.delay_us, r.bandwidth_bytes_per_second);
+  }
+  sim::RankFault f;
+  if (r.kind == "crash") f.crash = true;
+  if (r.kind == "hang") f.hang = true;
+  if (r.kind == "nan") f.nan = true;
+  if (r.kind == "corrupt") f.corrupt = true;
+  if (r.kind == "slow") f.compute_slowdown = r.factor;
+  if (auto s = sim::SetRankFault(fault_table_path_, *id, r.local_rank, f); !s.ok()) return s;
+  return r.kind == "slow" ? absl::StrFormat("%s computes %.2fx slower", target, r.factor)
+                          : absl::StrCat(target, ": ", r.kind);
+}
+
+}  // namespace peregrine

@@ -1,0 +1,57 @@
+// FaultInjector: injects faults into a running local-mode job (peregrinectl inject, the
+// demo scenarios, tests). Machine faults act on processes (the pod is killed, as if the
+// machine died); GPU and link faults go to the stand-in cluster's fault table
+// (sim/fault/fault_control.h), which the training processes follow while they run.
+//
+// Request grammar (also the JSON body of POST /api/v1/jobs/{ns}/{name}/faults):
+//   kind: kill | crash | hang | slow | nan | corrupt | link | clear
+//   slot: the machine slot (0..machines-1) whose current machine is targeted, or
+//   machine: a machine id; localRank: the GPU (-1 = the whole machine);
+//   factor (slow, > 1); peerSlot / peerMachine, delayUs, bandwidthBytesPerSecond (link).
+// Errors name the field (kInvalidArgument) or the missing target (kNotFound).
+//
+// Thread-safe.
+#ifndef PEREGRINE_CONTROLLER_FAULT_INJECTOR_H_
+#define PEREGRINE_CONTROLLER_FAULT_INJECTOR_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/job_state.h"
+#include "controller/local_cluster.h"
+
+namespace peregrine {
+
+struct FaultRequest {
+  std::string kind;
+  int slot = -1;
+  std::string machine;
+  int local_rank = -1;
+  double factor = 1.0;
+  int peer_slot = -1;
+  std::string peer_machine;
+  int64_t delay_us = 0;
+  double bandwidth_bytes_per_second = 0;
+};
+
+// Parses the JSON form; kInvalidArgument naming the field on error.
+absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text);
+std::string FaultRequestToJson(const FaultRequest& request);
+
+class FaultInjector {
+ public:
+  FaultInjector(LocalCluster* cluster, std::string fault_table_path)
+      : cluster_(cluster), fault_table_path_(std::move(fault_table_path)) {}
+
+  // Applies the request against the job's current status (slot -> machine); returns a
+  // human-readable description of what was done.
+  absl::StatusOr<std::string> Inject(const FaultRequest& request, const JobStatus& status);
+
+ private:
+  LocalCluster* cluster_;
+  std::string fault_table_path_;
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_FAULT_INJECTOR_H_

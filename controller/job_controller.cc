@@ -1,0 +1,170 @@
+#include "controller/job_controller.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "controller/status_json.h"
+
+namespace peregrine {
+
+JobController::JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,
+                             Options options)
+    : job_(std::move(job)), cluster_(cluster), registry_(registry), metrics_(metrics), options_(std::move(options)) {}
+
+JobController::~JobController() { Stop(); }
+
+absl::Status JobController::Start() {
+  auto loaded = cluster_->LoadStatus(job_);
+  if (!loaded.ok()) return loaded.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loaded->has_value()) {
+      status_ = **loaded;
+      timeline_.push_back(TimelineEntry{options_.now(), absl::StrCat("controller resumed job ", key(), " at attempt ",
+                                                                     status_.attempt, ", step ",
+                                                                     status_.last_completed_step)});
+    }
+  }
+  AgentRegistry::JobBinding binding;
+  binding.spec = job_.spec;
+  registry_->BindJob(key(), binding);
+  {
+    // Agents that reconnect before the first round must get the persisted desired state.
+    JobStatus st = Snapshot();
+    if (st.attempt > 0) {
+      std::map<std::string, DesiredAgent> desired;
+      for (const SlotStatus& slot : st.slots) {
+        AssignmentSpec a;
+        a.slot = slot.index;
+        a.attempt = st.attempt;
+        a.resume_step = st.resume_step;
+        a.master_addr = st.master_addr;
+        a.master_port = st.master_port;
+        a.code = st.code;
+        desired[slot.pod] = DesiredAgent{false, a};
+      }
+      for (const StandbyStatus& sb : st.standbys) desired[sb.pod] = DesiredAgent{true, {}};
+      registry_->SetDesired(key(), desired);
+    }
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void JobController::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobController::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+JobStatus JobController::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+std::vector<TimelineEntry> JobController::Timeline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timeline_;
+}
+
+void JobController::Note(const std::string& what) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    timeline_.push_back(TimelineEntry{options_.now(), what});
+  }
+  Wake();
+}
+
+bool JobController::WaitFor(const std::function<bool(const JobStatus&)>& pred, int64_t timeout_ms) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(status_); });
+}
+
+void JobController::Loop() {
+  int64_t wait_ns = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return stop_ || wake_; });
+      if (stop_) return;
+      wake_ = false;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    const int64_t requeue_ns = Round();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    bool error;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error = !last_error_.empty();
+    }
+    metrics_->ObserveReconcile(seconds, error);
+    wait_ns = requeue_ns > 0 ? std::min(requeue_ns, options_.resync_ns) : options_.resync_ns;
+  }
+}
+
+int64_t JobController::Round() {
+  const int64_t now = options_.now();
+  const JobStatus before = Snapshot();
+  std::string error;
+
+  JobObservation obs;
+  auto pods = cluster_->ListPods(job_);
+  if (!pods.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_error_ = pods.status().ToString();
+    return 0;  // deciding on a partial picture could evict healthy machines
+  }
+  obs.pods = std::move(*pods);
+  obs.agents = registry_->Observe(key());
+  obs.rendezvous_domain = cluster_->RendezvousDomain(job_);
+  if (auto port = cluster_->RendezvousPort(job_); port.ok()) {
+    obs.candidate_master_port = *port;
+  } else {
+    error = port.status().ToString();
+  }
+
+  JobPlan plan = DecideJob(job_, before, obs, now, options_.decision);
+  registry_->SetDesired(key(), plan.desired_agents);
+  for (const PodToCreate& c : plan.create_pods) {
+    if (auto s = cluster_->CreatePod(job_, c); !s.ok()) error = s.ToString();
+  }
+  for (const PodToDelete& d : plan.delete_pods) {
+    if (auto s = cluster_->DeletePod(job_, d.name, job_.spec.fault_tolerance.restart_grace_seconds * 1000); !s.ok()) {
+      error = s.ToString();
+    }
+    registry_->Forget(key(), d.name);
+  }
+  for (const CommandToSend& c : plan.commands) registry_->Send(key(), c, now);
+  std::vector<TimelineEntry> entries;
+  for (const JobEvent& e : plan.events) {
+    if (auto s = cluster_->RecordEvent(job_, e, now); !s.ok()) error = s.ToString();
+    entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
+  }
+  if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
+    if (auto s = cluster_->PersistStatus(job_, plan.status); !s.ok()) error = s.ToString();
+  }
+  metrics_->ObserveJob(job_.metadata.namespace_, job_.metadata.name, before, plan.status);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = plan.status;
+    last_error_ = error;
+    for (auto& e : entries) timeline_.push_back(std::move(e));
+    if (timeline_.size() > 1000) timeline_.erase(timeline_.begin(), timeline_.begin() + 500);
+  }
+  cv_.notify_all();
+  return plan.requeue_after_ns;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,85 @@
+// JobController: runs one TrainingJob's control loop. Each round it observes the cluster
+// (pods) and the agents (registry), calls the pure DecideJob, applies the plan (pods,
+// commands, events), publishes the desired agent states and persists the status when it
+// changed. A round runs when something changed (an agent message, a pod event), when the
+// plan asked to look again, or every `resync` otherwise. Errors from the cluster are kept
+// in the status' last error and retried with backoff; they never stop the loop.
+//
+// Thread-safe: Start/Stop/Wake/Snapshot may be called from any thread; rounds run on the
+// controller's own thread. The cluster, registry and metrics must outlive it.
+#ifndef PEREGRINE_CONTROLLER_JOB_CONTROLLER_H_
+#define PEREGRINE_CONTROLLER_JOB_CONTROLLER_H_
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "controller/agent_registry.h"
+#include "controller/cluster.h"
+#include "controller/controller_metrics.h"
+#include "controller/decision_engine.h"
+#include "controller/job_spec.h"
+#include "controller/job_state.h"
+
+namespace peregrine {
+
+// One line of the human-readable incident timeline.
+struct TimelineEntry {
+  int64_t at = 0;
+  std::string what;
+};
+
+class JobController {
+ public:
+  struct Options {
+    int64_t resync_ns = 200'000'000;
+    DecisionConfig decision;
+    std::function<int64_t()> now;  // Unix nanoseconds
+  };
+
+  JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,
+                Options options);
+  ~JobController();
+
+  // Loads a persisted status (a controller restart continues where it was) and starts the loop.
+  absl::Status Start();
+  void Stop();
+  void Wake();
+
+  JobStatus Snapshot() const;
+  const TrainingJob& job() const { return job_; }
+  std::string key() const { return JobKey(job_.metadata.namespace_, job_.metadata.name); }
+  std::vector<TimelineEntry> Timeline() const;
+  // Adds an entry to the timeline (fault injection from the local driver or peregrinectl).
+  void Note(const std::string& what);
+  // Blocks until `pred(status)` holds or the timeout passes; true if it held.
+  bool WaitFor(const std::function<bool(const JobStatus&)>& pred, int64_t timeout_ms) const;
+
+ private:
+  void Loop();
+  int64_t Round();  // returns when to look again (0: the resync period)
+
+  const TrainingJob job_;
+  Cluster* cluster_;
+  AgentRegistry* registry_;
+  ControllerMetrics* metrics_;
+  const Options options_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool stop_ = false;
+  bool wake_ = false;
+  JobStatus status_;
+  std::vector<TimelineEntry> timeline_;
+  std::string last_error_;
+  std::thread thread_;
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_JOB_CONTROLLER_H_

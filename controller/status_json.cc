@@ -1,0 +1,181 @@
+#include "controller/status_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace peregrine {
+namespace {
+
+using nlohmann::json;
+
+std::string Time(int64_t nanos) { return nanos == 0 ? "" : FormatRfc3339(nanos); }
+
+int64_t ParseTime(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) return 0;
+  absl::Time t;
+  std::string err;
+  if (!absl::ParseTime(absl::RFC3339_full, j[key].get<std::string>(), &t, &err)) {
+    throw std::invalid_argument(absl::StrCat(key, ": not an RFC 3339 time: ", err));
+  }
+  return absl::ToUnixNanos(t);
+}
+
+json CodeToJson(const CodeVersionSpec& c) {
+  json j = {{"image", c.image}, {"command", c.command}, {"revision", c.revision}};
+  if (!c.env.empty()) j["env"] = c.env;
+  return j;
+}
+
+CodeVersionSpec CodeFromJson(const json& j) {
+  CodeVersionSpec c;
+  c.image = j.value("image", "");
+  c.command = j.value("command", std::vector<std::string>{});
+  c.revision = j.value("revision", "");
+  c.env = j.value("env", std::map<std::string, std::string>{});
+  return c;
+}
+
+JobPhase PhaseFromName(const std::string& s) {
+  for (JobPhase p : {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
+                     JobPhase::kFailed}) {
+    if (s == JobPhaseName(p)) return p;
+  }
+  throw std::invalid_argument(absl::StrCat("phase: unknown value '", s, "'"));
+}
+
+}  // namespace
+
+std::string FormatRfc3339(int64_t unix_nanos) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixNanos(unix_nanos), absl::UTCTimeZone());
+}
+
+std::string JobStatusToJson(const JobStatus& s, int indent) {
+  json j;
+  j["phase"] = JobPhaseName(s.phase);
+  j["observedGeneration"] = s.observed_generation;
+  json conds = json::array();
+  for (const Condition& c : s.conditions) {
+    conds.push_back({{"type", c.type}, {"status", c.status}, {"reason", c.reason}, {"message", c.message},
+                     {"observedGeneration", c.observed_generation}, {"lastTransitionTime", Time(c.last_transition_time)}});
+  }
+  j["conditions"] = conds;
+  j["attempt"] = s.attempt;
+  j["resumeStep"] = s.resume_step;
+  j["attemptStartedAt"] = Time(s.attempt_started_at);
+  j["masterAddr"] = s.master_addr;
+  j["masterPort"] = s.master_port;
+  j["codeVersion"] = CodeToJson(s.code);
+  json versions = json::array();
+  for (const VersionRecord& v : s.version_history) {
+    versions.push_back({{"codeVersion", CodeToJson(v.code)}, {"appliedAt", Time(v.applied_at)}, {"reason", v.reason},
+                        {"outcome", v.outcome}});
+  }
+  j["versionHistory"] = versions;
+  json machines = json::array();
+  for (const SlotStatus& m : s.slots) {
+    machines.push_back({{"index", m.index}, {"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
+  }
+  j["machines"] = machines;
+  json standbys = json::array();
+  for (const StandbyStatus& m : s.standbys) {
+    standbys.push_back({{"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
+  }
+  j["standby"] = {{"desired", s.standby_desired}, {"ready", s.standby_ready}, {"pods", standbys}};
+  j["lastCompletedStep"] = s.last_completed_step;
+  j["maxCompletedStep"] = s.max_completed_step;
+  j["meanIterationSeconds"] = s.mean_iteration_seconds;
+  j["startedAt"] = Time(s.started_at);
+  j["finishedAt"] = Time(s.finished_at);
+  j["trainingTimeLostSeconds"] = s.training_time_lost_seconds;
+  j["ettr"] = s.ettr;
+  json incidents = json::array();
+  for (const Incident& i : s.incidents) {
+    incidents.push_back({{"id", i.id}, {"kind", i.kind}, {"signal", i.signal}, {"detectedAt", Time(i.detected_at)},
+                         {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
+                         {"machines", i.machines}, {"decision", i.decision}, {"actions", i.actions},
+                         {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
+                         {"trainingTimeLostSeconds", i.training_time_lost_seconds}});
+  }
+  j["incidents"] = incidents;
+  json evicted = json::array();
+  for (const Eviction& e : s.evicted) {
+    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", e.reason}, {"at", Time(e.at)}});
+  }
+  j["evictedMachines"] = evicted;
+  j["nextIncidentId"] = s.next_incident_id;
+  j["nextPodSerial"] = s.next_pod_serial;
+  j["recoveries"] = s.recoveries;
+  j["reattempts"] = s.reattempts;
+  j["triageDeadline"] = Time(s.triage_deadline);
+  return j.dump(indent);
+}
+
+absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    JobStatus s;
+    s.phase = PhaseFromName(j.at("phase").get<std::string>());
+    s.observed_generation = j.value("observedGeneration", int64_t{0});
+    for (const json& c : j.value("conditions", json::array())) {
+      s.conditions.push_back(Condition{c.at("type"), c.at("status"), c.value("reason", ""), c.value("message", ""),
+                                       c.value("observedGeneration", int64_t{0}), ParseTime(c, "lastTransitionTime")});
+    }
+    s.attempt = j.value("attempt", uint64_t{0});
+    s.resume_step = j.value("resumeStep", uint64_t{0});
+    s.attempt_started_at = ParseTime(j, "attemptStartedAt");
+    s.master_addr = j.value("masterAddr", "");
+    s.master_port = j.value("masterPort", uint32_t{0});
+    if (j.contains("codeVersion")) s.code = CodeFromJson(j["codeVersion"]);
+    for (const json& v : j.value("versionHistory", json::array())) {
+      s.version_history.push_back(
+          VersionRecord{CodeFromJson(v.at("codeVersion")), ParseTime(v, "appliedAt"), v.value("reason", ""), v.value("outcome", "")});
+    }
+    for (const json& m : j.value("machines", json::array())) {
+      s.slots.push_back(SlotStatus{m.at("index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
+    }
+    const json standby = j.value("standby", json::object());
+    s.standby_desired = standby.value("desired", 0);
+    s.standby_ready = standby.value("ready", 0);
+    for (const json& m : standby.value("pods", json::array())) {
+      s.standbys.push_back(StandbyStatus{m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
+    }
+    s.last_completed_step = j.value("lastCompletedStep", uint64_t{0});
+    s.max_completed_step = j.value("maxCompletedStep", uint64_t{0});
+    s.mean_iteration_seconds = j.value("meanIterationSeconds", 0.0);
+    s.started_at = ParseTime(j, "startedAt");
+    s.finished_at = ParseTime(j, "finishedAt");
+    s.training_time_lost_seconds = j.value("trainingTimeLostSeconds", 0.0);
+    s.ettr = j.value("ettr", 1.0);
+    for (const json& i : j.value("incidents", json::array())) {
+      Incident inc;
+      inc.id = i.at("id");
+      inc.kind = i.value("kind", "");
+      inc.signal = i.value("signal", "");
+      inc.detected_at = ParseTime(i, "detectedAt");
+      inc.decided_at = ParseTime(i, "decidedAt");
+      inc.resumed_at = ParseTime(i, "resumedAt");
+      inc.machines = i.value("machines", std::vector<std::string>{});
+      inc.decision = i.value("decision", "");
+      inc.actions = i.value("actions", std::vector<std::string>{});
+      inc.step_at_failure = i.value("stepAtFailure", uint64_t{0});
+      inc.resume_step = i.value("resumeStep", uint64_t{0});
+      inc.training_time_lost_seconds = i.value("trainingTimeLostSeconds", 0.0);
+      s.incidents.push_back(std::move(inc));
+    }
+    for (const json& e : j.value("evictedMachines", json::array())) {
+      s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at")});
+    }
+    s.next_incident_id = j.value("nextIncidentId", uint64_t{1});
+    s.next_pod_serial = j.value("nextPodSerial", uint64_t{0});
+    s.recoveries = j.value("recoveries", 0);
+    s.reattempts = j.value("reattempts", 0);
+    s.triage_deadline = ParseTime(j, "triageDeadline");
+    return s;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job status: ", e.what()));
+  }
+}
+
+}  // namespace peregrine

@@ -1,0 +1,24 @@
+// JSON form of JobStatus: the TrainingJob status subresource (camelCase, the CRD's
+// status schema), the local state file and the controller's HTTP API all use it.
+// Adapter code (nlohmann-json); thread-safe.
+#ifndef PEREGRINE_CONTROLLER_STATUS_JSON_H_
+#define PEREGRINE_CONTROLLER_STATUS_JSON_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/job_state.h"
+
+namespace peregrine {
+
+// Serialises every field; times as RFC 3339 strings in UTC with microseconds, plus the
+// raw nanoseconds under "...Nanos" where the decision engine needs exactness.
+std::string JobStatusToJson(const JobStatus& status, int indent = -1);
+// kInvalidArgument naming the field when the text is not a JobStatus.
+absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text);
+
+std::string FormatRfc3339(int64_t unix_nanos);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_STATUS_JSON_H_
