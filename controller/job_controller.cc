@@ -14,7 +14,7 @@ JobController::JobController(TrainingJob job, Cluster* cluster, AgentRegistry* r
 
 JobController::~JobController() { Stop(); }
 
-absl::Status JobController::Start() {
+absl::Status JobController::Start(bool run_loop) {
   auto loaded = cluster_->LoadStatus(job_);
   if (!loaded.ok()) return loaded.status();
   {
@@ -48,7 +48,7 @@ absl::Status JobController::Start() {
       registry_->SetDesired(key(), desired);
     }
   }
-  thread_ = std::thread([this] { Loop(); });
+  if (run_loop) thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
 
@@ -102,7 +102,7 @@ void JobController::Loop() {
       wake_ = false;
     }
     const auto started = std::chrono::steady_clock::now();
-    const int64_t requeue_ns = Round();
+    const int64_t requeue_ns = ReconcileOnce();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     bool error;
     {
@@ -114,7 +114,7 @@ void JobController::Loop() {
   }
 }
 
-int64_t JobController::Round() {
+int64_t JobController::ReconcileOnce() {
   const int64_t now = options_.now();
   const JobStatus before = Snapshot();
   std::string error;

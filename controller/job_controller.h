@@ -46,8 +46,13 @@ class JobController {
                 Options options);
   ~JobController();
 
-  // Loads a persisted status (a controller restart continues where it was) and starts the loop.
-  absl::Status Start();
+  // Loads a persisted status (a controller restart continues where it was) and, when
+  // run_loop, starts the loop thread. Without it the caller drives ReconcileOnce() (e.g. a
+  // Kubernetes work-queue worker).
+  absl::Status Start(bool run_loop = true);
+  // One round: observe, decide, apply, persist. Returns when to look again (0: resync).
+  // Must not be called concurrently with itself or with the loop thread.
+  int64_t ReconcileOnce();
   void Stop();
   void Wake();
 
@@ -62,7 +67,6 @@ class JobController {
 
  private:
   void Loop();
-  int64_t Round();  // returns when to look again (0: the resync period)
 
   const TrainingJob job_;
   Cluster* cluster_;
