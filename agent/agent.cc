@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/controller_link.h"
+#include "agent/inspection_runner.h"
 #include "agent/launch_plan.h"
 #include "agent/progress_parser.h"
 #include "agent/self_check.h"
@@ -86,6 +87,19 @@ class Agent::Impl {
     if (!signal_fd.ok()) return signal_fd.status();
     signal_fd_ = *signal_fd;
     supervisor_ = std::make_unique<Supervisor>();
+    if (options_.inspections) {
+      std::string sim_dir;
+      if (!options_.sim_machine_root.empty()) {
+        sim_dir = absl::StrCat(options_.sim_machine_root, "/", options_.machine_id);
+        if (absl::Status s = PrepareStandInMachine(sim_dir); !s.ok()) return s;
+      }
+      InspectionRunnerOptions inspect;
+      inspect.kmsg_path = options_.kmsg_path;
+      inspect.sysfs_root = options_.sysfs_root;
+      inspect.use_dmesg_fallback = sim_dir.empty();
+      if (!options_.log_dir.empty()) inspect.volumes.push_back(options_.log_dir);
+      inspections_ = std::make_unique<InspectionRunner>(inspect);
+    }
     if (!options_.log_dir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(options_.log_dir, ec);
@@ -153,6 +167,7 @@ class Agent::Impl {
       absl::Time wake = now + absl::Milliseconds(100);
       if (registered_) wake = std::min(wake, next_heartbeat_);
       if (auto deadline = supervisor_->NextDeadline()) wake = std::min(wake, *deadline);
+      if (inspections_) wake = std::min(wake, std::max(now, inspections_->NextDue()));
       int timeout_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - now) + 1));
       ::poll(fds.data(), fds.size(), timeout_ms);
 
@@ -172,6 +187,7 @@ class Agent::Impl {
 
       PollSupervisor(sweep);
       sweep = false;
+      PollInspections();
       RunContinuations();
       if (registered_ && absl::Now() >= next_heartbeat_) SendHeartbeat();
       if (shutting_down_ && supervisor_->Idle() && !supervisor_->stopping()) {
@@ -215,6 +231,19 @@ class Agent::Impl {
       SendEvent(std::move(event));
     }
     if (!result.exits.empty() && registered_) SendHeartbeat();  // the phase may have changed
+  }
+
+  // Machine inspections: alarms go out as events at once, results with the heartbeat.
+  void PollInspections() {
+    if (!inspections_ || shutting_down_) return;
+    const absl::Time now = absl::Now();
+    InspectionRunner::Outcome outcome = inspections_->Poll(now);
+    for (v1::InspectionResult& alarm : outcome.alarms) {
+      v1::Event event;
+      event.set_at(UnixNanos(now));
+      *event.mutable_inspection_alarm() = std::move(alarm);
+      SendEvent(std::move(event));
+    }
   }
 
   // ---- state -----------------------------------------------------------------
@@ -361,6 +390,9 @@ class Agent::Impl {
       it->set_mean_iteration_seconds(window.mean_iteration_seconds);
       it->set_steps_in_window(window.steps_in_window);
       it->set_last_step_time(UnixNanos(window.last_step_time));
+    }
+    if (inspections_) {
+      for (v1::InspectionResult& r : inspections_->Latest()) *hb->add_inspections() = std::move(r);
     }
     link_->Send(session_, message);
   }
@@ -634,6 +666,7 @@ class Agent::Impl {
 
   // Control-loop state.
   std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<InspectionRunner> inspections_;
   bool finished_ = false;
   bool shutting_down_ = false;
   uint64_t session_ = 0;

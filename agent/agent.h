@@ -59,6 +59,13 @@ struct AgentOptions {
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(5);
   std::string agent_version = "0.1.0";
+  // Machine inspections (agent/inspection_runner.h): where the kernel log and sysfs are.
+  std::string kmsg_path = "/dev/kmsg";
+  std::string sysfs_root = "/sys";
+  // Local mode: the stand-in machine's files live in <sim_machine_root>/<machine_id>/
+  // (created at start; kmsg_path and sysfs_root point there). Empty: a real machine.
+  std::string sim_machine_root;
+  bool inspections = true;  // run the machine inspections and report them
 };
 
 class Agent {

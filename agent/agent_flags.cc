@@ -19,6 +19,8 @@ constexpr FlagDef kFlags[] = {
     {"role", "PEREGRINE_ROLE"},             {"token-file", "PEREGRINE_TOKEN_FILE"},
     {"tls-ca", "PEREGRINE_TLS_CA"},         {"log-dir", "PEREGRINE_LOG_DIR"},
     {"heartbeat-ms", "PEREGRINE_HEARTBEAT_MS"}, {"grace-ms", "PEREGRINE_GRACE_MS"},
+    {"kmsg-path", "PEREGRINE_KMSG_PATH"},   {"sysfs-root", "PEREGRINE_SYSFS_ROOT"},
+    {"sim-machine-root", "PEREGRINE_SIM_MACHINE_ROOT"},
 };
 
 const FlagDef* FindFlag(std::string_view name) {
@@ -120,6 +122,14 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
     absl::StatusOr<uint32_t> ms = ParseMillis(source("grace-ms"), get("grace-ms"));
     if (!ms.ok()) return ms.status();
     o.grace_ms = *ms;
+  }
+  if (values.contains("kmsg-path")) o.kmsg_path = get("kmsg-path");
+  if (values.contains("sysfs-root")) o.sysfs_root = get("sysfs-root");
+  o.sim_machine_root = get("sim-machine-root");
+  if (!o.sim_machine_root.empty()) {
+    const std::string dir = absl::StrCat(o.sim_machine_root, "/", o.machine_id);
+    if (!values.contains("kmsg-path")) o.kmsg_path = dir + "/kmsg";
+    if (!values.contains("sysfs-root")) o.sysfs_root = dir + "/sys";
   }
   return parsed;
 }

@@ -12,6 +12,10 @@
 //   --log-dir DIR          [PEREGRINE_LOG_DIR]
 //   --heartbeat-ms N       [PEREGRINE_HEARTBEAT_MS] default 1000
 //   --grace-ms N           [PEREGRINE_GRACE_MS]     default 10000
+//   --kmsg-path PATH       [PEREGRINE_KMSG_PATH]    default /dev/kmsg
+//   --sysfs-root DIR       [PEREGRINE_SYSFS_ROOT]   default /sys
+//   --sim-machine-root DIR [PEREGRINE_SIM_MACHINE_ROOT] local mode: the stand-in machine's
+//                          kmsg and sysfs are DIR/<machine-id>/{kmsg,sys} unless given
 //   --help
 // Both "--flag value" and "--flag=value" are accepted.
 //

@@ -12,6 +12,25 @@ namespace peregrine {
 namespace {
 
 constexpr size_t kMaxExitSummaries = 32;
+constexpr size_t kMaxInspectionAlarms = 64;
+
+InspectionObservation ToObservation(const v1::InspectionResult& r, int64_t at) {
+  InspectionObservation o;
+  o.kind = r.kind();
+  o.component = r.component();
+  switch (r.status()) {
+    case v1::INSPECTION_STATUS_OK: o.status = "OK"; break;
+    case v1::INSPECTION_STATUS_NOT_PRESENT: o.status = "NOT_PRESENT"; break;
+    case v1::INSPECTION_STATUS_WARNING: o.status = "WARNING"; break;
+    case v1::INSPECTION_STATUS_FAULT: o.status = "FAULT"; break;
+    case v1::INSPECTION_STATUS_ERROR: o.status = "ERROR"; break;
+    default: o.status = "UNKNOWN"; break;
+  }
+  o.summary = r.summary();
+  o.machine_attributed = r.machine_attributed();
+  o.at = at;
+  return o;
+}
 
 AgentTrainingPhase FromWire(v1::TrainingPhase phase) {
   switch (phase) {
@@ -289,10 +308,19 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           }
         }
         if (iter_n > 0) obs.mean_iteration_seconds = iter_sum / iter_n;
+        obs.inspections.clear();
+        for (const v1::InspectionResult& r : hb.inspections()) {
+          if (r.status() == v1::INSPECTION_STATUS_OK || r.status() == v1::INSPECTION_STATUS_NOT_PRESENT) continue;
+          obs.inspections.push_back(ToObservation(r, r.observed_at() != 0 ? r.observed_at() : now));
+        }
         break;
       }
       case v1::AgentMessage::kEvent: {
         const v1::Event& ev = message.event();
+        if (ev.has_inspection_alarm()) {
+          obs.alarms.push_back(ToObservation(ev.inspection_alarm(), ev.at() != 0 ? ev.at() : now));
+          if (obs.alarms.size() > kMaxInspectionAlarms) obs.alarms.erase(obs.alarms.begin());
+        }
         if (ev.has_process_exit()) {
           const v1::ProcessExit& pe = ev.process_exit();
           std::string tail = pe.last_log_lines().empty() ? "" : pe.last_log_lines(pe.last_log_lines_size() - 1);

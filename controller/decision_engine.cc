@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/recovery_policy.h"
 #include "controller/standby_pool_size.h"
 
 namespace peregrine {
@@ -72,6 +73,7 @@ class Decider {
       DetectAndTriage();
     }
     if (st.attempt > 0 && st.triage_deadline == 0 && st.phase != JobPhase::kFailed) {
+      HotUpdate();
       ConvergeAgents();
       DetectSuccess();
     }
@@ -303,27 +305,70 @@ class Decider {
                             open->id, min_step, st.attempt, open->training_time_lost_seconds));
     }
     if (st.reattempts > 0 && min_step > st.max_completed_step) st.reattempts = 0;
+    if (!st.version_history.empty()) {
+      VersionRecord& current = st.version_history.back();
+      if (current.outcome == "Running" && current.code == st.code &&
+          st.last_completed_step >= current.applied_at_step + config_.healthy_version_steps) {
+        current.outcome = "Healthy";
+      }
+    }
   }
 
   void DetectAndTriage() {
     JobStatus& st = plan_.status;
     std::vector<int> lost_slots;
     std::vector<std::string> signals;
+    std::vector<std::string> user_errors;
+    std::string lost_kind = "MachineLost";
     bool process_failed = false;
+    auto machine_at_fault = [&](const SlotStatus& slot, const std::string& reason) {
+      lost_slots.push_back(slot.index);
+      signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
+                     absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
+    };
     for (const SlotStatus& slot : st.slots) {
       std::string reason;
       if (PodLost(slot.pod, slot.observed, &reason)) {
-        lost_slots.push_back(slot.index);
-        signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
-                       absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
+        machine_at_fault(slot, reason);
         continue;
       }
       const AgentObservation* a = Agent(slot.pod);
       if (a == nullptr) continue;
+      // Machine-attributed inspection faults (fatal Xid, GPU lost, ECC, disk): evict now.
+      if (std::optional<std::string> fault = MachineAttributedFault(*a)) {
+        machine_at_fault(slot, absl::StrCat("inspection ", *fault));
+        lost_kind = "MachineFault";
+        continue;
+      }
+      // Network alarms: tolerated until the Nth within the window on the same machine.
+      if (!slot.machine_id.empty()) {
+        const FaultToleranceSpec& ft = spec_.fault_tolerance;
+        const int added = RecordNetworkAlarms(slot.machine_id, *a, config_.max_network_alarms, &st.network_alarms);
+        const int64_t window = static_cast<int64_t>(ft.network_alarm_window_seconds) * kNanosPerSecond;
+        const int recent = NetworkAlarmsWithin(st.network_alarms, slot.machine_id, now_, window);
+        if (recent >= ft.network_alarms_to_evict) {
+          machine_at_fault(slot, absl::StrFormat("%d network alarms within %d s (latest: %s)", recent,
+                                                 ft.network_alarm_window_seconds,
+                                                 st.network_alarms.empty() ? "" : st.network_alarms.back().summary));
+          if (lost_kind == "MachineLost") lost_kind = "NetworkAlarms";
+          continue;
+        }
+        if (added > 0) {
+          Event("Warning", "NetworkAlarmTolerated",
+                absl::StrFormat("machine %s (slot %d): %d of %d alarms within %d s before eviction",
+                                slot.machine_id, slot.index, recent,
+                                ft.network_alarms_to_evict, ft.network_alarm_window_seconds));
+        }
+      }
       if (a->attempt == st.attempt && a->phase == AgentTrainingPhase::kExited) {
         process_failed = true;
         for (const RankExit& e : a->exits) {
           if (e.exit_code != 0 || e.signal != 0) signals.push_back(absl::StrCat("pod ", slot.pod, ": ", ExitText(e)));
+          if (e.exit_code != 0) {
+            if (std::optional<std::string> err = UserCodeError(e.last_log_lines)) {
+              user_errors.push_back(absl::StrFormat("rank %d: %s", e.global_rank, *err));
+            }
+          }
         }
       }
       const std::string id = CommandId(slot.pod, st.attempt);
@@ -359,7 +404,7 @@ class Decider {
     if (failure && st.triage_deadline == 0) {
       Incident inc;
       inc.id = st.next_incident_id++;
-      inc.kind = lost_slots.empty() ? "ProcessCrash" : "MachineLost";
+      inc.kind = lost_slots.empty() ? "ProcessCrash" : lost_kind;
       inc.signal = absl::StrJoin(signals, "; ");
       inc.detected_at = now_;
       inc.step_at_failure = st.max_completed_step;
@@ -382,13 +427,30 @@ class Decider {
     if (inc == nullptr) return;
     if (!signals.empty()) inc->signal = absl::StrJoin(signals, "; ");
     inc->decided_at = now_;
+    bool rolled_back = false;
     if (!lost_slots.empty()) {
-      inc->kind = "MachineLost";
+      inc->kind = lost_kind;
       EvictAndActivate(lost_slots, inc);
       inc->decision = "evict the machine, activate a warm standby, restart the others in place";
     } else if (process_failed) {
-      inc->decision = "no machine at fault: reattempt in place";
-      ++st.reattempts;
+      const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
+      if (!user_errors.empty() && target) {
+        inc->kind = "UserCodeError";
+        inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+        inc->decision = "user-code error: roll back the code version";
+        Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
+        rolled_back = true;
+      } else if (st.reattempts >= spec_.fault_tolerance.max_reattempts && target) {
+        inc->decision = absl::StrFormat(
+            "failed again after %d reattempt(s) without passing the failure step: roll back the last code update",
+            st.reattempts);
+        Rollback(*target, inc, "failed again after a reattempt in place");
+        rolled_back = true;
+      } else {
+        inc->decision = user_errors.empty() ? "no machine at fault: reattempt in place"
+                                            : "user-code error but no earlier version: reattempt in place";
+        ++st.reattempts;
+      }
     } else {
       inc->decision = "signal not confirmed: no action";
       inc->resumed_at = now_;
@@ -404,7 +466,69 @@ class Decider {
       StopAll();
       return;
     }
+    if (st.pending_code && !rolled_back) {
+      ApplyCode(*st.pending_code, "lazy hot update at the failure-triggered restart");
+      inc->actions.push_back(absl::StrCat("apply the pending code update (revision ", st.code.revision, ")"));
+    }
     StartNewAttempt(inc);
+  }
+
+  // Makes `code` the running version (recorded in the bounded history) for the next attempt.
+  void ApplyCode(const CodeVersionSpec& code, const std::string& reason) {
+    JobStatus& st = plan_.status;
+    st.code = code;
+    st.pending_code.reset();
+    st.pending_code_since = 0;
+    st.version_history.push_back(VersionRecord{code, now_, reason, "Running", st.last_completed_step});
+    TrimFront(st.version_history, config_.max_versions);
+  }
+
+  void Rollback(const CodeVersionSpec& target, Incident* inc, const std::string& why) {
+    JobStatus& st = plan_.status;
+    const std::string from = st.code.revision;
+    if (!st.version_history.empty()) st.version_history.back().outcome = "RolledBack";
+    ApplyCode(target, absl::StrCat("rollback: ", why));
+    st.reattempts = 0;
+    inc->actions.push_back(absl::StrFormat("roll back code revision %s -> %s", from, target.revision));
+    Event("Warning", "RolledBack", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+  }
+
+  // Hot update: the desired code (spec.codeVersion) differs from the running one. Urgent
+  // (annotation peregrine.dev/hot-update: urgent) restarts in place now; otherwise it
+  // waits for the next failure-triggered restart or hotUpdateWindowHours.
+  void HotUpdate() {
+    JobStatus& st = plan_.status;
+    if (st.phase != JobPhase::kRunning || OpenIncident() != nullptr) return;
+    const CodeVersionSpec& desired = spec_.code;
+    if (st.pending_code && !(*st.pending_code == desired)) st.pending_code.reset();
+    if (desired.command.empty() || desired == st.code || WasRejected(st.version_history, desired)) return;
+    auto urgent_it = job_.metadata.annotations.find("peregrine.dev/hot-update");
+    const bool urgent = urgent_it != job_.metadata.annotations.end() && urgent_it->second == "urgent";
+    const int64_t window =
+        static_cast<int64_t>(spec_.fault_tolerance.hot_update_window_hours * 3600.0 * kNanosPerSecond);
+    if (!urgent && !st.pending_code) {
+      st.pending_code = desired;
+      st.pending_code_since = now_;
+      Event("Normal", "HotUpdatePending",
+            absl::StrFormat("code revision %s waits for the next restart (at most %.1f h)", desired.revision,
+                            spec_.fault_tolerance.hot_update_window_hours));
+      return;
+    }
+    if (!urgent && now_ < st.pending_code_since + window) {
+      plan_.requeue_after_ns = st.pending_code_since + window - now_;
+      return;
+    }
+    const std::string from = st.code.revision;
+    ApplyCode(desired, urgent ? "urgent hot update" : "hot update window expired");
+    st.attempt += 1;
+    st.resume_step = st.last_completed_step;
+    st.attempt_started_at = now_;
+    st.master_addr = MasterAddr();
+    st.master_port = obs_.candidate_master_port;
+    st.reattempts = 0;
+    Event("Normal", "HotUpdate",
+          absl::StrFormat("code revision %s -> %s: restart %d machines in place from step %d (attempt %d)", from,
+                          desired.revision, st.slots.size(), st.resume_step, st.attempt));
   }
 
   void EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc) {

@@ -6,7 +6,18 @@
 //   - machine-attributed fault (the pod or its machine is gone): evict that machine,
 //     activate a ready standby in its slot, restart the others in place from the last
 //     step every rank completed, replenish the pool;
-//   - a training process exited with no machine at fault: reattempt in place;
+//   - a machine-attributed inspection fault (fatal Xid, GPU lost, ECC / row remap, disk):
+//     the same as a lost machine (incident kind MachineFault);
+//   - network alarms: tolerated until faultTolerance.networkAlarmsToEvict of them fall on
+//     one machine within networkAlarmWindowSeconds, then evict (kind NetworkAlarms);
+//   - a training process exited with no machine at fault: reattempt in place; failing
+//     again before passing the failure step (maxReattempts), roll back the last code
+//     update; a user-code error (Python traceback: TypeError, ...) rolls back at once when
+//     an earlier version exists (recovery_policy.h);
+//   - hot update: spec.codeVersion differs from the running code: urgent (annotation
+//     peregrine.dev/hot-update: urgent) restarts in place now, otherwise at the next
+//     failure-triggered restart or when hotUpdateWindowHours expire; rollback restores
+//     the last version that ran healthy (healthy_version_steps completed steps);
 //   - a lost agent stream alone is never acted on (needs the pod to fail too);
 //   - every signal opens an incident that waits a short triage window for corroborating
 //     signals, so one machine's death and its peers' resulting exits are one incident.
@@ -31,6 +42,9 @@ struct DecisionConfig {
   int64_t start_timeout_ns = 120'000'000'000;  // a started attempt that makes no step in this long fails
   size_t max_incidents = 50;
   size_t max_evictions = 100;
+  size_t max_network_alarms = 100;
+  size_t max_versions = 20;
+  uint64_t healthy_version_steps = 5;  // a version that completed this many steps ran healthy
 };
 
 // Deterministic pod names.

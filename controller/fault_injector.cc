@@ -1,6 +1,13 @@
 #include "controller/fault_injector.h"
 
+#include <time.h>
+
+#include <algorithm>
+
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,6 +38,43 @@ absl::StatusOr<int> NumericMachine(const std::string& machine) {
   return id;
 }
 
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot rename ", tmp));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ReadCounter(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t v = 0;
+  if (!(in >> v)) return absl::NotFoundError(absl::StrCat(path, ": no counter (is the stand-in machine running?)"));
+  return v;
+}
+
+// Appends one /dev/kmsg-format record ("<prio>,<seq>,<usec>,-;message") to a stand-in log.
+absl::Status AppendKmsg(const std::string& path, int level, const std::string& message) {
+  uint64_t seq = 0;
+  {
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(absl::StrCat(path, ": no stand-in kernel log (is the machine running?)"));
+    std::string line;
+    while (std::getline(in, line)) ++seq;
+  }
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t usec = static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+  std::ofstream out(path, std::ios::app);
+  out << absl::StrFormat("%d,%d,%d,-;%s\n", level, seq, usec, message);
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
@@ -52,18 +96,21 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
     r.peer_machine = j.value("peerMachine", "");
     r.delay_us = j.value("delayUs", int64_t{0});
     r.bandwidth_bytes_per_second = j.value("bandwidthBytesPerSecond", 0.0);
+    r.xid = j.value("xid", 79);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
   }
-  static const char* kKinds[] = {"kill", "crash", "hang", "slow", "nan", "corrupt", "link", "clear"};
+  static const char* kKinds[] = {"kill", "crash", "hang", "slow", "nan", "corrupt", "link", "xid", "nic-flap", "clear"};
   if (std::find(std::begin(kKinds), std::end(kKinds), r.kind) == std::end(kKinds)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "kind: unknown fault '", r.kind, "' (expected kill, crash, hang, slow, nan, corrupt, link or clear)"));
+        "kind: unknown fault '", r.kind,
+        "' (expected kill, crash, hang, slow, nan, corrupt, link, xid, nic-flap or clear)"));
   }
   if (r.kind == "slow" && !(r.factor > 1.0)) return absl::InvalidArgumentError("factor: a slowdown must be > 1");
   if (r.kind == "link" && r.delay_us <= 0 && r.bandwidth_bytes_per_second <= 0) {
     return absl::InvalidArgumentError("delayUs or bandwidthBytesPerSecond: a link fault needs one of them > 0");
   }
+  if (r.kind == "xid" && (r.xid <= 0 || r.xid > 1000)) return absl::InvalidArgumentError("xid: expected 1..1000");
   if (r.kind != "clear" && r.slot < 0 && r.machine.empty()) {
     return absl::InvalidArgumentError("slot or machine: the fault needs a target");
   }
@@ -79,6 +126,7 @@ std::string FaultRequestToJson(const FaultRequest& r) {
   if (!r.peer_machine.empty()) j["peerMachine"] = r.peer_machine;
   if (r.delay_us > 0) j["delayUs"] = r.delay_us;
   if (r.bandwidth_bytes_per_second > 0) j["bandwidthBytesPerSecond"] = r.bandwidth_bytes_per_second;
+  if (r.kind == "xid") j["xid"] = r.xid;
   return j.dump();
 }
 
@@ -92,6 +140,29 @@ absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const J
   if (r.kind == "kill") {
     if (auto s = cluster_->KillMachine(*machine); !s.ok()) return s;
     return absl::StrCat("killed machine ", *machine, " (every process of its pod)");
+  }
+  if (r.kind == "xid" || r.kind == "nic-flap") {
+    if (sim_machine_root_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(r.kind, ": this cluster has no stand-in machine files"));
+    }
+    const std::string dir = absl::StrCat(sim_machine_root_, "/", *machine);
+    if (r.kind == "xid") {
+      const int gpu = std::max(r.local_rank, 0);
+      const std::string pci = absl::StrFormat("PCI:0000:%02x:00", 0x1b + 0x10 * gpu);
+      const std::string what = r.xid == 79 ? "GPU has fallen off the bus." : "Injected by peregrine.";
+      const std::string message = absl::StrFormat("NVRM: Xid (%s): %d, pid=%d, name=sim-trainer, %s", pci, r.xid,
+                                                  4242 + gpu, what);
+      if (auto s = AppendKmsg(dir + "/kmsg", 4, message); !s.ok()) return s;
+      return absl::StrCat("machine ", *machine, " kernel log: ", message);
+    }
+    const std::string nic = dir + "/sys/class/net/sim0";
+    auto changes = ReadCounter(nic + "/carrier_changes");
+    if (!changes.ok()) return changes.status();
+    auto downs = ReadCounter(nic + "/carrier_down_count");
+    if (!downs.ok()) return downs.status();
+    if (auto s = WriteFileAtomically(nic + "/carrier_changes", absl::StrCat(*changes + 2, "\n")); !s.ok()) return s;
+    if (auto s = WriteFileAtomically(nic + "/carrier_down_count", absl::StrCat(*downs + 1, "\n")); !s.ok()) return s;
+    return absl::StrFormat("machine %s NIC sim0 flapped (carrier down and up; %d flaps so far)", *machine, *downs + 1);
   }
   auto id = NumericMachine(*machine);
   if (!id.ok()) return id.status();

@@ -4,10 +4,15 @@
 // (sim/fault/fault_control.h), which the training processes follow while they run.
 //
 // Request grammar (also the JSON body of POST /api/v1/jobs/{ns}/{name}/faults):
-//   kind: kill | crash | hang | slow | nan | corrupt | link | clear
+//   kind: kill | crash | hang | slow | nan | corrupt | link | xid | nic-flap | clear
 //   slot: the machine slot (0..machines-1) whose current machine is targeted, or
 //   machine: a machine id; localRank: the GPU (-1 = the whole machine);
 //   factor (slow, > 1); peerSlot / peerMachine, delayUs, bandwidthBytesPerSecond (link).
+//   xid (default 79): xid appends a real-format NVRM Xid record for GPU localRank (0 when
+//   -1) to the stand-in machine's kernel log <simMachineRoot>/<machine>/kmsg; nic-flap bumps
+//   carrier_changes (+2) and carrier_down_count (+1) of its NIC sim0 under
+//   <simMachineRoot>/<machine>/sys/class/net/ (a link that went down and came back), the
+//   layout agent/inspection_runner.h PrepareStandInMachine creates.
 // Errors name the field (kInvalidArgument) or the missing target (kNotFound).
 //
 // Thread-safe.
@@ -32,6 +37,7 @@ struct FaultRequest {
   std::string peer_machine;
   int64_t delay_us = 0;
   double bandwidth_bytes_per_second = 0;
+  int xid = 79;
 };
 
 // Parses the JSON form; kInvalidArgument naming the field on error.
@@ -40,8 +46,10 @@ std::string FaultRequestToJson(const FaultRequest& request);
 
 class FaultInjector {
  public:
-  FaultInjector(LocalCluster* cluster, std::string fault_table_path)
-      : cluster_(cluster), fault_table_path_(std::move(fault_table_path)) {}
+  FaultInjector(LocalCluster* cluster, std::string fault_table_path, std::string sim_machine_root = "")
+      : cluster_(cluster),
+        fault_table_path_(std::move(fault_table_path)),
+        sim_machine_root_(std::move(sim_machine_root)) {}
 
   // Applies the request against the job's current status (slot -> machine); returns a
   // human-readable description of what was done.
@@ -50,6 +58,7 @@ class FaultInjector {
  private:
   LocalCluster* cluster_;
   std::string fault_table_path_;
+  std::string sim_machine_root_;  // stand-in machines' kmsg and sysfs ("" : xid/nic-flap unavailable)
 };
 
 }  // namespace peregrine

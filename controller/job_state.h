@@ -73,6 +73,14 @@ struct VersionRecord {
   int64_t applied_at = 0;
   std::string reason;
   std::string outcome;  // Running, Healthy, Failed, RolledBack
+  uint64_t applied_at_step = 0;  // the step training resumed after when it was applied
+};
+
+// A network alarm (NIC flap, link down, RDMA errors) counted towards eviction.
+struct NetworkAlarmRecord {
+  std::string machine_id;
+  int64_t at = 0;
+  std::string summary;
 };
 
 struct JobStatus {
@@ -105,6 +113,10 @@ struct JobStatus {
   int recoveries = 0;
   int reattempts = 0;  // consecutive reattempts without progress past the failure step
   int64_t triage_deadline = 0;  // >0 while an incident gathers corroborating signals
+  std::vector<NetworkAlarmRecord> network_alarms;  // bounded, newest last
+  // A non-urgent hot update waiting for the next failure-triggered restart or its window.
+  std::optional<CodeVersionSpec> pending_code;
+  int64_t pending_code_since = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -128,6 +140,44 @@ struct RankExit {
   std::vector<std::string> last_log_lines;
 };
 
+// One machine-inspection result as the agent reported it (agent/inspection): the latest
+// per component (heartbeat) or an alarm (a threshold crossing).
+struct InspectionObservation {
+  std::string kind;       // gpu, xid, network, rdma, host
+  std::string component;  // gpu0, PCI:0000:3b:00, eth0, /data
+  std::string status;     // OK, NOT_PRESENT, WARNING, FAULT, ERROR
+  std::string summary;
+  bool machine_attributed = false;
+  int64_t at = 0;
+};
+
+// Fail-slow state of one rank as its agent reported it (FailSlowEvent, level-based: the
+// latest verified change wins).
+struct RankFailSlowObservation {
+  bool slow = false;
+  int64_t onset = 0;       // first slow iteration of the current (or last) slowdown
+  int64_t ended_at = 0;    // onset of the recovery, 0 while slow
+  double severity = 0;     // slow level / healthy level - 1
+  double before_seconds = 0;
+  double after_seconds = 0;
+  uint64_t iteration_index = 0;
+};
+
+// Profiling (CommProfile): one rank's recent collectives on one communicator.
+struct CollectiveObservation {
+  uint64_t sequence = 0;  // n-th call on the communicator (equal on every member)
+  std::string op;
+  int64_t enter = 0;
+  int64_t exit = 0;
+};
+struct CommProfileObservation {
+  uint64_t comm_id = 0;
+  int global_rank = -1;
+  int rank_in_comm = -1;
+  int comm_size = 0;
+  std::vector<CollectiveObservation> collectives;
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -143,6 +193,8 @@ struct AgentObservation {
   std::vector<RankExit> exits;  // exits of `attempt`'s processes
   std::vector<std::string> pending_command_ids;
   std::map<std::string, std::string> failed_commands;  // id -> error message
+  std::vector<InspectionObservation> inspections;  // latest non-OK result per component
+  std::vector<InspectionObservation> alarms;       // bounded, newest last
 };
 
 struct JobObservation {

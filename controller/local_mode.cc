@@ -119,6 +119,9 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   copts.token_file = token_path;
   copts.path_prepend = {options.bin_dir};
   copts.pod_env["PEREGRINE_SIM_FAULTS"] = faults;
+  // Stand-in machines: each agent inspects its own kernel log and sysfs tree there.
+  const std::string sim_machines = options.state_dir + "/machines";
+  copts.pod_env["PEREGRINE_SIM_MACHINE_ROOT"] = sim_machines;
   copts.heartbeat_ms = options.heartbeat_ms;
   auto cluster = LocalCluster::Create(copts);
   if (!cluster.ok()) return cluster.status();
@@ -138,7 +141,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   binding.token = *token;
   impl->registry->BindJob(impl->key, binding);
 
-  impl->injector = std::make_unique<FaultInjector>(impl->cluster.get(), faults);
+  impl->injector = std::make_unique<FaultInjector>(impl->cluster.get(), faults, sim_machines);
   impl->http = std::make_unique<HttpServer>(std::vector<JobController*>{controller}, impl->metrics.get(),
                                             impl->injector.get());
   auto http_port = impl->http->Start(options.host, options.http_port);

@@ -236,5 +236,241 @@ TEST_CASE("A job gives up after maxRecoveries", "[unit]") {
   CHECK(w.status.phase == JobPhase::kFailed);
 }
 
+
+// ---------------------------------------------------------------------------
+// Automated fault tolerance (ByteRobust): inspections, network alarms, rollback, hot update
+// ---------------------------------------------------------------------------
+
+World RunningWorld(uint64_t step) {
+  World w;
+  w.Step();
+  w.Step();
+  w.Progress(step);
+  w.now += kSecond;
+  w.Step();
+  return w;
+}
+
+// Runs the triage window out: detection round, then the decision round.
+JobPlan Triage(World& w) {
+  w.Step();
+  w.now += 2 * kSecond;
+  return w.Step();
+}
+
+InspectionObservation Inspection(std::string kind, std::string status, bool machine, int64_t at,
+                                 std::string summary = "") {
+  InspectionObservation o;
+  o.kind = std::move(kind);
+  o.component = o.kind == "network" ? "sim0" : "PCI:0000:1b:00";
+  o.status = std::move(status);
+  o.machine_attributed = machine;
+  o.summary = summary.empty() ? "injected" : std::move(summary);
+  o.at = at;
+  return o;
+}
+
+std::vector<std::string> SlotMachines(const World& w) {
+  std::vector<std::string> out;
+  for (const SlotStatus& s : w.status.slots) out.push_back(s.machine_id);
+  return out;
+}
+
+TEST_CASE("Inspection results: only machine-attributed faults evict, the others are left alone", "[unit]") {
+  struct Case {
+    const char* name;
+    InspectionObservation obs;
+    bool as_alarm;
+    bool evicts;
+  };
+  const Case cases[] = {
+      {"fatal Xid alarm", Inspection("xid", "FAULT", true, 1, "Xid 79 (GPU has fallen off the bus)"), true, true},
+      {"GPU lost in the heartbeat", Inspection("gpu", "FAULT", true, 1, "GPU lost"), false, true},
+      {"disk read-only", Inspection("host", "FAULT", true, 1, "read-only"), false, true},
+      {"recoverable Xid warning", Inspection("xid", "WARNING", false, 1, "Xid 13"), true, false},
+      {"full volume (not the machine)", Inspection("host", "FAULT", false, 1, "2% free"), false, false},
+      {"GPU too hot", Inspection("gpu", "WARNING", false, 1, "92 C"), false, false},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      World w = RunningWorld(20);
+      const std::vector<std::string> before = SlotMachines(w);
+      AgentObservation* a = w.Agent(w.status.slots[1].pod);
+      if (c.as_alarm) {
+        a->alarms.push_back(c.obs);
+      } else {
+        a->inspections.push_back(c.obs);
+      }
+      Triage(w);
+      if (c.evicts) {
+        REQUIRE(w.status.incidents.size() == 1);
+        CHECK(w.status.incidents.back().kind == "MachineFault");
+        CHECK(w.status.incidents.back().machines == std::vector<std::string>{before[1]});
+        REQUIRE(w.status.evicted.size() == 1);
+        CHECK(w.status.evicted[0].machine_id == before[1]);
+        CHECK(w.status.slots[1].machine_id != before[1]);
+        CHECK(w.status.attempt == 2);
+        CHECK(w.status.resume_step == 20);
+        for (int i : {0, 2, 3}) CHECK(w.status.slots[i].machine_id == before[i]);
+      } else {
+        CHECK(w.status.incidents.empty());
+        CHECK(w.status.evicted.empty());
+        CHECK(w.status.attempt == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("Network alarms are tolerated until the second within the window on one machine", "[unit]") {
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int, int64_t>> alarms;  // (slot, seconds before now)
+    int evicted_slot;                             // -1: none
+  };
+  const Case cases[] = {
+      {"one flap", {{2, 1}}, -1},
+      {"two flaps on one machine within 300 s", {{2, 200}, {2, 1}}, 2},
+      {"two flaps 400 s apart", {{2, 401}, {2, 1}}, -1},
+      {"one flap each on two machines", {{1, 1}, {2, 2}}, -1},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      World w = RunningWorld(20);
+      const std::vector<std::string> before = SlotMachines(w);
+      for (const auto& [slot, ago] : c.alarms) {
+        w.Agent(w.status.slots[slot].pod)
+            ->alarms.push_back(Inspection("network", "WARNING", false, w.now - ago * kSecond, "1 link flaps"));
+      }
+      JobPlan first = w.Step();
+      if (c.evicted_slot < 0) {
+        bool tolerated = false;
+        for (const JobEvent& e : first.events) tolerated |= e.reason == "NetworkAlarmTolerated";
+        CHECK(tolerated);
+        w.now += 2 * kSecond;
+        w.Step();
+        CHECK(w.status.incidents.empty());
+        CHECK(w.status.evicted.empty());
+        CHECK(SlotMachines(w) == before);
+        CHECK(w.Step().Empty());  // recording the alarms again changes nothing
+      } else {
+        w.now += 2 * kSecond;
+        w.Step();
+        REQUIRE(w.status.incidents.size() == 1);
+        CHECK(w.status.incidents[0].kind == "NetworkAlarms");
+        CHECK(w.status.incidents[0].machines == std::vector<std::string>{before[c.evicted_slot]});
+        REQUIRE(w.status.evicted.size() == 1);
+        CHECK(w.status.evicted[0].machine_id == before[c.evicted_slot]);
+      }
+    }
+  }
+}
+
+// Runs version v2 by a hot update after v1 ran healthy.
+World UpdatedWorld(bool urgent) {
+  World w = RunningWorld(20);
+  CHECK(w.status.version_history.back().outcome == "Healthy");
+  w.job.spec.code = CodeVersionSpec{"", {"sim-trainer", "--v2"}, "v2", {}};
+  w.job.metadata.generation = 2;
+  if (urgent) w.job.metadata.annotations["peregrine.dev/hot-update"] = "urgent";
+  return w;
+}
+
+TEST_CASE("An urgent hot update restarts in place now with the new code", "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/true);
+  JobPlan plan = w.Step();
+  CHECK(w.status.attempt == 2);
+  CHECK(w.status.code.revision == "v2");
+  CHECK(w.status.resume_step == 20);
+  REQUIRE(plan.commands.size() == 4);
+  for (const CommandToSend& c : plan.commands) CHECK(c.assignment.code.revision == "v2");
+  CHECK(w.status.version_history.size() == 2);
+  CHECK(w.status.version_history.back().reason == "urgent hot update");
+  CHECK(w.status.incidents.empty());
+  CHECK(w.Step().Empty());
+}
+
+TEST_CASE("A lazy hot update waits for the next failure-triggered restart", "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/false);
+  w.Step();
+  CHECK(w.status.attempt == 1);
+  CHECK(w.status.code.revision == "");
+  REQUIRE(w.status.pending_code.has_value());
+  CHECK(w.Step().Empty());
+  AgentObservation* a = w.Agent(w.status.slots[0].pod);
+  a->phase = AgentTrainingPhase::kExited;
+  a->exits = {RankExit{0, 1, 0, {"RuntimeError: NCCL timeout"}}};
+  JobPlan plan = Triage(w);
+  CHECK(w.status.attempt == 2);
+  CHECK(w.status.code.revision == "v2");
+  CHECK_FALSE(w.status.pending_code.has_value());
+  for (const CommandToSend& c : plan.commands) CHECK(c.assignment.code.revision == "v2");
+}
+
+TEST_CASE("A lazy hot update is applied when its window expires", "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/false);
+  w.job.spec.fault_tolerance.hot_update_window_hours = 1;
+  w.Step();
+  CHECK(w.status.attempt == 1);
+  w.now += 3599 * kSecond;
+  w.Step();
+  CHECK(w.status.attempt == 1);
+  w.now += 2 * kSecond;
+  w.Step();
+  CHECK(w.status.attempt == 2);
+  CHECK(w.status.code.revision == "v2");
+  CHECK(w.status.version_history.back().reason == "hot update window expired");
+}
+
+TEST_CASE("Crashes after a code update: reattempt, then roll back to the last healthy version", "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/true);
+  w.Step();  // v2 runs (attempt 2)
+  REQUIRE(w.status.code.revision == "v2");
+  auto crash = [&w] {
+    AgentObservation* a = w.Agent(w.status.slots[3].pod);
+    a->phase = AgentTrainingPhase::kExited;
+    a->exits = {RankExit{6, 1, 0, {"Segmentation fault (core dumped)"}}};
+    return Triage(w);
+  };
+  crash();
+  CHECK(w.status.incidents.back().decision.find("reattempt") != std::string::npos);
+  CHECK(w.status.code.revision == "v2");
+  JobPlan plan = crash();  // fails again before passing the failure step
+  CHECK(w.status.incidents.back().decision.find("roll back") != std::string::npos);
+  CHECK(w.status.code.revision == "");
+  CHECK(w.status.code.command == std::vector<std::string>{"sim-trainer"});
+  for (const CommandToSend& c : plan.commands) CHECK(c.assignment.code.command == std::vector<std::string>{"sim-trainer"});
+  REQUIRE(w.status.version_history.size() == 3);
+  CHECK(w.status.version_history[1].outcome == "RolledBack");
+  CHECK(w.status.resume_step == 20);
+  CHECK(w.status.evicted.empty());
+  // The rolled-back version stays the desired spec, but it is not applied again.
+  CHECK(w.Step().Empty());
+  CHECK(w.status.code.revision == "");
+}
+
+TEST_CASE("A user-code error rolls back at once when an earlier version exists", "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/true);
+  w.Step();
+  AgentObservation* a = w.Agent(w.status.slots[2].pod);
+  a->phase = AgentTrainingPhase::kExited;
+  a->exits = {RankExit{4, 1, 0,
+                       {"Traceback (most recent call last):", "  File \"train.py\", line 3, in <module>",
+                        "    model(x, y, z)", "TypeError: forward() takes 2 positional arguments but 4 were given"}}};
+  Triage(w);
+  CHECK(w.status.incidents.back().kind == "UserCodeError");
+  CHECK(w.status.code.revision == "");
+  CHECK(w.status.evicted.empty());
+}
+
+TEST_CASE("A user-code error with no earlier version is reattempted", "[unit]") {
+  World w = RunningWorld(20);
+  AgentObservation* a = w.Agent(w.status.slots[2].pod);
+  a->phase = AgentTrainingPhase::kExited;
+  a->exits = {RankExit{4, 1, 0, {"Traceback (most recent call last):", "KeyError: 'lr'"}}};
+  Triage(w);
+  CHECK(w.status.incidents.back().decision.find("reattempt") != std::string::npos);
+  CHECK(w.status.attempt == 2);
+}
+
 }  // namespace
 }  // namespace peregrine
