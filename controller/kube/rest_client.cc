@@ -689,6 +689,7 @@ absl::Status RestClient::Delete(const ResourcePath& path, absl::string_view name
     body["preconditions"]["resourceVersion"] = options.precondition_resource_version;
   }
   if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
+  if (options.grace_period_seconds.has_value()) body["gracePeriodSeconds"] = *options.grace_period_seconds;
   return impl_
       ->Do("DELETE", path.plural, "DELETE", path.ObjectPath(name), "", body.dump(),
            "application/json")

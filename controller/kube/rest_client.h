@@ -23,6 +23,7 @@
 #ifndef PEREGRINE_CONTROLLER_KUBE_REST_CLIENT_H_
 #define PEREGRINE_CONTROLLER_KUBE_REST_CLIENT_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -80,6 +81,8 @@ struct DeleteOptions {
   std::string precondition_uid;               // "" = no precondition
   std::string precondition_resource_version;  // "" = no precondition
   std::string propagation_policy;             // "", "Foreground", "Background", "Orphan"
+  // Seconds the object's owner gets to stop (pods: SIGTERM -> SIGKILL); unset = its default.
+  std::optional<int64_t> grace_period_seconds;
 };
 
 // Metrics hook. Implementations must be thread-safe and must not call the client.
