@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,10 +19,12 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
+#include "controller/kube_command.h"
 #include "controller/local_mode.h"
 
 namespace {
@@ -40,8 +43,7 @@ constexpr char kUsage[] =
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"
     "  --heartbeat-ms N    agent heartbeat interval (default 500)\n"
     "  --timeout-s N       give up (exit 1) if the job has not finished after N seconds (default 600)\n"
-    "Without --local the controller would run against the Kubernetes API; that driver is not\n"
-    "part of this build yet, so --local is required.\n";
+    "Without --local the controller runs against the Kubernetes API (see --help without --local).\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "peregrine-controller: %s\n", message.c_str());
@@ -51,6 +53,24 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Without --local: the Kubernetes operator (controller/kube_command.h).
+  if (std::none_of(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--local"; })) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (std::find(args.begin(), args.end(), "--help") != args.end() || std::find(args.begin(), args.end(), "-h") != args.end()) {
+      std::fputs(peregrine::KubeMainUsage().c_str(), stdout);
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    auto options = peregrine::ParseKubeMainFlags(args, [](std::string_view name) -> std::optional<std::string> {
+      const char* v = std::getenv(std::string(name).c_str());
+      return v == nullptr ? std::nullopt : std::optional<std::string>(v);
+    });
+    if (!options.ok()) return Fail(absl::StrCat(options.status().message(), "\n", peregrine::KubeMainUsage()));
+    signal(SIGINT, OnSignal);
+    signal(SIGTERM, OnSignal);
+    signal(SIGPIPE, SIG_IGN);
+    return peregrine::RunKubeMain(*options, g_signal);
+  }
   std::string job_file, state_dir, bin_dir, scenario_name;
   int at_step = 30, grpc_port = 0, http_port = 0, heartbeat_ms = 500, timeout_s = 600;
   for (int i = 1; i < argc; ++i) {

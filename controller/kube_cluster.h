@@ -1,0 +1,125 @@
+// KubeCluster: the Kubernetes implementation of Cluster (cluster.h). It reads pods and
+// nodes from informer caches and writes to the API server:
+//   - CreatePod builds the pod from the TrainingJob's spec.template (a PodTemplateSpec)
+//     with the agent injected: an init container (KubeClusterOptions::agent_image) copies
+//     the agent's files into an emptyDir mounted at /peregrine; the training container
+//     (the template's first container) runs
+//       /peregrine/bin/peregrine-agent --controller <addr> --job <ns>/<name> --pod <pod>
+//                                      --role active|standby --machine-id $(NODE_NAME)
+//     with NODE_NAME from the downward API and PEREGRINE_TOKEN_FILE pointing at the
+//     per-job token Secret mounted read-only. Labels peregrine.dev/job, /role, /slot;
+//     an ownerReference to the TrainingJob (controller, blockOwnerDeletion) so deleting
+//     the job garbage-collects it; hostname = pod name and subdomain = the job's headless
+//     Service, so rank 0 is reachable at <pod>.<job>.<ns>.svc; restartPolicy Never (the
+//     controller, not the kubelet, replaces a failed machine).
+//   - ListPods maps the cached pods labelled peregrine.dev/job=<name> (excluding those
+//     with a deletionTimestamp) to PodObservation: phase Running -> running; Failed or
+//     Succeeded (the agent never exits on its own while the job runs) -> failed; a node
+//     whose Ready condition is False or Unknown -> failed ("node X NotReady").
+//   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
+//     so a pod re-created under the same name is never deleted by a stale decision.
+//   - QuarantineMachine cordons the node (merge patch spec.unschedulable=true) and labels
+//     it peregrine.dev/quarantined=<short reason>, with the full reason in an annotation.
+//   - RecordEvent goes through the EventRecorder; PersistStatus writes the status
+//     subresource (409: re-read and retry), LoadStatus reads it back from the API server.
+// Every write first asks `may_write` (the leader check): when it says no the write is
+// refused with kUnavailable and nothing is sent, so a replica that lost its Lease stops
+// acting at once.
+//
+// EnsureJobObjects creates the job's headless Service and token Secret (idempotent, both
+// owned by the job) and returns the token the agents must present.
+//
+// Thread-safe (the informers, RestClient and EventRecorder are); each job's calls come
+// from one work-queue worker at a time. The client, informers and recorder must outlive it.
+#ifndef PEREGRINE_CONTROLLER_KUBE_CLUSTER_H_
+#define PEREGRINE_CONTROLLER_KUBE_CLUSTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/cluster.h"
+#include "controller/kube/events.h"
+#include "controller/kube/informer.h"
+#include "controller/kube/rest_client.h"
+
+namespace peregrine {
+
+inline constexpr char kJobLabel[] = "peregrine.dev/job";
+inline constexpr char kRoleLabel[] = "peregrine.dev/role";
+inline constexpr char kSlotLabel[] = "peregrine.dev/slot";
+inline constexpr char kQuarantineLabel[] = "peregrine.dev/quarantined";
+inline constexpr char kQuarantineReasonAnnotation[] = "peregrine.dev/quarantine-reason";
+// The pod informer's index: "<namespace>/<job>" from the pod's namespace and job label.
+inline constexpr char kPodsByJobIndex[] = "job";
+
+// Resource paths (namespace filled in by the caller where it matters).
+kube::ResourcePath TrainingJobsPath(const std::string& ns);
+kube::ResourcePath PodsPath(const std::string& ns);
+kube::ResourcePath NodesPath();
+kube::ResourcePath ServicesPath(const std::string& ns);
+kube::ResourcePath SecretsPath(const std::string& ns);
+
+// Index function for kPodsByJobIndex.
+std::vector<std::string> PodJobIndex(const nlohmann::json& pod);
+
+struct KubeClusterOptions {
+  std::string controller_address;  // host:port the agents dial (the gRPC Service)
+  std::string agent_image;         // holds /opt/peregrine/bin/peregrine-agent
+  uint32_t rendezvous_port = 29500;
+  int heartbeat_ms = 0;            // 0: the agent's default
+};
+
+// Names of the per-job objects.
+std::string JobServiceName(const TrainingJob& job);  // the headless Service: the job's name
+std::string JobSecretName(const TrainingJob& job);   // "<job>-peregrine-token"
+
+// The pod KubeCluster::CreatePod submits (exposed for tests). kInvalidArgument when the
+// template is not a PodTemplateSpec with at least one container.
+absl::StatusOr<nlohmann::json> BuildPod(const TrainingJob& job, const PodToCreate& pod,
+                                        const KubeClusterOptions& options);
+
+// A short label value (<= 63 characters of [A-Za-z0-9._-], starting and ending
+// alphanumeric) summarising `reason`; "unknown" when nothing is left.
+std::string ShortLabelValue(const std::string& reason);
+
+class KubeCluster final : public Cluster {
+ public:
+  KubeCluster(kube::RestClient* client, kube::Informer* pods, kube::Informer* nodes, kube::EventRecorder* events,
+              KubeClusterOptions options, std::function<bool()> may_write);
+
+  absl::Status CreatePod(const TrainingJob& job, const PodToCreate& pod) override;
+  absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override;
+  absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override;
+  absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override;
+  absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override;
+  absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override;
+  absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override;
+  std::string RendezvousDomain(const TrainingJob& job) override;
+  absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
+
+  // Creates (or finds) the job's headless Service and token Secret; returns the token.
+  absl::StatusOr<std::string> EnsureJobObjects(const TrainingJob& job);
+  // Names of every cached pod of the job, including those being deleted.
+  std::vector<std::string> CachedPodNames(const TrainingJob& job);
+
+ private:
+  absl::Status CheckMayWrite(const char* what) const;
+
+  kube::RestClient* const client_;
+  kube::Informer* const pods_;
+  kube::Informer* const nodes_;
+  kube::EventRecorder* const events_;
+  const KubeClusterOptions options_;
+  const std::function<bool()> may_write_;
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_KUBE_CLUSTER_H_

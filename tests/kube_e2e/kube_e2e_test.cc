@@ -1,0 +1,364 @@
+// The operator end to end: KubeMode against FakeKubeApiServer, with the test playing the
+// scheduler, kubelet and agents (harness.h). Every test asserts end states read from the
+// API server (the TrainingJob status subresource, the objects that exist) and tears down
+// everything it started, also when an assertion fails (RAII in Env).
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller/job_state.h"
+#include "controller/kube_mode.h"
+#include "controller/status_json.h"
+#include "tests/kube_e2e/harness.h"
+
+namespace peregrine::e2e {
+namespace {
+
+using testing::FakeKubeApiServer;
+
+constexpr char kNs[] = "train";
+constexpr char kJobs[] = "trainingjobs.peregrine.dev";
+
+json JobManifest(const std::string& name, int machines, int data_parallel = -1) {
+  return json{
+      {"apiVersion", "peregrine.dev/v1alpha1"},
+      {"kind", "TrainingJob"},
+      {"metadata", {{"name", name}, {"namespace", kNs}}},
+      {"spec",
+       {{"machines", machines},
+        {"gpusPerMachine", 1},
+        {"parallelism", {{"tensor", 1}, {"pipeline", 1}, {"data", data_parallel < 0 ? machines : data_parallel}}},
+        {"codeVersion", {{"image", "example.com/train:1"}, {"command", json::array({"python", "train.py"})}}},
+        {"template",
+         {{"metadata", {{"labels", {{"team", "ml"}}}}},
+          {"spec", {{"containers", json::array({json{{"name", "trainer"}, {"image", "example.com/train:1"}}})}}}}},
+        {"standby", {{"min", 1}, {"max", 1}}},
+        {"faultTolerance", {{"restartGraceSeconds", 1}}}}}};
+}
+
+struct Env {
+  Env() {
+    server.RegisterResource({"", "v1", "secrets", "Secret"});
+    REQUIRE(server.Start().ok());
+    config.server = server.base_url();
+    config.source = "test";
+    auto c = kube::RestClient::Create(config);
+    REQUIRE(c.ok());
+    client = *std::move(c);
+  }
+  ~Env() {
+    if (kubelet) kubelet->Stop();
+    for (auto& m : modes) {
+      if (m) m->Shutdown();
+    }
+    server.Stop();
+  }
+
+  KubeModeOptions Options(const std::string& identity, bool leader_elect) {
+    KubeModeOptions o;
+    o.watch_namespace = kNs;
+    o.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
+    o.agent_image = "example.com/peregrine-agent:test";
+    o.host = "127.0.0.1";
+    o.grpc_port = 0;
+    o.http_port = 0;
+    o.heartbeat_ms = 100;
+    o.resync = absl::Seconds(2);
+    o.identity = identity;
+    o.decision.triage_window_ns = 300'000'000;
+    if (leader_elect) {
+      o.leader_elect = true;
+      o.lease_namespace = kNs;
+      o.lease_duration = absl::Seconds(3);
+      o.renew_deadline = absl::Seconds(2);
+      o.retry_period = absl::Milliseconds(300);
+    }
+    return o;
+  }
+
+  KubeMode* StartController(const std::string& identity = "replica-a", bool leader_elect = false) {
+    auto m = KubeMode::Start(config, Options(identity, leader_elect));
+    REQUIRE(m.ok());
+    modes.push_back(*std::move(m));
+    return modes.back().get();
+  }
+
+  // Agents dial whichever replica leads now (what the leader-only Service does).
+  std::string Target() {
+    for (auto& m : modes) {
+      if (m && m->IsLeader()) return absl::StrCat("127.0.0.1:", m->grpc_port());
+    }
+    return "127.0.0.1:1";
+  }
+
+  void StartKubelet() {
+    kubelet = std::make_unique<FakeKubelet>(&server, client.get(), kNs, [this] { return Target(); }, &script);
+  }
+
+  void Submit(const json& manifest) { REQUIRE(server.CreateForTest(kJobs, kNs, manifest).ok()); }
+
+  std::optional<JobStatus> Status(const std::string& name) {
+    auto obj = server.GetForTest(kJobs, kNs, name);
+    if (!obj.ok() || !obj->contains("status") || !(*obj)["status"].contains("phase")) return std::nullopt;
+    auto st = JobStatusFromJson((*obj)["status"].dump());
+    if (!st.ok()) return std::nullopt;
+    return *st;
+  }
+
+  bool WaitStatus(const std::string& name, const std::function<bool(const JobStatus&)>& pred,
+                  absl::Duration deadline = absl::Seconds(90)) {
+    return Eventually([&] {
+      auto st = Status(name);
+      return st.has_value() && pred(*st);
+    }, deadline);
+  }
+
+  std::string Uid(const std::string& resource, const std::string& name) {
+    auto obj = server.GetForTest(resource, resource == "nodes" ? "" : kNs, name);
+    return obj.ok() ? (*obj)["metadata"].value("uid", "") : "";
+  }
+
+  FakeKubeApiServer server;
+  kube::Config config;
+  std::unique_ptr<kube::RestClient> client;
+  TrainingScript script;
+  std::vector<std::unique_ptr<KubeMode>> modes;
+  std::unique_ptr<FakeKubelet> kubelet;
+};
+
+bool Phase(const JobStatus& st, JobPhase p) { return st.phase == p; }
+
+const Condition* FindCondition(const JobStatus& st, const std::string& type) {
+  for (const Condition& c : st.conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST_CASE("a TrainingJob runs from creation to completion", "[integration]") {
+  Env env;
+  env.script.finish_step = 15;
+  env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest("demo", 2));
+  REQUIRE(env.WaitStatus("demo", [](const JobStatus& st) { return Phase(st, JobPhase::kSucceeded); }));
+  auto st = env.Status("demo");
+  CHECK(st->last_completed_step == 15);
+  CHECK(st->slots.size() == 2);
+  CHECK(st->incidents.empty());
+  CHECK(env.kubelet->PodErrors().empty());
+  // The job's objects: headless Service, token Secret, the finalizer, and Events.
+  auto svc = env.server.GetForTest("services", kNs, "demo");
+  REQUIRE(svc.ok());
+  CHECK((*svc)["spec"]["clusterIP"] == "None");
+  CHECK(env.server.GetForTest("secrets", kNs, "demo-peregrine-token").ok());
+  auto job = env.server.GetForTest(kJobs, kNs, "demo");
+  REQUIRE(job.ok());
+  CHECK((*job)["metadata"]["finalizers"] == json::array({kTeardownFinalizer}));
+  CHECK(env.server.RequestCountForTest("create", "events") > 0);
+  const Condition* valid = FindCondition(*st, "Valid");
+  REQUIRE(valid != nullptr);
+  CHECK(valid->status == "True");
+  // The finished job's standby was deleted; its machine pods stay for their logs.
+  CHECK(Eventually([&] { return !env.server.GetForTest("pods", kNs, "demo-s0").ok(); }));
+  CHECK(env.server.GetForTest("pods", kNs, "demo-m0").ok());
+}
+
+TEST_CASE("a pod dies and a standby takes its slot, the other pods untouched", "[integration]") {
+  Env env;
+  env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest("swap", 3));
+  REQUIRE(env.WaitStatus("swap", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 5 && st.standby_ready == 1;
+  }));
+  const auto before = *env.Status("swap");
+  const std::string standby = before.standbys.at(0).pod;
+  const std::string uid0 = env.Uid("pods", "swap-m0"), uid2 = env.Uid("pods", "swap-m2");
+  REQUIRE(env.kubelet->KillPod("swap-m1"));
+  REQUIRE(env.WaitStatus("swap", [&](const JobStatus& st) {
+    return st.incidents.size() == 1 && st.incidents[0].resumed_at != 0 && Phase(st, JobPhase::kRunning);
+  }));
+  auto st = *env.Status("swap");
+  CHECK(st.slots[1].pod == standby);
+  CHECK(st.slots[0].pod == "swap-m0");
+  CHECK(st.slots[2].pod == "swap-m2");
+  CHECK(st.incidents[0].kind == "MachineLost");
+  REQUIRE(st.evicted.size() == 1);
+  CHECK(st.evicted[0].pod == "swap-m1");
+  CHECK(env.Uid("pods", "swap-m0") == uid0);
+  CHECK(env.Uid("pods", "swap-m2") == uid2);
+  CHECK(Eventually([&] { return !env.server.GetForTest("pods", kNs, "swap-m1").ok(); }));
+  // The pool is replenished with a new standby.
+  CHECK(env.WaitStatus("swap", [&](const JobStatus& s) { return s.standbys.size() == 1 && s.standbys[0].pod != standby; }));
+}
+
+TEST_CASE("watch streams drop mid-recovery and reconcile still converges", "[integration]") {
+  Env env;
+  env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest("drop", 2));
+  REQUIRE(env.WaitStatus("drop", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
+  }));
+  env.script.progress = false;
+  REQUIRE(env.kubelet->KillPod("drop-m0"));
+  env.server.DropWatchesForTest();
+  REQUIRE(env.WaitStatus("drop", [](const JobStatus& st) { return st.evicted.size() == 1; }));
+  env.server.DropWatchesForTest();
+  env.script.progress = true;
+  env.server.DropWatchesForTest();
+  REQUIRE(env.WaitStatus("drop", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.incidents.size() == 1 && st.incidents[0].resumed_at != 0;
+  }));
+  CHECK(env.Status("drop")->evicted.size() == 1);
+}
+
+TEST_CASE("a stale status write is re-read and retried", "[integration]") {
+  Env env;
+  env.StartController();
+  env.StartKubelet();
+  env.script.finish_step = 10;
+  // Every status write of the first rounds meets a 409 Conflict once.
+  env.server.FailNextRequestsForTest("update", "trainingjobs.peregrine.dev/status", 3, 409);
+  env.Submit(JobManifest("stale", 1));
+  REQUIRE(env.WaitStatus("stale", [](const JobStatus& st) { return Phase(st, JobPhase::kSucceeded); }));
+  // Each conflict cost one extra GET + PUT, and nothing was lost.
+  CHECK(env.server.RequestCountForTest("update", "trainingjobs.peregrine.dev/status") >= 4);
+  CHECK(env.Status("stale")->last_completed_step == 10);
+}
+
+TEST_CASE("a controller restarted mid-recovery does not evict twice", "[integration]") {
+  Env env;
+  KubeMode* first = env.StartController("replica-a");
+  env.StartKubelet();
+  env.Submit(JobManifest("restart", 2));
+  REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
+  }));
+  env.script.progress = false;  // recovery cannot complete before the restart
+  REQUIRE(env.kubelet->KillPod("restart-m1"));
+  REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) { return st.evicted.size() == 1; }));
+  first->Shutdown();
+  const int pod_deletes = env.server.RequestCountForTest("delete", "pods");
+  env.StartController("replica-b");
+  env.kubelet->ReconnectAll();
+  env.script.progress = true;
+  REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.incidents.size() == 1 && st.incidents[0].resumed_at != 0;
+  }));
+  auto st = *env.Status("restart");
+  CHECK(st.evicted.size() == 1);
+  CHECK(st.recoveries == 1);
+  // The new controller deleted no further pod except, at most, the replaced standby's
+  // successor bookkeeping: no second eviction.
+  CHECK(env.server.RequestCountForTest("delete", "pods") <= pod_deletes + 1);
+  CHECK(st.slots[0].pod == "restart-m0");
+}
+
+TEST_CASE("two controller replicas compete and only the leader acts", "[integration]") {
+  Env env;
+  KubeMode* a = env.StartController("replica-a", /*leader_elect=*/true);
+  REQUIRE(Eventually([&] { return a->IsLeader(); }));
+  KubeMode* b = env.StartController("replica-b", /*leader_elect=*/true);
+  env.StartKubelet();
+  env.Submit(JobManifest("ha", 2));
+  REQUIRE(env.WaitStatus("ha", [](const JobStatus& st) { return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3; }));
+  CHECK_FALSE(b->IsLeader());
+  CHECK(b->ApiWritesForTest() == 0);
+  CHECK(a->ApiWritesForTest() > 0);
+  {
+    // A follower turns agents away with UNAVAILABLE.
+    auto stub = v1::AgentService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", b->grpc_port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    v1::ControllerMessage in;
+    CHECK_FALSE(stream->Read(&in));
+    CHECK(stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  }
+  // The leader steps down (releasing the Lease); the follower takes over and the job ends.
+  env.script.finish_step = 30;
+  a->Shutdown();
+  REQUIRE(Eventually([&] { return b->IsLeader(); }));
+  env.kubelet->ReconnectAll();
+  REQUIRE(env.WaitStatus("ha", [](const JobStatus& st) { return Phase(st, JobPhase::kSucceeded); }));
+  CHECK(b->ApiWritesForTest() > 0);
+  CHECK(env.Status("ha")->incidents.empty());
+}
+
+TEST_CASE("a 100-machine job converges with a bounded number of API calls", "[integration]") {
+  Env env;
+  env.script.finish_step = 3;
+  KubeMode* mode = env.StartController();
+  env.StartKubelet();
+  constexpr int kMachines = 100;
+  env.Submit(JobManifest("big", kMachines));
+  REQUIRE(env.WaitStatus("big", [](const JobStatus& st) { return Phase(st, JobPhase::kSucceeded); },
+                         absl::Seconds(240)));
+  auto st = *env.Status("big");
+  const int standbys = 1;
+  const int status_writes = env.server.RequestCountForTest("update", "trainingjobs.peregrine.dev/status");
+  const int64_t requests = mode->ApiRequestsForTest();
+  INFO("requests " << requests << ", status writes " << status_writes);
+  // One create per pod: no pod is created twice.
+  CHECK(env.server.RequestCountForTest("create", "pods") == kMachines + standbys);
+  // Every status write is caused by an observable change (a pod seen running, a step, a
+  // phase), never by a heartbeat: at most one per pod plus a few per step and phase.
+  CHECK(status_writes <= kMachines + standbys + 10 * 3 + 20);
+  // Reads come from the informer caches: the whole run costs the pod creates, the status
+  // writes (each a GET + PUT), a handful of events and setup calls - O(machines), with a
+  // constant independent of how many heartbeats and reconciles happened.
+  CHECK(requests <= (kMachines + standbys) + 2 * status_writes + 30);
+  CHECK(st.slots.size() == kMachines);
+}
+
+TEST_CASE("an invalid TrainingJob gets Valid=False and no pods", "[integration]") {
+  Env env;
+  env.StartController();
+  env.Submit(JobManifest("bad", 2, /*data_parallel=*/3));
+  REQUIRE(env.WaitStatus("bad", [](const JobStatus& st) {
+    const Condition* c = FindCondition(st, "Valid");
+    return c != nullptr && c->status == "False";
+  }));
+  auto st = *env.Status("bad");
+  const Condition* c = FindCondition(st, "Valid");
+  CHECK(c->reason == "InvalidSpec");
+  CHECK(absl::StrContains(c->message, "parallelism"));
+  CHECK(st.phase == JobPhase::kPending);
+  CHECK(env.server.RequestCountForTest("create", "pods") == 0);
+  // Fixing the spec lets it start.
+  auto obj = env.server.GetForTest(kJobs, kNs, "bad");
+  REQUIRE(obj.ok());
+  auto fixed = *obj;
+  fixed["spec"]["parallelism"]["data"] = 2;
+  REQUIRE(env.client->Update(TrainingJobsPath(kNs), "bad", fixed).ok());
+  CHECK(env.WaitStatus("bad", [](const JobStatus& s) {
+    const Condition* v = FindCondition(s, "Valid");
+    return v != nullptr && v->status == "True";
+  }));
+}
+
+TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]") {
+  Env env;
+  env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest("gone", 2));
+  REQUIRE(env.WaitStatus("gone", [](const JobStatus& st) { return Phase(st, JobPhase::kRunning) && st.standby_ready == 1; }));
+  REQUIRE(env.client->Delete(TrainingJobsPath(kNs), "gone").ok());
+  REQUIRE(Eventually([&] { return !env.server.GetForTest(kJobs, kNs, "gone").ok(); }));
+  CHECK(Eventually([&] {
+    for (const char* pod : {"gone-m0", "gone-m1", "gone-s0"}) {
+      if (env.server.GetForTest("pods", kNs, pod).ok()) return false;
+    }
+    return !env.server.GetForTest("services", kNs, "gone").ok() &&
+           !env.server.GetForTest("secrets", kNs, "gone-peregrine-token").ok();
+  }));
+  CHECK(Eventually([&] { return env.kubelet->RunningPods().empty(); }));
+}
+
+}  // namespace
+}  // namespace peregrine::e2e
