@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/controller_link.h"
+#include "agent/failslow_monitor.h"
 #include "agent/inspection_runner.h"
 #include "agent/launch_plan.h"
 #include "agent/progress_parser.h"
@@ -87,6 +89,14 @@ class Agent::Impl {
     if (!signal_fd.ok()) return signal_fd.status();
     signal_fd_ = *signal_fd;
     supervisor_ = std::make_unique<Supervisor>();
+    if (!options_.nccl_hook.empty()) {
+      FailSlowMonitorOptions monitor;
+      monitor.ring_dir = options_.log_dir.empty() ? absl::StrCat("/tmp/peregrine-nccl-", options_.pod_name)
+                                                  : absl::StrCat(options_.log_dir, "/nccl-rings");
+      absl::StatusOr<std::unique_ptr<FailSlowMonitor>> created = FailSlowMonitor::Create(monitor);
+      if (!created.ok()) return created.status();
+      failslow_ = std::move(*created);
+    }
     if (options_.inspections) {
       std::string sim_dir;
       if (!options_.sim_machine_root.empty()) {
@@ -187,6 +197,7 @@ class Agent::Impl {
 
       PollSupervisor(sweep);
       sweep = false;
+      PollFailSlow();
       PollInspections();
       RunContinuations();
       if (registered_ && absl::Now() >= next_heartbeat_) SendHeartbeat();
@@ -242,6 +253,24 @@ class Agent::Impl {
       v1::Event event;
       event.set_at(UnixNanos(now));
       *event.mutable_inspection_alarm() = std::move(alarm);
+      SendEvent(std::move(event));
+    }
+  }
+
+  // Fail-slow tracking: reads the NCCL rings every ~100 ms; verified changes go out as
+  // events at once.
+  void PollFailSlow() {
+    if (!failslow_ || shutting_down_) return;
+    const absl::Time now = absl::Now();
+    if (now < next_failslow_poll_) return;
+    next_failslow_poll_ = now + absl::Milliseconds(100);
+    timespec mono{};
+    ::clock_gettime(CLOCK_MONOTONIC, &mono);
+    const int64_t mono_ns = static_cast<int64_t>(mono.tv_sec) * 1'000'000'000 + mono.tv_nsec;
+    for (v1::FailSlowEvent& fs : failslow_->Poll(UnixNanos(now), mono_ns)) {
+      v1::Event event;
+      event.set_at(UnixNanos(now));
+      *event.mutable_fail_slow() = std::move(fs);
       SendEvent(std::move(event));
     }
   }
@@ -394,6 +423,7 @@ class Agent::Impl {
     if (inspections_) {
       for (v1::InspectionResult& r : inspections_->Latest()) *hb->add_inspections() = std::move(r);
     }
+    if (failslow_) failslow_->FillCommProfiles(hb->mutable_comm_profiles());
     link_->Send(session_, message);
   }
 
@@ -451,6 +481,13 @@ class Agent::Impl {
     context.started_at = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
     absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(assignment, context);
     if (!plan.ok()) return plan.status();
+    if (failslow_) {
+      for (ProcessSpec& spec : *plan) {
+        AddNcclHookEnvironment(options_.nccl_hook, failslow_->ring_dir(), failslow_->profiling(), failslow_->trap(),
+                               &spec.env);
+      }
+      failslow_->Reset();
+    }
     absl::Status status = supervisor_->Start(std::move(*plan));
     if (!status.ok()) return status;
     pending_code_.reset();
@@ -530,6 +567,14 @@ class Agent::Impl {
         FinishWith(id, status, nullptr);
         break;
       }
+      case v1::Command::kNcclMode:
+        if (!failslow_) {
+          Finish(id, absl::FailedPreconditionError("nccl_mode: this agent runs without the NCCL hook (--nccl-hook)"));
+        } else {
+          failslow_->SetMode(command.nccl_mode().profiling(), command.nccl_mode().trap());
+          Finish(id, absl::OkStatus());
+        }
+        break;
       case v1::Command::kHotUpdate: {
         const auto& update = command.hot_update();
         if (!update.urgent()) {
@@ -666,6 +711,8 @@ class Agent::Impl {
 
   // Control-loop state.
   std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<FailSlowMonitor> failslow_;
+  absl::Time next_failslow_poll_ = absl::InfinitePast();
   std::unique_ptr<InspectionRunner> inspections_;
   bool finished_ = false;
   bool shutting_down_ = false;

@@ -53,6 +53,10 @@ struct AgentOptions {
   std::string token_file;     // optional: "authorization: Bearer <token>"
   std::string tls_ca_file;    // optional: TLS with this CA bundle
   std::string log_dir;        // optional: per-rank logs rank-<N>.log
+  // optional: libperegrine_nccl.so; when set, training processes run with it preloaded
+  // and a FailSlowMonitor reads their NCCL rings (in <log_dir>/nccl-rings, or
+  // /tmp/peregrine-nccl-<pod> without a log dir) and reports fail-slow events.
+  std::string nccl_hook;
   uint32_t heartbeat_ms = 1000;
   uint32_t grace_ms = 10000;  // SIGTERM -> SIGKILL on agent shutdown
   bool handle_signals = false;  // install SIGTERM/SIGINT handlers (the binary does)

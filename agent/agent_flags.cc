@@ -19,6 +19,7 @@ constexpr FlagDef kFlags[] = {
     {"role", "PEREGRINE_ROLE"},             {"token-file", "PEREGRINE_TOKEN_FILE"},
     {"tls-ca", "PEREGRINE_TLS_CA"},         {"log-dir", "PEREGRINE_LOG_DIR"},
     {"heartbeat-ms", "PEREGRINE_HEARTBEAT_MS"}, {"grace-ms", "PEREGRINE_GRACE_MS"},
+    {"nccl-hook", "PEREGRINE_NCCL_HOOK"},
     {"kmsg-path", "PEREGRINE_KMSG_PATH"},   {"sysfs-root", "PEREGRINE_SYSFS_ROOT"},
     {"sim-machine-root", "PEREGRINE_SIM_MACHINE_ROOT"},
 };
@@ -113,6 +114,7 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
   o.token_file = get("token-file");
   o.tls_ca_file = get("tls-ca");
   o.log_dir = get("log-dir");
+  o.nccl_hook = get("nccl-hook");
   if (values.contains("heartbeat-ms")) {
     absl::StatusOr<uint32_t> ms = ParseMillis(source("heartbeat-ms"), get("heartbeat-ms"));
     if (!ms.ok()) return ms.status();

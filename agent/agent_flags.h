@@ -10,6 +10,7 @@
 //   --token-file PATH      [PEREGRINE_TOKEN_FILE]
 //   --tls-ca PATH          [PEREGRINE_TLS_CA]
 //   --log-dir DIR          [PEREGRINE_LOG_DIR]
+//   --nccl-hook PATH       [PEREGRINE_NCCL_HOOK]    libperegrine_nccl.so to preload
 //   --heartbeat-ms N       [PEREGRINE_HEARTBEAT_MS] default 1000
 //   --grace-ms N           [PEREGRINE_GRACE_MS]     default 10000
 //   --kmsg-path PATH       [PEREGRINE_KMSG_PATH]    default /dev/kmsg

@@ -59,6 +59,8 @@ void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
     obs->rank_steps.clear();
     obs->exits.clear();
     obs->mean_iteration_seconds = 0;
+    obs->fail_slow.clear();
+    obs->comm_profiles.clear();
   }
   obs->attempt = t.attempt();
   obs->phase = FromWire(t.phase());
@@ -150,6 +152,10 @@ v1::Command AgentRegistry::ToWireCommand(const CommandToSend& c, const TrainingJ
     case CommandKind::kStop:
       w.mutable_stop()->set_grace_ms(static_cast<uint32_t>(c.grace_ms));
       break;
+    case CommandKind::kSetNcclMode:
+      w.mutable_nccl_mode()->set_profiling(c.nccl_profiling);
+      w.mutable_nccl_mode()->set_trap(c.nccl_trap);
+      break;
   }
   return w;
 }
@@ -240,6 +246,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     obs.last_seen = now;
     obs.registered_as_standby = reg.role() == v1::AGENT_ROLE_STANDBY;
     obs.self_check_passed = reg.self_check().passed() || reg.role() != v1::AGENT_ROLE_STANDBY;
+    obs.nccl_profiling = false;  // unknown until a set_nccl_mode result says otherwise
     ApplyTraining(reg.training(), &obs);
 
     ack.set_controller_id(controller_id_);
@@ -308,6 +315,18 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           }
         }
         if (iter_n > 0) obs.mean_iteration_seconds = iter_sum / iter_n;
+        obs.comm_profiles.clear();
+        for (const v1::CommProfile& p : hb.comm_profiles()) {
+          CommProfileObservation cp;
+          cp.comm_id = p.comm_id();
+          cp.global_rank = static_cast<int>(p.global_rank());
+          cp.rank_in_comm = static_cast<int>(p.rank_in_comm());
+          cp.comm_size = static_cast<int>(p.comm_size());
+          for (const v1::CollectiveTiming& t : p.collectives()) {
+            cp.collectives.push_back(CollectiveObservation{t.sequence(), t.op(), t.enter_time(), t.exit_time()});
+          }
+          obs.comm_profiles.push_back(std::move(cp));
+        }
         obs.inspections.clear();
         for (const v1::InspectionResult& r : hb.inspections()) {
           if (r.status() == v1::INSPECTION_STATUS_OK || r.status() == v1::INSPECTION_STATUS_NOT_PRESENT) continue;
@@ -317,6 +336,24 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
       }
       case v1::AgentMessage::kEvent: {
         const v1::Event& ev = message.event();
+        if (ev.has_fail_slow()) {
+          const v1::FailSlowEvent& fs = ev.fail_slow();
+          RankFailSlowObservation& r = obs.fail_slow[static_cast<int>(fs.global_rank())];
+          if (fs.kind() == v1::FailSlowEvent::KIND_SLOWDOWN_START) {
+            r.slow = true;
+            r.onset = fs.onset_time();
+            r.ended_at = 0;
+          } else if (fs.kind() == v1::FailSlowEvent::KIND_SLOWDOWN_END) {
+            r.slow = false;
+            r.ended_at = fs.onset_time();
+          }
+          if (fs.kind() != v1::FailSlowEvent::KIND_UNSPECIFIED) {
+            r.severity = fs.severity();
+            r.before_seconds = fs.before_seconds();
+            r.after_seconds = fs.after_seconds();
+            r.iteration_index = fs.iteration_index();
+          }
+        }
         if (ev.has_inspection_alarm()) {
           obs.alarms.push_back(ToObservation(ev.inspection_alarm(), ev.at() != 0 ? ev.at() : now));
           if (obs.alarms.size() > kMaxInspectionAlarms) obs.alarms.erase(obs.alarms.begin());
@@ -344,6 +381,10 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
       case v1::AgentMessage::kCommandResult: {
         const v1::CommandResult& r = message.command_result();
         if (r.command_id().empty()) return absl::InvalidArgumentError("command_result.command_id is empty");
+        if (auto sent = rec->pending.find(r.command_id());
+            sent != rec->pending.end() && sent->second.has_nccl_mode() && r.status().code() == 0) {
+          obs.nccl_profiling = sent->second.nccl_mode().profiling();
+        }
         rec->pending.erase(r.command_id());
         if (r.status().code() != 0) {
           obs.failed_commands[r.command_id()] = r.status().message();

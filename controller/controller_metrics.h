@@ -49,6 +49,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& last_step_;
   prometheus::Family<prometheus::Gauge>& ettr_;
   prometheus::Family<prometheus::Gauge>& iteration_seconds_;
+  prometheus::Family<prometheus::Counter>& failslows_;  // localized fail-slows by kind
   prometheus::Histogram& reconcile_duration_;
   prometheus::Counter& reconcile_errors_;
   prometheus::Gauge& leader_;

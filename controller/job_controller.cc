@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "controller/failslow_policy.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -136,6 +137,7 @@ int64_t JobController::ReconcileOnce() {
   }
 
   JobPlan plan = DecideJob(job_, before, obs, now, options_.decision);
+  ApplyFailSlowPolicy(job_, obs.agents, now, &plan);  // Falcon-Detect: profile, localize, report
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
     if (auto s = cluster_->CreatePod(job_, c); !s.ok()) error = s.ToString();

@@ -83,6 +83,27 @@ struct NetworkAlarmRecord {
   std::string summary;
 };
 
+// A fail-slow of the job (Falcon-Detect): detected from the ranks' verified iteration-time
+// changes, localized by comparing the communication groups' profiles, ended when the
+// ranks' iteration time came back.
+struct FailSlowFinding {
+  uint64_t id = 0;
+  std::string state;            // Profiling (locating), Localized, Recovered
+  std::string kind;             // compute | communication | "" while not localized
+  std::vector<int> ranks;       // the slow rank (compute) or the slow group's ranks
+  std::string group;            // "dp 1", "pp 0", "tp 3" (communication); "" for compute
+  std::vector<std::string> machines;  // machine ids of `ranks`
+  double severity = 0;          // iteration time / healthy - 1 (largest reported)
+  std::string tier;             // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
+  double healthy_iteration_seconds = 0;
+  double slow_iteration_seconds = 0;
+  int64_t onset = 0;            // first slow iteration (earliest over the ranks)
+  int64_t detected_at = 0;      // when the controller saw the first verified slowdown
+  int64_t localized_at = 0;
+  int64_t ended_at = 0;         // 0 while ongoing
+  std::string detail;           // the numbers behind the verdict
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   std::vector<Condition> conditions;
@@ -113,6 +134,8 @@ struct JobStatus {
   int recoveries = 0;
   int reattempts = 0;  // consecutive reattempts without progress past the failure step
   int64_t triage_deadline = 0;  // >0 while an incident gathers corroborating signals
+  std::vector<FailSlowFinding> fail_slows;  // bounded, newest last
+  uint64_t next_fail_slow_id = 1;
   std::vector<NetworkAlarmRecord> network_alarms;  // bounded, newest last
   // A non-urgent hot update waiting for the next failure-triggered restart or its window.
   std::optional<CodeVersionSpec> pending_code;
@@ -178,6 +201,33 @@ struct CommProfileObservation {
   std::vector<CollectiveObservation> collectives;
 };
 
+// Fail-slow state of one rank as its agent reported it (FailSlowEvent, level-based: the
+// latest verified change wins).
+struct RankFailSlowObservation {
+  bool slow = false;
+  int64_t onset = 0;       // first slow iteration of the current (or last) slowdown
+  int64_t ended_at = 0;    // onset of the recovery, 0 while slow
+  double severity = 0;     // slow level / healthy level - 1
+  double before_seconds = 0;
+  double after_seconds = 0;
+  uint64_t iteration_index = 0;
+};
+
+// Profiling (CommProfile): one rank's recent collectives on one communicator.
+struct CollectiveObservation {
+  uint64_t sequence = 0;  // n-th call on the communicator (equal on every member)
+  std::string op;
+  int64_t enter = 0;
+  int64_t exit = 0;
+};
+struct CommProfileObservation {
+  uint64_t comm_id = 0;
+  int global_rank = -1;
+  int rank_in_comm = -1;
+  int comm_size = 0;
+  std::vector<CollectiveObservation> collectives;
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -193,6 +243,9 @@ struct AgentObservation {
   std::vector<RankExit> exits;  // exits of `attempt`'s processes
   std::vector<std::string> pending_command_ids;
   std::map<std::string, std::string> failed_commands;  // id -> error message
+  std::map<int, RankFailSlowObservation> fail_slow;   // by global rank (for `attempt`)
+  std::vector<CommProfileObservation> comm_profiles;  // the latest heartbeat's (profiling on)
+  bool nccl_profiling = false;  // the agent acknowledged profiling on (set_nccl_mode)
   std::vector<InspectionObservation> inspections;  // latest non-OK result per component
   std::vector<InspectionObservation> alarms;       // bounded, newest last
 };
@@ -235,7 +288,7 @@ struct AssignmentSpec {
   CodeVersionSpec code;
 };
 
-enum class CommandKind { kRestartInPlace, kActivate, kStop };
+enum class CommandKind { kRestartInPlace, kActivate, kStop, kSetNcclMode };
 const char* CommandKindName(CommandKind kind);
 
 struct CommandToSend {
@@ -244,6 +297,8 @@ struct CommandToSend {
   CommandKind kind = CommandKind::kRestartInPlace;
   AssignmentSpec assignment;
   int grace_ms = 0;
+  bool nccl_profiling = false;  // kSetNcclMode
+  bool nccl_trap = false;       // kSetNcclMode
 };
 
 struct JobEvent {

@@ -119,6 +119,10 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   copts.token_file = token_path;
   copts.path_prepend = {options.bin_dir};
   copts.pod_env["PEREGRINE_SIM_FAULTS"] = faults;
+  // Fail-slow tracking: agents preload the NCCL hook into training when the build has it.
+  if (const std::string hook = options.bin_dir + "/../lib/libperegrine_nccl.so"; std::filesystem::exists(hook)) {
+    copts.pod_env["PEREGRINE_NCCL_HOOK"] = std::filesystem::weakly_canonical(hook).string();
+  }
   // Stand-in machines: each agent inspects its own kernel log and sysfs tree there.
   const std::string sim_machines = options.state_dir + "/machines";
   copts.pod_env["PEREGRINE_SIM_MACHINE_ROOT"] = sim_machines;

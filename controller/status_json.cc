@@ -109,6 +109,17 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["recoveries"] = s.recoveries;
   j["reattempts"] = s.reattempts;
   j["triageDeadline"] = Time(s.triage_deadline);
+  json fail_slows = json::array();
+  for (const FailSlowFinding& f : s.fail_slows) {
+    fail_slows.push_back({{"id", f.id}, {"state", f.state}, {"kind", f.kind}, {"ranks", f.ranks},
+                          {"group", f.group}, {"machines", f.machines}, {"severity", f.severity}, {"tier", f.tier},
+                          {"healthyIterationSeconds", f.healthy_iteration_seconds},
+                          {"slowIterationSeconds", f.slow_iteration_seconds}, {"onset", Time(f.onset)},
+                          {"detectedAt", Time(f.detected_at)}, {"localizedAt", Time(f.localized_at)},
+                          {"endedAt", Time(f.ended_at)}, {"detail", f.detail}});
+  }
+  j["failSlows"] = fail_slows;
+  j["nextFailSlowId"] = s.next_fail_slow_id;
   return j.dump(indent);
 }
 
@@ -172,6 +183,26 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.recoveries = j.value("recoveries", 0);
     s.reattempts = j.value("reattempts", 0);
     s.triage_deadline = ParseTime(j, "triageDeadline");
+    for (const json& f : j.value("failSlows", json::array())) {
+      FailSlowFinding x;
+      x.id = f.at("id");
+      x.state = f.value("state", "");
+      x.kind = f.value("kind", "");
+      x.ranks = f.value("ranks", std::vector<int>{});
+      x.group = f.value("group", "");
+      x.machines = f.value("machines", std::vector<std::string>{});
+      x.severity = f.value("severity", 0.0);
+      x.tier = f.value("tier", "");
+      x.healthy_iteration_seconds = f.value("healthyIterationSeconds", 0.0);
+      x.slow_iteration_seconds = f.value("slowIterationSeconds", 0.0);
+      x.onset = ParseTime(f, "onset");
+      x.detected_at = ParseTime(f, "detectedAt");
+      x.localized_at = ParseTime(f, "localizedAt");
+      x.ended_at = ParseTime(f, "endedAt");
+      x.detail = f.value("detail", "");
+      s.fail_slows.push_back(std::move(x));
+    }
+    s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});
     return s;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job status: ", e.what()));

@@ -1,0 +1,317 @@
+#include "agent/failslow_monitor.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/nccl_hook/ring_format.h"
+
+namespace peregrine {
+namespace {
+
+namespace ring = ::peregrine::nccl_ring;
+
+constexpr size_t kMaxPendingCalls = 4096;
+constexpr size_t kMaxSampleStarts = 4096;
+
+NcclOp ToNcclOp(uint8_t op) {
+  switch (op) {
+    case ring::kOpAllReduce: return NcclOp::kAllReduce;
+    case ring::kOpAllGather: return NcclOp::kAllGather;
+    case ring::kOpReduceScatter: return NcclOp::kReduceScatter;
+    case ring::kOpBroadcast:
+    case ring::kOpBcast: return NcclOp::kBroadcast;
+    case ring::kOpReduce: return NcclOp::kReduce;
+    case ring::kOpSend: return NcclOp::kSend;
+    case ring::kOpRecv: return NcclOp::kRecv;
+    case ring::kOpAlltoAll: return NcclOp::kAllToAll;
+    default: return NcclOp::kOther;
+  }
+}
+
+uint64_t DataTypeBytes(uint8_t datatype) {
+  switch (datatype) {
+    case 0: case 1: case 10: case 11: return 1;  // int8, uint8, fp8 e4m3/e5m2
+    case 6: case 9: return 2;                    // half, bfloat16
+    case 2: case 3: case 7: return 4;            // int32, uint32, float
+    case 4: case 5: case 8: return 8;            // int64, uint64, double
+    default: return 1;
+  }
+}
+
+v1::FailSlowEvent::Kind ToWire(FailSlowEventKind kind) {
+  switch (kind) {
+    case FailSlowEventKind::kSlowdownStart: return v1::FailSlowEvent::KIND_SLOWDOWN_START;
+    case FailSlowEventKind::kSlowdownEnd: return v1::FailSlowEvent::KIND_SLOWDOWN_END;
+    case FailSlowEventKind::kLevelShift: return v1::FailSlowEvent::KIND_LEVEL_SHIFT;
+  }
+  return v1::FailSlowEvent::KIND_UNSPECIFIED;
+}
+
+std::string OpName(uint8_t op) {
+  std::string name = NcclOpName(op);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name;
+}
+
+}  // namespace
+
+struct FailSlowMonitor::Ring {
+  std::unique_ptr<NcclRingReader> reader;
+  int global_rank = -1;
+  uint64_t cursor = 0;
+  bool applied_profiling = false;
+  bool applied_trap = false;
+  std::optional<IterationTracker> tracker;
+  std::optional<FailSlowDetector> detector;
+  uint64_t iterations = 0;
+  double last_iteration_seconds = 0;
+  // Start time (monotonic) of sample i is sample_starts[i - first_sample_index].
+  std::deque<int64_t> sample_starts;
+  int64_t first_sample_index = 0;
+  std::map<uint64_t, PendingCall> pending;  // by call seq, profiling only
+  std::map<uint64_t, CommWindow> windows;   // by comm id
+};
+
+void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling, bool trap,
+                            std::vector<std::string>* env) {
+  if (hook_path.empty()) return;
+  auto set = [env](const std::string& key, const std::string& value) {
+    const std::string prefix = key + "=";
+    for (std::string& entry : *env) {
+      if (entry.rfind(prefix, 0) == 0) {
+        entry = prefix + value;
+        return;
+      }
+    }
+    env->push_back(prefix + value);
+  };
+  std::string preload = hook_path;
+  for (const std::string& entry : *env) {
+    if (entry.rfind("LD_PRELOAD=", 0) == 0 && entry.size() > 11) {
+      const std::string existing = entry.substr(11);
+      if (existing.find(hook_path) == std::string::npos) preload = absl::StrCat(hook_path, ":", existing);
+      else preload = existing;
+    }
+  }
+  set("LD_PRELOAD", preload);
+  set("PEREGRINE_NCCL_RING_DIR", ring_dir);
+  if (profiling) set("PEREGRINE_NCCL_PROFILING", "1");
+  if (trap) set("PEREGRINE_NCCL_TRAP", "1");
+}
+
+absl::StatusOr<std::unique_ptr<FailSlowMonitor>> FailSlowMonitor::Create(FailSlowMonitorOptions options) {
+  if (options.ring_dir.empty()) return absl::InvalidArgumentError("fail-slow monitor: ring_dir is empty");
+  if (options.profile_window == 0) return absl::InvalidArgumentError("fail-slow monitor: profile_window must be > 0");
+  if (auto t = IterationTracker::Create(options.tracker); !t.ok()) return t.status();
+  if (auto d = FailSlowDetector::Create(options.detector); !d.ok()) return d.status();
+  std::error_code ec;
+  std::filesystem::create_directories(options.ring_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("fail-slow monitor: cannot create ", options.ring_dir, ": ", ec.message()));
+  return std::unique_ptr<FailSlowMonitor>(new FailSlowMonitor(std::move(options)));
+}
+
+FailSlowMonitor::FailSlowMonitor(FailSlowMonitorOptions options) : options_(std::move(options)) {}
+FailSlowMonitor::~FailSlowMonitor() = default;
+
+absl::Status FailSlowMonitor::ResetRing(Ring& r) const {
+  auto tracker = IterationTracker::Create(options_.tracker);
+  if (!tracker.ok()) return tracker.status();
+  auto detector = FailSlowDetector::Create(options_.detector);
+  if (!detector.ok()) return detector.status();
+  r.tracker.emplace(std::move(*tracker));
+  r.detector.emplace(std::move(*detector));
+  r.iterations = 0;
+  r.last_iteration_seconds = 0;
+  r.sample_starts.clear();
+  r.first_sample_index = 0;
+  return absl::OkStatus();
+}
+
+void FailSlowMonitor::Reset() {
+  for (auto& [path, r] : rings_) {
+    ResetRing(*r).IgnoreError();  // options were validated in Create
+    r->pending.clear();
+    r->windows.clear();
+  }
+}
+
+void FailSlowMonitor::SetMode(bool profiling, bool trap) {
+  if (profiling && !profiling_) {
+    for (auto& [path, r] : rings_) {
+      r->pending.clear();
+      r->windows.clear();
+    }
+  }
+  profiling_ = profiling;
+  trap_ = trap;
+  for (auto& [path, r] : rings_) {
+    if (r->applied_profiling != profiling_) r->reader->SetProfiling(profiling_);
+    if (r->applied_trap != trap_) r->reader->SetTrap(trap_);
+    r->applied_profiling = profiling_;
+    r->applied_trap = trap_;
+  }
+}
+
+std::vector<v1::FailSlowEvent> FailSlowMonitor::Poll(int64_t unix_now_ns, int64_t monotonic_now_ns) {
+  std::vector<v1::FailSlowEvent> out;
+  const int64_t offset = unix_now_ns - monotonic_now_ns;
+  auto files = ListNcclRings(options_.ring_dir);
+  if (!files.ok()) return out;  // the directory appears with the first training process
+  std::map<std::string, bool> alive;
+  for (const NcclRingFile& f : *files) alive[f.path] = f.process_alive;
+  // Open new rings of live processes; delete leftovers of dead ones we never read.
+  for (const NcclRingFile& f : *files) {
+    if (rings_.count(f.path)) continue;
+    if (!f.process_alive) {
+      if (RemoveNcclRing(f.path).ok()) ++stats_.rings_removed;
+      continue;
+    }
+    auto reader = NcclRingReader::Open(f.path);
+    if (!reader.ok()) continue;  // not initialised yet: next poll
+    auto r = std::make_unique<Ring>();
+    r->reader = std::move(*reader);
+    r->global_rank = r->reader->Info().global_rank;
+    if (!ResetRing(*r).ok()) continue;
+    if (profiling_) r->reader->SetProfiling(true);
+    if (trap_) r->reader->SetTrap(true);
+    r->applied_profiling = profiling_;
+    r->applied_trap = trap_;
+    ++stats_.rings_opened;
+    rings_.emplace(f.path, std::move(r));
+  }
+  for (auto it = rings_.begin(); it != rings_.end();) {
+    Consume(*it->second, offset, out);
+    auto a = alive.find(it->first);
+    if (a == alive.end() || !a->second) {
+      // The process exited: its records are read; the file goes.
+      if (a != alive.end() && RemoveNcclRing(it->first).ok()) ++stats_.rings_removed;
+      it = rings_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.events += out.size();
+  return out;
+}
+
+void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowEvent>& out) {
+  NcclPollResult polled = r.reader->Poll(r.cursor, options_.max_records_per_poll);
+  r.cursor = polled.next_cursor;
+  stats_.records += polled.records.size();
+  stats_.lost_records += polled.lost;
+  std::vector<NcclCallRecord> calls;
+  calls.reserve(polled.records.size());
+  for (const NcclRecord& rec : polled.records) {
+    if (IsNcclTrafficOp(rec.op)) {
+      NcclCallRecord c;
+      c.op = ToNcclOp(rec.op);
+      c.comm_id = rec.comm_id;
+      c.count = rec.count;
+      c.datatype = rec.datatype;
+      c.enter_ns = static_cast<int64_t>(rec.time_ns);
+      calls.push_back(c);
+      if (profiling_ && rec.comm_id != 0) {
+        PendingCall p;
+        p.comm_id = rec.comm_id;
+        p.call_index = rec.call_index;
+        p.op = rec.op;
+        p.enter_ns = static_cast<int64_t>(rec.time_ns);
+        p.bytes = rec.count * DataTypeBytes(rec.datatype);
+        p.rank = rec.rank;
+        p.nranks = rec.nranks;
+        r.pending[rec.seq] = p;
+        while (r.pending.size() > kMaxPendingCalls) r.pending.erase(r.pending.begin());
+      }
+      continue;
+    }
+    if (!profiling_) continue;
+    if (rec.op != nccl_ring::kOpHostExit && rec.op != nccl_ring::kOpDeviceTime) continue;
+    auto p = r.pending.find(rec.call_seq);
+    if (p == r.pending.end()) continue;
+    const PendingCall& call = p->second;
+    CommWindow& w = r.windows[call.comm_id];
+    w.rank_in_comm = call.rank;
+    w.comm_size = call.nranks;
+    const int64_t exit_ns = call.enter_ns + static_cast<int64_t>(rec.value);
+    if (rec.op == nccl_ring::kOpDeviceTime && !w.collectives.empty() &&
+        w.collectives.back().sequence == call.call_index) {
+      // The device-side duration supersedes the host one recorded just before.
+      w.collectives.back().exit_ns = exit_ns;
+      continue;
+    }
+    if (rec.op == nccl_ring::kOpHostExit) {
+      w.collectives.push_back(Collective{call.call_index, call.op, call.enter_ns, exit_ns, call.bytes});
+      while (w.collectives.size() > options_.profile_window) w.collectives.pop_front();
+    }
+  }
+  // Profile times are converted to Unix time when sent, with the latest offset.
+  last_offset_ns_ = offset;
+  if (calls.empty()) return;
+  std::vector<IterationSample> samples = r.tracker->Add(calls);
+  for (const IterationSample& s : samples) {
+    const double seconds = static_cast<double>(s.duration_ns) / 1e9;
+    ++r.iterations;
+    ++stats_.iterations;
+    r.last_iteration_seconds = seconds;
+    r.sample_starts.push_back(s.start_ns);
+    while (r.sample_starts.size() > kMaxSampleStarts) {
+      r.sample_starts.pop_front();
+      ++r.first_sample_index;
+    }
+    FailSlowUpdate update = r.detector->Update(seconds);
+    for (const FailSlowEvent& e : update.events) {
+      v1::FailSlowEvent w;
+      w.set_global_rank(static_cast<uint32_t>(std::max(r.global_rank, 0)));
+      w.set_kind(ToWire(e.kind));
+      const int64_t at = e.index - r.first_sample_index;
+      const int64_t start = at >= 0 && at < static_cast<int64_t>(r.sample_starts.size())
+                                ? r.sample_starts[static_cast<size_t>(at)]
+                                : s.start_ns;
+      w.set_onset_time(start + offset);
+      w.set_before_seconds(e.mean_before);
+      w.set_after_seconds(e.mean_after);
+      w.set_severity(e.severity);
+      w.set_iteration_index(static_cast<uint64_t>(e.index));
+      out.push_back(std::move(w));
+    }
+  }
+}
+
+void FailSlowMonitor::FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const {
+  if (!profiling_) return;
+  for (const auto& [path, r] : rings_) {
+    for (const auto& [comm_id, w] : r->windows) {
+      v1::CommProfile* p = out->Add();
+      p->set_comm_id(comm_id);
+      p->set_rank_in_comm(static_cast<uint32_t>(std::max(w.rank_in_comm, 0)));
+      p->set_comm_size(static_cast<uint32_t>(std::max(w.comm_size, 0)));
+      p->set_global_rank(static_cast<uint32_t>(std::max(r->global_rank, 0)));
+      for (const Collective& c : w.collectives) {
+        v1::CollectiveTiming* t = p->add_collectives();
+        t->set_sequence(c.sequence);
+        t->set_op(OpName(c.op));
+        t->set_enter_time(c.enter_ns + last_offset_ns_);
+        t->set_exit_time(c.exit_ns + last_offset_ns_);
+        t->set_bytes(c.bytes);
+      }
+    }
+  }
+}
+
+std::vector<RankTrackingState> FailSlowMonitor::Ranks() const {
+  std::vector<RankTrackingState> out;
+  for (const auto& [path, r] : rings_) {
+    RankTrackingState s;
+    s.global_rank = r->global_rank;
+    s.period = r->tracker ? r->tracker->period() : 0;
+    s.iterations = r->iterations;
+    s.last_iteration_seconds = r->last_iteration_seconds;
+    s.in_slowdown = r->detector ? r->detector->in_slowdown() : false;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,144 @@
+// FailSlowMonitor: the agent's fail-slow tracking (Falcon-Detect section 4.2, agent side).
+//
+// The training processes run with libperegrine_nccl.so preloaded (AddNcclHookEnvironment),
+// each writing its NCCL calls into a ring file in `ring_dir`. Poll() reads every ring:
+//  - traffic calls feed one IterationTracker per process (ACF period -> iteration times),
+//    and each iteration time feeds that rank's FailSlowDetector (BOCD + verification);
+//    verified changes come back as peregrine.v1.FailSlowEvent (slowdown start / end /
+//    level shift) with onset times in Unix nanoseconds;
+//  - while profiling is on (SetMode), each traffic call's enter time is joined with its
+//    completion record (host exit, or the CUDA-event duration when the hook has one) into
+//    a bounded per-communicator window of recent collectives, which FillCommProfiles()
+//    copies into a heartbeat;
+//  - rings of processes that have exited are read one last time and deleted; stale rings
+//    of dead processes left by an earlier agent are deleted unread.
+// Mode changes (profiling, trap) are written into every open ring and into rings opened
+// later, so processes started after the change follow it.
+//
+// Cost: Poll() is O(new records) plus one directory listing; call it at ~100 ms or at the
+// heartbeat cadence, never per call. Ring files are opened once and kept mapped.
+//
+// Thread-compatible: one owner (the agent's control loop) calls every method. The monitor
+// owns its ring mappings; it never touches the training processes themselves.
+#ifndef PEREGRINE_AGENT_FAILSLOW_MONITOR_H_
+#define PEREGRINE_AGENT_FAILSLOW_MONITOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/nccl_hook/ring_reader.h"
+#include "diagnosis/change_point.h"
+#include "diagnosis/iteration_period.h"
+#include "google/protobuf/repeated_ptr_field.h"
+#include "peregrine/v1/failslow.pb.h"
+
+namespace peregrine {
+
+// Adds the hook's environment to a training process's "KEY=VALUE" list: LD_PRELOAD gets
+// `hook_path` prepended (an existing LD_PRELOAD is kept after it), PEREGRINE_NCCL_RING_DIR
+// is set to `ring_dir`, and PEREGRINE_NCCL_PROFILING=1 / PEREGRINE_NCCL_TRAP=1 when the
+// process must start in that mode. An empty hook_path leaves `env` unchanged.
+void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling,
+                            bool trap, std::vector<std::string>* env);
+
+struct FailSlowMonitorOptions {
+  std::string ring_dir;  // where the training processes' rings are (created if missing)
+  IterationTrackerOptions tracker;
+  FailSlowDetectorOptions detector;
+  size_t profile_window = 64;       // recent collectives kept per communicator
+  size_t max_records_per_poll = 65536;
+};
+
+struct FailSlowMonitorStats {
+  uint64_t rings_opened = 0;
+  uint64_t rings_removed = 0;
+  uint64_t records = 0;
+  uint64_t lost_records = 0;
+  uint64_t iterations = 0;
+  uint64_t events = 0;
+};
+
+// A rank's tracking state, for status and tests.
+struct RankTrackingState {
+  int global_rank = -1;
+  int period = 0;                  // calls per iteration, 0 while unknown
+  uint64_t iterations = 0;
+  double last_iteration_seconds = 0;
+  bool in_slowdown = false;
+};
+
+class FailSlowMonitor {
+ public:
+  // kInvalidArgument for tracker/detector options out of range; kInternal when ring_dir
+  // cannot be created.
+  static absl::StatusOr<std::unique_ptr<FailSlowMonitor>> Create(FailSlowMonitorOptions options);
+  ~FailSlowMonitor();
+
+  // Reads every ring; returns the verified changes found since the last call, in order.
+  // `unix_now_ns` and `monotonic_now_ns` are read together by the caller and convert the
+  // hook's CLOCK_MONOTONIC times to Unix time.
+  std::vector<v1::FailSlowEvent> Poll(int64_t unix_now_ns, int64_t monotonic_now_ns);
+
+  // Forgets every rank's tracking (a new attempt starts): rings of live processes stay
+  // open but their series restart.
+  void Reset();
+
+  // Switches profiling / trap in every ring, now and for rings opened later. Turning
+  // profiling on clears the profile windows, so profiles only hold calls made under it.
+  void SetMode(bool profiling, bool trap);
+  bool profiling() const { return profiling_; }
+  bool trap() const { return trap_; }
+
+  // Appends one CommProfile per (rank, communicator) with its recent collectives. Nothing
+  // while profiling is off.
+  void FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const;
+
+  std::vector<RankTrackingState> Ranks() const;
+  const FailSlowMonitorStats& stats() const { return stats_; }
+  const std::string& ring_dir() const { return options_.ring_dir; }
+
+ private:
+  struct Collective {
+    uint64_t sequence = 0;
+    uint8_t op = 0;
+    int64_t enter_ns = 0;  // monotonic
+    int64_t exit_ns = 0;
+    uint64_t bytes = 0;
+  };
+  struct CommWindow {
+    int rank_in_comm = -1;
+    int comm_size = -1;
+    std::deque<Collective> collectives;
+  };
+  struct PendingCall {
+    uint64_t comm_id = 0;
+    uint64_t call_index = 0;
+    uint8_t op = 0;
+    int64_t enter_ns = 0;
+    uint64_t bytes = 0;
+    int rank = -1;
+    int nranks = -1;
+  };
+  struct Ring;
+
+  explicit FailSlowMonitor(FailSlowMonitorOptions options);
+  absl::Status ResetRing(Ring& ring) const;
+  void Consume(Ring& ring, int64_t unix_offset_ns, std::vector<v1::FailSlowEvent>& out);
+
+  FailSlowMonitorOptions options_;
+  bool profiling_ = false;
+  bool trap_ = false;
+  int64_t last_offset_ns_ = 0;  // Unix - monotonic at the last poll
+  FailSlowMonitorStats stats_;
+  std::map<std::string, std::unique_ptr<Ring>> rings_;  // by path
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_FAILSLOW_MONITOR_H_

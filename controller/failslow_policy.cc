@@ -1,0 +1,323 @@
+#include "controller/failslow_policy.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "diagnosis/group_comparison.h"
+
+namespace peregrine {
+namespace {
+
+constexpr GroupKind kKinds[] = {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData};
+
+bool CurrentActive(const AgentObservation& a, uint64_t attempt) {
+  return a.connected && !a.registered_as_standby && attempt > 0 && a.attempt == attempt;
+}
+
+std::string MachineOfRank(const FailSlowPolicyInput& in, int rank) {
+  const int slot = in.layout->MachineOf(rank);
+  if (slot >= 0 && slot < static_cast<int>(in.slot_machines.size()) && !in.slot_machines[slot].empty()) {
+    return in.slot_machines[slot];
+  }
+  return absl::StrCat("slot-", slot);
+}
+
+std::vector<std::string> MachinesOfRanks(const FailSlowPolicyInput& in, const std::vector<int>& ranks) {
+  std::vector<std::string> out;
+  for (int r : ranks) {
+    std::string m = MachineOfRank(in, r);
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The layout group whose member set is exactly `members`, if any.
+std::optional<CommGroup> MatchGroup(const ParallelLayout& layout, std::vector<int> members) {
+  std::sort(members.begin(), members.end());
+  if (members.empty() || members.front() < 0 || members.back() >= layout.world_size()) return std::nullopt;
+  for (GroupKind kind : kKinds) {
+    CommGroup g = layout.Group(kind, layout.GroupIndexOf(kind, members.front()));
+    std::vector<int> ranks = g.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    if (ranks == members) return g;
+  }
+  return std::nullopt;
+}
+
+struct Localization {
+  bool ready = false;  // enough profiles to compare
+  std::string kind;    // "" when the comparison named no suspect
+  std::vector<int> ranks;
+  std::string group;
+  std::string detail;
+};
+
+Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions& options, double healthy_seconds) {
+  Localization out;
+  const ParallelLayout& layout = *in.layout;
+  // comm id -> rank_in_comm -> (global rank, sequence -> timing)
+  struct Member {
+    int global_rank = -1;
+    std::map<uint64_t, std::pair<int64_t, int64_t>> timings;
+  };
+  std::map<uint64_t, std::map<int, Member>> comms;
+  std::map<uint64_t, int> comm_size;
+  std::set<int> profiled_ranks;
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    for (const CommProfileObservation& p : a.comm_profiles) {
+      if (p.comm_id == 0 || p.comm_size <= 0 || p.rank_in_comm < 0 || p.rank_in_comm >= p.comm_size) continue;
+      profiled_ranks.insert(p.global_rank);
+      comm_size[p.comm_id] = p.comm_size;
+      Member& m = comms[p.comm_id][p.rank_in_comm];
+      m.global_rank = p.global_rank;
+      for (const CollectiveObservation& c : p.collectives) {
+        if (c.exit >= c.enter) m.timings[c.sequence] = {c.enter, c.exit};
+      }
+    }
+  }
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (!profiled_ranks.count(r)) return out;  // not every rank has reported yet
+  }
+  std::vector<CollectiveTiming> collectives;
+  std::map<std::pair<GroupKind, int>, int> per_group;
+  for (const auto& [id, members] : comms) {
+    const int size = comm_size[id];
+    if (static_cast<int>(members.size()) != size) continue;
+    std::vector<int> globals;
+    for (const auto& [r, m] : members) globals.push_back(m.global_rank);
+    std::optional<CommGroup> group = MatchGroup(layout, globals);
+    if (!group || size < 2) continue;  // the world communicator, or unknown
+    int complete = 0;
+    for (const auto& [seq, first] : members.begin()->second.timings) {
+      CollectiveTiming t;
+      t.kind = group->kind;
+      t.group_index = group->index;
+      for (const auto& [r, m] : members) {
+        auto it = m.timings.find(seq);
+        if (it == m.timings.end()) break;
+        t.members.push_back(MemberTiming{m.global_rank, it->second.first, it->second.second});
+      }
+      if (static_cast<int>(t.members.size()) != size) continue;
+      collectives.push_back(std::move(t));
+      ++complete;
+    }
+    per_group[{group->kind, group->index}] += complete;
+  }
+  for (GroupKind kind : kKinds) {
+    if (layout.GroupSize(kind) < 2) continue;
+    for (int i = 0; i < layout.GroupCount(kind); ++i) {
+      if (per_group[{kind, i}] < options.min_collectives) return out;
+    }
+  }
+  out.ready = true;
+  GroupComparisonOptions cmp;
+  cmp.slow_ratio = in.spec.suspicious_group_ratio > 1.0 ? in.spec.suspicious_group_ratio : 1.1;
+  cmp.min_late_fraction = options.min_late_fraction;
+  cmp.min_imposed_wait_fraction = options.min_imposed_wait_fraction;
+  absl::StatusOr<FailSlowSuspects> suspects = CompareGroups(collectives, cmp);
+  if (!suspects.ok()) {
+    out.detail = std::string(suspects.status().message());
+    return out;
+  }
+  // A congested group must also matter: its excess transfer time per collective is a
+  // noticeable fraction of a healthy iteration (not microseconds of noise over a fast
+  // median).
+  std::vector<CommunicationSuspect> congested;
+  const double min_excess_ns = options.min_excess_transfer_fraction * healthy_seconds * 1e9;
+  for (const CommunicationSuspect& s : suspects->communication) {
+    if (s.mean_transfer_ns - s.median_of_kind_ns >= min_excess_ns) congested.push_back(s);
+  }
+  if (!congested.empty()) {
+    out.kind = "communication";
+    std::vector<std::string> names;
+    std::set<int> ranks;
+    std::vector<std::string> numbers;
+    for (const CommunicationSuspect& s : congested) {
+      names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
+      ranks.insert(s.ranks.begin(), s.ranks.end());
+      numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
+                                        GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
+                                        s.median_of_kind_ns / 1e6));
+    }
+    out.group = absl::StrJoin(names, ", ");
+    out.ranks.assign(ranks.begin(), ranks.end());
+    out.detail = absl::StrJoin(numbers, "; ");
+    return out;
+  }
+  if (!suspects->compute.empty()) {
+    const ComputeSuspect& s = suspects->compute.front();
+    out.kind = "compute";
+    out.ranks = {s.rank};
+    out.detail = absl::StrFormat(
+        "rank %d arrives last in %.0f%% of its %d collectives (at least %.0f%% in each of its groups), "
+        "imposing %.2f ms per collective",
+        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6);
+    return out;
+  }
+  out.detail = absl::StrFormat("no group or rank stands out (%d collectives compared)",
+                               static_cast<int>(collectives.size()));
+  return out;
+}
+
+std::string FormatRanks(const std::vector<int>& ranks) { return absl::StrJoin(ranks, ","); }
+
+}  // namespace
+
+std::string FailSlowTier(const FailSlowSpec& spec, double severity) {
+  if (severity >= spec.replace_threshold) return "replace";
+  if (severity >= spec.mitigate_threshold) return "mitigate";
+  return "monitor";
+}
+
+FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, const FailSlowPolicyOptions& options) {
+  FailSlowDecision d;
+  d.findings = in.findings;
+  d.next_finding_id = std::max<uint64_t>(in.next_finding_id, 1);
+  if (in.layout == nullptr) return d;
+
+  // Slow ranks of the current attempt.
+  std::vector<int> slow_ranks;
+  int64_t onset = 0;
+  double severity = 0, healthy = 0, slow_level = 0;
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    for (const auto& [rank, fs] : a.fail_slow) {
+      if (!fs.slow) continue;
+      slow_ranks.push_back(rank);
+      if (onset == 0 || (fs.onset != 0 && fs.onset < onset)) onset = fs.onset;
+      if (fs.severity >= severity) {
+        severity = fs.severity;
+        healthy = fs.before_seconds;
+        slow_level = fs.after_seconds;
+      }
+    }
+  }
+  std::sort(slow_ranks.begin(), slow_ranks.end());
+
+  FailSlowFinding* open = nullptr;
+  if (!d.findings.empty() && d.findings.back().ended_at == 0) open = &d.findings.back();
+
+  if (open == nullptr && !slow_ranks.empty() && in.spec.enabled) {
+    FailSlowFinding f;
+    f.id = d.next_finding_id++;
+    f.state = "Profiling";
+    f.onset = onset != 0 ? onset : now;
+    f.detected_at = now;
+    f.severity = severity;
+    f.tier = FailSlowTier(in.spec, severity);
+    f.healthy_iteration_seconds = healthy;
+    f.slow_iteration_seconds = slow_level;
+    d.findings.push_back(f);
+    if (d.findings.size() > kMaxFailSlowFindings) d.findings.erase(d.findings.begin());
+    open = &d.findings.back();
+    d.events.push_back(JobEvent{
+        "Warning", "FailSlowDetected",
+        absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) on rank(s) %s, verified "
+                        "change point; profiling the communication groups",
+                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, f.tier, FormatRanks(slow_ranks))});
+  } else if (open != nullptr && !slow_ranks.empty()) {
+    if (severity > open->severity) {
+      open->severity = severity;
+      open->tier = FailSlowTier(in.spec, severity);
+      open->slow_iteration_seconds = slow_level;
+    }
+  } else if (open != nullptr && slow_ranks.empty()) {
+    open->ended_at = now;
+    open->state = "Recovered";
+    d.events.push_back(JobEvent{
+        "Normal", "FailSlowRecovered",
+        absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
+                        static_cast<double>(now - open->onset) / 1e9,
+                        open->kind.empty() ? " (never localized)"
+                                           : absl::StrCat(" (", open->kind, ": ", open->kind == "compute"
+                                                                                      ? absl::StrCat("rank ", FormatRanks(open->ranks))
+                                                                                      : open->group,
+                                                          ")"))});
+    open = nullptr;
+  }
+
+  // Localization while profiling.
+  if (open != nullptr && open->state == "Profiling") {
+    Localization loc = Localize(in, options, open->healthy_iteration_seconds);
+    if (loc.ready && !loc.kind.empty()) {
+      open->state = "Localized";
+      open->kind = loc.kind;
+      open->ranks = loc.ranks;
+      open->group = loc.group;
+      open->machines = MachinesOfRanks(in, loc.ranks);
+      open->localized_at = now;
+      open->detail = loc.detail;
+      const std::string where =
+          loc.kind == "compute"
+              ? absl::StrCat("rank ", FormatRanks(loc.ranks), " on machine ", absl::StrJoin(open->machines, ","))
+              : absl::StrCat("group ", loc.group, " (machines ", absl::StrJoin(open->machines, ","), ")");
+      d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
+                                  absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, loc.kind,
+                                                  where, loc.detail, open->severity * 100, open->tier)});
+    } else if (loc.ready) {
+      open->detail = loc.detail;
+    }
+  }
+
+  // Profiling on while a finding is open, off otherwise (only agents that have it on).
+  const bool want = open != nullptr;
+  const uint64_t id = want ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    if (a.nccl_profiling == want) continue;
+    if (!want && id == 0) continue;
+    NcclModeChange c;
+    c.pod = a.pod;
+    c.profiling = want;
+    c.command_id = absl::StrCat(in.job_name, "-failslow-", id, want ? "-profile-on-" : "-profile-off-", a.pod);
+    if (std::find(a.pending_command_ids.begin(), a.pending_command_ids.end(), c.command_id) !=
+        a.pending_command_ids.end()) {
+      continue;
+    }
+    if (a.failed_commands.count(c.command_id)) continue;  // the agent has no hook
+    d.mode_changes.push_back(std::move(c));
+  }
+  return d;
+}
+
+void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservation>& agents, int64_t now,
+                         JobPlan* plan, const FailSlowPolicyOptions& options) {
+  const TrainingJobSpec& spec = job.spec;
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(
+      spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data, spec.gpus_per_machine);
+  if (!layout.ok()) return;
+  JobStatus& status = plan->status;
+  FailSlowPolicyInput in;
+  in.job_name = job.metadata.name;
+  in.spec = spec.fail_slow;
+  in.layout = &*layout;
+  in.attempt = status.attempt;
+  in.findings = status.fail_slows;
+  in.next_finding_id = status.next_fail_slow_id;
+  in.slot_machines.resize(static_cast<size_t>(layout->machines()));
+  for (const SlotStatus& slot : status.slots) {
+    if (slot.index >= 0 && slot.index < layout->machines()) in.slot_machines[slot.index] = slot.machine_id;
+  }
+  in.agents = agents;
+  FailSlowDecision d = DecideFailSlow(in, now, options);
+  status.fail_slows = std::move(d.findings);
+  status.next_fail_slow_id = d.next_finding_id;
+  for (const NcclModeChange& c : d.mode_changes) {
+    CommandToSend cmd;
+    cmd.pod = c.pod;
+    cmd.id = c.command_id;
+    cmd.kind = CommandKind::kSetNcclMode;
+    cmd.nccl_profiling = c.profiling;
+    plan->commands.push_back(std::move(cmd));
+  }
+  for (JobEvent& e : d.events) plan->events.push_back(std::move(e));
+}
+
+}  // namespace peregrine

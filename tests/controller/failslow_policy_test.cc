@@ -1,0 +1,308 @@
+#include "controller/failslow_policy.h"
+
+#include <catch2/catch.hpp>
+#include <set>
+
+namespace peregrine {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kNow = 1'700'000'000'000'000'000;
+
+ParallelLayout Layout() {
+  auto l = ParallelLayout::Create(2, 2, 2, 2);
+  REQUIRE(l.ok());
+  return *l;
+}
+
+// One agent per machine slot (pod "j-m<slot>", machine "<10 + slot>"), attempt 1.
+std::vector<AgentObservation> Agents(const ParallelLayout& layout) {
+  std::vector<AgentObservation> out;
+  for (int m = 0; m < layout.machines(); ++m) {
+    AgentObservation a;
+    a.pod = "j-m" + std::to_string(m);
+    a.machine_id = std::to_string(10 + m);
+    a.connected = true;
+    a.attempt = 1;
+    a.acked_attempt = 1;
+    out.push_back(a);
+  }
+  return out;
+}
+
+FailSlowPolicyInput Input(const ParallelLayout& layout, std::vector<AgentObservation> agents) {
+  FailSlowPolicyInput in;
+  in.job_name = "j";
+  in.layout = &layout;
+  in.attempt = 1;
+  for (int m = 0; m < layout.machines(); ++m) in.slot_machines.push_back(std::to_string(10 + m));
+  in.agents = std::move(agents);
+  return in;
+}
+
+void MarkSlow(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int rank, double severity) {
+  RankFailSlowObservation& fs = agents[layout.MachineOf(rank)].fail_slow[rank];
+  fs.slow = true;
+  fs.onset = kNow - 3000 * kMs + rank;
+  fs.severity = severity;
+  fs.before_seconds = 0.1;
+  fs.after_seconds = 0.1 * (1 + severity);
+}
+
+// Profiles of `n` collectives on every TP/PP/DP group and the world: members enter at
+// the same time except `late_rank` (late by 5 ms); transfers take 1 ms, or 5 ms in
+// `slow_group` (kind, index).
+void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int n, int late_rank,
+                 std::optional<std::pair<GroupKind, int>> slow_group) {
+  std::vector<CommGroup> groups;
+  for (GroupKind k : {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData}) {
+    for (const CommGroup& g : layout.Groups(k)) groups.push_back(g);
+  }
+  CommGroup world;
+  for (int r = 0; r < layout.world_size(); ++r) world.ranks.push_back(r);
+  uint64_t id = 1000;
+  for (size_t gi = 0; gi <= groups.size(); ++gi) {
+    const bool is_world = gi == groups.size();
+    const CommGroup& g = is_world ? world : groups[gi];
+    const bool slow = !is_world && slow_group && slow_group->first == g.kind && slow_group->second == g.index;
+    ++id;
+    for (size_t m = 0; m < g.ranks.size(); ++m) {
+      const int rank = g.ranks[m];
+      CommProfileObservation p;
+      p.comm_id = id;
+      p.global_rank = rank;
+      p.rank_in_comm = static_cast<int>(m);
+      p.comm_size = static_cast<int>(g.ranks.size());
+      for (int s = 0; s < n; ++s) {
+        const int64_t t = kNow - 10'000 * kMs + s * 100 * kMs + static_cast<int64_t>(gi) * 7 * kMs;
+        bool has_late = std::find(g.ranks.begin(), g.ranks.end(), late_rank) != g.ranks.end();
+        const int64_t last = t + (has_late ? 5 * kMs : 20'000 * static_cast<int64_t>(g.ranks.size()));
+        const int64_t enter = rank == late_rank ? last : t + 20'000 * static_cast<int64_t>(m);
+        const int64_t exit = last + (slow ? 5 : 1) * kMs;
+        p.collectives.push_back(CollectiveObservation{static_cast<uint64_t>(s), "allreduce", enter, exit});
+      }
+      agents[layout.MachineOf(rank)].comm_profiles.push_back(p);
+    }
+  }
+}
+
+TEST_CASE("FailSlowPolicy: nothing slow, nothing done", "[unit]") {
+  const ParallelLayout layout = Layout();
+  FailSlowDecision d = DecideFailSlow(Input(layout, Agents(layout)), kNow);
+  CHECK(d.findings.empty());
+  CHECK(d.mode_changes.empty());
+  CHECK(d.events.empty());
+}
+
+TEST_CASE("FailSlowPolicy: a verified slowdown opens a finding and switches profiling on", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.5);
+  MarkSlow(agents, layout, 5, 0.45);
+  FailSlowDecision d = DecideFailSlow(Input(layout, agents), kNow);
+  REQUIRE(d.findings.size() == 1);
+  const FailSlowFinding& f = d.findings[0];
+  CHECK(f.id == 1);
+  CHECK(d.next_finding_id == 2);
+  CHECK(f.state == "Profiling");
+  CHECK(f.kind.empty());
+  CHECK(f.onset == kNow - 3000 * kMs + 3);  // the earliest rank's onset
+  CHECK(f.detected_at == kNow);
+  CHECK(f.severity == Approx(0.5));
+  CHECK(f.tier == "replace");
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].reason == "FailSlowDetected");
+  REQUIRE(d.mode_changes.size() == 4);
+  std::set<std::string> pods;
+  for (const NcclModeChange& c : d.mode_changes) {
+    CHECK(c.profiling);
+    CHECK(c.command_id == "j-failslow-1-profile-on-" + c.pod);
+    pods.insert(c.pod);
+  }
+  CHECK(pods.size() == 4);
+
+  SECTION("deciding again on the applied result changes nothing") {
+    FailSlowPolicyInput in = Input(layout, agents);
+    in.findings = d.findings;
+    in.next_finding_id = d.next_finding_id;
+    for (AgentObservation& a : in.agents) a.nccl_profiling = true;
+    FailSlowDecision again = DecideFailSlow(in, kNow + 200 * kMs);
+    CHECK(again.findings.size() == 1);
+    CHECK(again.findings[0].state == "Profiling");
+    CHECK(again.events.empty());
+    CHECK(again.mode_changes.empty());
+  }
+  SECTION("a command still pending is not sent twice") {
+    FailSlowPolicyInput in = Input(layout, agents);
+    in.findings = d.findings;
+    in.next_finding_id = d.next_finding_id;
+    for (AgentObservation& a : in.agents) a.pending_command_ids.push_back("j-failslow-1-profile-on-" + a.pod);
+    CHECK(DecideFailSlow(in, kNow + 200 * kMs).mode_changes.empty());
+  }
+}
+
+TEST_CASE("FailSlowPolicy: GUARD tiers", "[unit]") {
+  FailSlowSpec spec;
+  CHECK(FailSlowTier(spec, 0.05) == "monitor");
+  CHECK(FailSlowTier(spec, 0.12) == "mitigate");
+  CHECK(FailSlowTier(spec, 0.2) == "replace");
+  CHECK(FailSlowTier(spec, 1.5) == "replace");
+}
+
+TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowDecision opened = DecideFailSlow(in, kNow);
+  REQUIRE(opened.findings.size() == 1);
+
+  SECTION("too few collectives: keep profiling") {
+    AddProfiles(in.agents, layout, 4, 3, std::nullopt);
+    in.findings = opened.findings;
+    FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+    CHECK(d.findings[0].state == "Profiling");
+  }
+  SECTION("a rank missing from the profiles: keep profiling") {
+    AddProfiles(in.agents, layout, 12, 3, std::nullopt);
+    in.agents[0].comm_profiles.clear();
+    in.findings = opened.findings;
+    CHECK(DecideFailSlow(in, kNow + kMs).findings[0].state == "Profiling");
+  }
+  SECTION("enough collectives: named") {
+    AddProfiles(in.agents, layout, 12, 3, std::nullopt);
+    in.findings = opened.findings;
+    FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+    const FailSlowFinding& f = d.findings[0];
+    INFO(f.detail);
+    CHECK(f.state == "Localized");
+    CHECK(f.kind == "compute");
+    CHECK(f.ranks == std::vector<int>{3});
+    CHECK(f.machines == std::vector<std::string>{"11"});
+    CHECK(f.localized_at == kNow + kMs);
+    REQUIRE(d.events.size() == 1);
+    CHECK(d.events[0].reason == "FailSlowLocalized");
+  }
+}
+
+TEST_CASE("FailSlowPolicy: profiles localize a congested group", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 0, 0.3);
+  FailSlowPolicyInput in = Input(layout, agents);
+  in.findings = DecideFailSlow(in, kNow).findings;
+  in.next_finding_id = 2;
+  const CommGroup slow = layout.Group(GroupKind::kData, 1);
+  AddProfiles(in.agents, layout, 12, -1, std::make_pair(GroupKind::kData, 1));
+  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowFinding& f = d.findings[0];
+  INFO(f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "communication");
+  CHECK(f.group == "dp 1");
+  std::vector<int> ranks = slow.ranks;
+  std::sort(ranks.begin(), ranks.end());
+  CHECK(f.ranks == ranks);
+  std::set<std::string> machines;
+  for (int m : layout.MachinesOfGroup(slow)) machines.insert(std::to_string(10 + m));
+  CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == machines);
+}
+
+TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowDecision opened = DecideFailSlow(in, kNow);
+  // Rank 3 reports the end; the agents have profiling on.
+  for (AgentObservation& a : in.agents) {
+    a.nccl_profiling = true;
+    for (auto& [rank, fs] : a.fail_slow) fs.slow = false;
+  }
+  in.findings = opened.findings;
+  in.next_finding_id = opened.next_finding_id;
+  FailSlowDecision d = DecideFailSlow(in, kNow + 5000 * kMs);
+  REQUIRE(d.findings.size() == 1);
+  CHECK(d.findings[0].state == "Recovered");
+  CHECK(d.findings[0].ended_at == kNow + 5000 * kMs);
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].reason == "FailSlowRecovered");
+  REQUIRE(d.mode_changes.size() == 4);
+  for (const NcclModeChange& c : d.mode_changes) {
+    CHECK_FALSE(c.profiling);
+    CHECK(c.command_id == "j-failslow-1-profile-off-" + c.pod);
+  }
+  // Once the agents acknowledged, nothing more.
+  in.findings = d.findings;
+  for (AgentObservation& a : in.agents) a.nccl_profiling = false;
+  FailSlowDecision again = DecideFailSlow(in, kNow + 5200 * kMs);
+  CHECK(again.events.empty());
+  CHECK(again.mode_changes.empty());
+  CHECK(again.findings[0].state == "Recovered");
+}
+
+TEST_CASE("FailSlowPolicy: disabled, stale attempts, standbys and disconnected agents are ignored", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  SECTION("disabled") {
+    in.spec.enabled = false;
+    CHECK(DecideFailSlow(in, kNow).findings.empty());
+  }
+  SECTION("an older attempt") {
+    in.attempt = 2;
+    CHECK(DecideFailSlow(in, kNow).findings.empty());
+  }
+  SECTION("disconnected") {
+    in.agents[1].connected = false;
+    CHECK(DecideFailSlow(in, kNow).findings.empty());
+  }
+}
+
+TEST_CASE("FailSlowPolicy: garbage profiles neither crash nor localize", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  in.findings = DecideFailSlow(in, kNow).findings;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    CommProfileObservation p;
+    p.comm_id = 77;
+    p.global_rank = r;
+    p.rank_in_comm = r % 3 == 0 ? 9 : r;  // out of range for some
+    p.comm_size = 4;
+    p.collectives.push_back(CollectiveObservation{1, "allreduce", kNow, kNow - kMs});  // exit before enter
+    p.collectives.push_back(CollectiveObservation{2, "allreduce", kNow, kNow + kMs});
+    in.agents[layout.MachineOf(r)].comm_profiles.push_back(p);
+    CommProfileObservation bad;
+    bad.comm_id = 0;
+    bad.global_rank = r;
+    in.agents[layout.MachineOf(r)].comm_profiles.push_back(bad);
+  }
+  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  REQUIRE(d.findings.size() == 1);
+  CHECK(d.findings[0].state == "Profiling");
+}
+
+TEST_CASE("FailSlowPolicy: findings are bounded", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  for (uint64_t i = 1; i <= kMaxFailSlowFindings; ++i) {
+    FailSlowFinding f;
+    f.id = i;
+    f.state = "Recovered";
+    f.ended_at = kNow - 1;
+    in.findings.push_back(f);
+  }
+  in.next_finding_id = kMaxFailSlowFindings + 1;
+  FailSlowDecision d = DecideFailSlow(in, kNow);
+  CHECK(d.findings.size() == kMaxFailSlowFindings);
+  CHECK(d.findings.back().id == kMaxFailSlowFindings + 1);
+  CHECK(d.findings.front().id == 2);
+}
+
+}  // namespace
+}  // namespace peregrine
