@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "controller/analyze/analyze_command.h"
 #include "controller/fault_injector.h"
 
 namespace peregrine {
@@ -25,6 +26,9 @@ constexpr char kUsage[] =
     "         [--factor F] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
     "      KIND: kill (the machine dies), crash, hang, slow (--factor), nan, corrupt (silent\n"
     "      wrong values), link (--peer-*, --delay-us and/or --bandwidth bytes/s), clear\n"
+    "  analyze steps FILE | nccl FILE | stacks DIR ...\n"
+    "      offline analysis of your step-time CSVs, NCCL logs/traces and stack dumps\n"
+    "      (peregrinectl analyze --help)\n"
     "The controller is found with --controller (http://HOST:PORT), or DIR/controller.json of\n"
     "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n";
 
@@ -130,6 +134,9 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help")) {
     out << kUsage;
     return 0;
+  }
+  if (!argv.empty() && argv[0] == "analyze") {
+    return RunAnalyze(std::vector<std::string>(argv.begin() + 1, argv.end()), out, err);
   }
   if (auto e = ParseArgs(argv, &a)) {
     err << "peregrinectl: " << *e << "\n" << kUsage;
