@@ -1,0 +1,222 @@
+// peregrine-linkcheck: communication validation (Falcon section 4.3, Figure 9): every
+// rank of an NCCL world runs it; the world's ring (or binary-tree) links are split into
+// O(1) rounds of disjoint point-to-point transfers (RingValidationRounds /
+// TreeValidationRounds), each round's transfers run at the same time with equal sizes
+// (ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd), the sender times each link, and
+// rank 0 prints one JSON object with every link's time and JudgeLinkTimes' verdict:
+//   {"world":4,"topology":"ring","bytes":1048576,"repeats":3,
+//    "links":[{"round":0,"sender":0,"receiver":1,"seconds":0.0012},...],
+//    "verdict":{"median_seconds":...,"slow_links":[{"sender":1,"receiver":2,"seconds":...,"ratio":...}],
+//               "slow_ranks":[{"rank":...,"links":...,"mean_ratio":...}]}}
+// A link's time is the median over --repeats exchanges of (--bytes from sender to receiver,
+// then a 4-byte acknowledgement back), timed by the sender. Every round starts after a world
+// barrier (an all-reduce), so rounds do not overlap; the barrier releases ranks at
+// different times when a link is slow, so each pair first makes one untimed exchange that
+// aligns the two ends, and only the exchanges after it are timed.
+//
+// Environment (like sim-trainer / torchrun): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+// (rank 0 serves the ncclUniqueId there). Flags: --bytes N (default 1 MiB), --repeats N
+// (default 3), --topology ring|tree, --slow-ratio R (default 1.1), --init-timeout-s N.
+// Exit code: 0 all links healthy, 1 a slow link or rank was found, 2 usage, 3 NCCL or
+// rendezvous error.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "diagnosis/link_rounds.h"
+#include "nccl.h"
+#include "sim/trainer/id_store.h"
+
+namespace peregrine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int rank = 0;
+  int world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  size_t bytes = 1 << 20;
+  int repeats = 3;
+  std::string topology = "ring";
+  double slow_ratio = 1.1;
+  int init_timeout_ms = 120000;
+};
+
+int Usage(const std::string& error) {
+  std::fprintf(stderr,
+               "peregrine-linkcheck: %s\nusage: RANK=r WORLD_SIZE=n MASTER_ADDR=a MASTER_PORT=p peregrine-linkcheck "
+               "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n",
+               error.c_str());
+  return 2;
+}
+
+bool EnvInt(const char* name, int* out) {
+  const char* v = std::getenv(name);
+  return v != nullptr && absl::SimpleAtoi(v, out);
+}
+
+#define NCCL_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    ncclResult_t r_ = (expr);                                                              \
+    if (r_ != ncclSuccess) {                                                               \
+      std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s failed: %s\n", o.rank, #expr, \
+                   ncclGetErrorString(r_));                                                \
+      return 3;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+int Run(const Options& o) {
+  // The plan, identical on every rank.
+  ValidationRounds rounds;
+  if (o.topology == "ring") {
+    auto r = RingValidationRounds(o.world);
+    if (!r.ok()) return Usage(std::string(r.status().message()));
+    rounds = *r;
+  } else {
+    const std::vector<int> parents = HeapBinaryTreeParents(o.world);
+    for (TreeDirection dir : {TreeDirection::kChildToParent, TreeDirection::kParentToChild}) {
+      auto r = TreeValidationRounds(parents, dir);
+      if (!r.ok()) return Usage(std::string(r.status().message()));
+      rounds.insert(rounds.end(), r->begin(), r->end());
+    }
+  }
+
+  ncclUniqueId id;
+  if (o.rank == 0) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    if (auto s = sim::ServeUniqueId(o.master_addr, o.master_port, o.world, id, o.init_timeout_ms); !s.ok()) {
+      std::fprintf(stderr, "peregrine-linkcheck: %s\n", s.ToString().c_str());
+      return 3;
+    }
+  } else {
+    auto fetched = sim::FetchUniqueId(o.master_addr, o.master_port, o.rank, o.world, o.init_timeout_ms);
+    if (!fetched.ok()) {
+      std::fprintf(stderr, "peregrine-linkcheck: %s\n", fetched.status().ToString().c_str());
+      return 3;
+    }
+    id = *fetched;
+  }
+  ncclComm_t comm;
+  NCCL_CHECK(ncclCommInitRank(&comm, o.world, id, o.rank));
+
+  const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
+  std::vector<float> send(count, 1.0f), recv(count, 0.0f);
+  float token = 1.0f, ack = 0.0f;
+  // measured[r] = this rank's median time as the sender of round r, -1 when not one.
+  std::vector<double> measured(rounds.size(), -1.0);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const LinkTransfer* mine = nullptr;
+    for (const LinkTransfer& t : rounds[r]) {
+      if (t.sender == o.rank || t.receiver == o.rank) mine = &t;
+    }
+    std::vector<double> times;
+    NCCL_CHECK(ncclAllReduce(&token, &token, 1, ncclFloat32, ncclMax, comm, nullptr));  // barrier
+    for (int rep = 0; mine != nullptr && rep <= o.repeats; ++rep) {
+      const auto start = Clock::now();
+      NCCL_CHECK(ncclGroupStart());
+      if (mine->sender == o.rank) NCCL_CHECK(ncclSend(send.data(), count, ncclFloat32, mine->receiver, comm, nullptr));
+      if (mine->receiver == o.rank) NCCL_CHECK(ncclRecv(recv.data(), count, ncclFloat32, mine->sender, comm, nullptr));
+      NCCL_CHECK(ncclGroupEnd());
+      NCCL_CHECK(ncclGroupStart());
+      if (mine->receiver == o.rank) NCCL_CHECK(ncclSend(&ack, 1, ncclFloat32, mine->sender, comm, nullptr));
+      if (mine->sender == o.rank) NCCL_CHECK(ncclRecv(&ack, 1, ncclFloat32, mine->receiver, comm, nullptr));
+      NCCL_CHECK(ncclGroupEnd());
+      if (rep > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (mine != nullptr && mine->sender == o.rank && !times.empty()) {
+      std::sort(times.begin(), times.end());
+      measured[r] = times[times.size() / 2];
+    }
+  }
+  // Everyone's measurements to everyone (rank 0 reports).
+  std::vector<double> all(rounds.size() * static_cast<size_t>(o.world), -1.0);
+  NCCL_CHECK(ncclAllGather(measured.data(), all.data(), rounds.size(), ncclFloat64, comm, nullptr));
+  ncclCommDestroy(comm);
+
+  std::vector<LinkTime> times;
+  std::vector<std::string> links;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    for (const LinkTransfer& t : rounds[r]) {
+      const double s = all[static_cast<size_t>(t.sender) * rounds.size() + r];
+      if (s < 0) continue;
+      times.push_back(LinkTime{t.sender, t.receiver, s});
+      links.push_back(absl::StrFormat(R"({"round":%d,"sender":%d,"receiver":%d,"seconds":%.6f})", r, t.sender,
+                                      t.receiver, s));
+    }
+  }
+  if (times.empty()) {
+    if (o.rank == 0) {
+      std::printf("%s\n", absl::StrFormat(R"({"world":%d,"topology":"%s","links":[],"verdict":null})", o.world,
+                                          o.topology).c_str());
+    }
+    return 0;
+  }
+  auto verdict = JudgeLinkTimes(times, o.slow_ratio);
+  if (!verdict.ok()) {
+    std::fprintf(stderr, "peregrine-linkcheck: %s\n", verdict.status().ToString().c_str());
+    return 3;
+  }
+  std::vector<std::string> slow_links, slow_ranks;
+  for (const SlowLink& l : verdict->slow_links) {
+    slow_links.push_back(absl::StrFormat(R"({"sender":%d,"receiver":%d,"seconds":%.6f,"ratio":%.3f})", l.sender,
+                                         l.receiver, l.seconds, l.ratio));
+  }
+  for (const SlowRank& s : verdict->slow_ranks) {
+    slow_ranks.push_back(absl::StrFormat(R"({"rank":%d,"links":%d,"mean_ratio":%.3f})", s.rank, s.links, s.mean_ratio));
+  }
+  if (o.rank == 0) {
+    std::printf("%s\n", absl::StrCat(absl::StrFormat(R"({"world":%d,"topology":"%s","bytes":%d,"repeats":%d,)",
+                                                     o.world, o.topology, count * sizeof(float), o.repeats),
+                                     "\"links\":[", absl::StrJoin(links, ","), "],",
+                                     absl::StrFormat(R"("verdict":{"median_seconds":%.6f,)", verdict->median_seconds),
+                                     "\"slow_links\":[", absl::StrJoin(slow_links, ","), "],\"slow_ranks\":[",
+                                     absl::StrJoin(slow_ranks, ","), "]}}")
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return verdict->slow_links.empty() && verdict->slow_ranks.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace peregrine
+
+int main(int argc, char** argv) {
+  using namespace peregrine;
+  Options o;
+  if (!EnvInt("RANK", &o.rank) || !EnvInt("WORLD_SIZE", &o.world) || o.world < 1 || o.rank < 0 ||
+      o.rank >= o.world) {
+    return Usage("RANK and WORLD_SIZE must be set (0 <= RANK < WORLD_SIZE)");
+  }
+  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') o.master_addr = a;
+  if (std::getenv("MASTER_PORT") != nullptr && !EnvInt("MASTER_PORT", &o.master_port)) {
+    return Usage("MASTER_PORT is not a number");
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));
+    const std::string v = argv[++i];
+    int n = 0;
+    if (arg == "--bytes" && absl::SimpleAtoi(v, &n) && n >= 4) {
+      o.bytes = static_cast<size_t>(n);
+    } else if (arg == "--repeats" && absl::SimpleAtoi(v, &n) && n >= 1) {
+      o.repeats = n;
+    } else if (arg == "--topology" && (v == "ring" || v == "tree")) {
+      o.topology = v;
+    } else if (arg == "--slow-ratio" && absl::SimpleAtod(v, &o.slow_ratio) && o.slow_ratio > 1) {
+    } else if (arg == "--init-timeout-s" && absl::SimpleAtoi(v, &n) && n > 0) {
+      o.init_timeout_ms = n * 1000;
+    } else {
+      return Usage(absl::StrCat("bad flag ", arg, " ", v));
+    }
+  }
+  return Run(o);
+}
