@@ -194,6 +194,18 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.slot = machines > 2 ? 2 : machines - 1;
     return s;
   }
+  if (name == "xid") {  // a fatal Xid (79, GPU fallen off the bus) on one machine's GPU 0
+    s.fault.kind = "xid";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = 0;
+    s.fault.xid = 79;
+    return s;
+  }
+  if (name == "nic-flap") {  // one NIC flap: tolerated (a second within the window evicts)
+    s.fault.kind = "nic-flap";
+    s.fault.slot = machines > 2 ? 2 : machines - 1;
+    return s;
+  }
   if (name == "crash") {
     s.fault.kind = "crash";
     s.fault.slot = machines > 1 ? 1 : 0;
