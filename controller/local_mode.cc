@@ -206,6 +206,14 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.slot = machines > 2 ? 2 : machines - 1;
     return s;
   }
+  if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, no restart
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = 0;
+    s.fault.factor = 3;
+    s.at_step = 60;
+    return s;
+  }
   if (name == "crash") {
     s.fault.kind = "crash";
     s.fault.slot = machines > 1 ? 1 : 0;
@@ -213,7 +221,7 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     return s;
   }
   return absl::InvalidArgumentError(absl::StrCat("--scenario: unknown scenario '", name,
-                                                 "' (known: kill-machine, crash)"));
+                                                 "' (known: kill-machine, failslow-slow-rank, crash)"));
 }
 
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {
