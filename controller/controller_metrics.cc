@@ -62,6 +62,8 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   machines_.Add(with("state", "standby")).Set(static_cast<double>(after.standbys.size()));
   standby_desired_.Add(labels).Set(after.standby_desired);
   standby_ready_.Add(labels).Set(after.standby_ready);
+  // Labelled counters start at 0 so the alerts' series exist before the first eviction.
+  for (const char* reason : {"machine_fault", "standby_failed"}) evictions_.Add(with("reason", reason));
   last_step_.Add(labels).Set(static_cast<double>(after.last_completed_step));
   ettr_.Add(labels).Set(after.ettr);
   iteration_seconds_.Add(labels).Set(after.mean_iteration_seconds);
