@@ -172,11 +172,33 @@ void AgentRegistry::Send(const std::string& job_key, const CommandToSend& comman
     if (rec.pending.count(command.id)) return;
     v1::Command wire = ToWireCommand(command, job->second.binding.spec, now);
     rec.pending[command.id] = wire;
+    rec.pending_sent_at[command.id] = now;
     if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
     sink = rec.sink;
     *message.mutable_command() = std::move(wire);
   }
   if (sink) sink->Send(message);
+}
+
+void AgentRegistry::ResendOverdue(const std::string& job_key, int64_t now, int64_t overdue_ns) {
+  std::vector<std::pair<std::shared_ptr<AgentStreamSink>, v1::ControllerMessage>> out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(job_key);
+    if (job == jobs_.end()) return;
+    for (auto& [pod, rec] : job->second.agents) {
+      if (!rec.sink) continue;
+      for (auto& [id, cmd] : rec.pending) {
+        int64_t& sent = rec.pending_sent_at[id];
+        if (now - sent < overdue_ns) continue;
+        sent = now;
+        v1::ControllerMessage m;
+        *m.mutable_command() = cmd;
+        out.emplace_back(rec.sink, std::move(m));
+      }
+    }
+  }
+  for (auto& [sink, m] : out) sink->Send(m);
 }
 
 void AgentRegistry::Forget(const std::string& job_key, const std::string& pod) {
@@ -263,9 +285,11 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     std::set<std::string> executed(reg.executed_command_ids().begin(), reg.executed_command_ids().end());
     for (auto it = rec.pending.begin(); it != rec.pending.end();) {
       if (executed.count(it->first)) {
+        rec.pending_sent_at.erase(it->first);
         it = rec.pending.erase(it);
       } else {
         resend.push_back(it->second);
+        rec.pending_sent_at[it->first] = now;
         ++it;
       }
     }
@@ -386,6 +410,7 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           obs.nccl_profiling = sent->second.nccl_mode().profiling();
         }
         rec->pending.erase(r.command_id());
+        rec->pending_sent_at.erase(r.command_id());
         if (r.status().code() != 0) {
           obs.failed_commands[r.command_id()] = r.status().message();
         } else {

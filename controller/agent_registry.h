@@ -56,6 +56,9 @@ class AgentRegistry {
   // Sends a command (or re-sends it if it is not pending yet); a no-op while the pod's
   // agent is not connected: it is sent when it registers.
   void Send(const std::string& job_key, const CommandToSend& command, int64_t now);
+  // Re-sends commands that have waited longer than `overdue_ns` for a result (a message
+  // lost on a broken stream); agents execute each id once, so this is always safe.
+  void ResendOverdue(const std::string& job_key, int64_t now, int64_t overdue_ns);
   // The pod is gone for good: forget its agent.
   void Forget(const std::string& job_key, const std::string& pod);
   // Called (without locks held) whenever something a job's decision depends on changed.
@@ -79,6 +82,7 @@ class AgentRegistry {
     std::shared_ptr<AgentStreamSink> sink;  // null while disconnected
     AgentObservation obs;
     std::map<std::string, v1::Command> pending;  // id -> command
+    std::map<std::string, int64_t> pending_sent_at;  // id -> when last sent
     std::vector<std::string> recent_exit_summaries;
   };
   struct JobRecord {

@@ -1,6 +1,7 @@
 #include "controller/agent_service.h"
 
 #include <deque>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
@@ -39,13 +40,19 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       std::string value(it->second.data(), it->second.size());
       if (absl::StartsWith(value, "Bearer ")) token_ = value.substr(7);
     }
-    sink_ = std::make_shared<StreamSink>([this](const v1::ControllerMessage& m) { Write(m); });
+    // Registry messages (commands) are held until the RegisterAck is queued: an agent
+    // acts on commands only after its ack, so a command must never overtake it.
+    sink_ = std::make_shared<StreamSink>([this](const v1::ControllerMessage& m) { WriteAfterAck(m); });
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      FinishOnce(grpc::Status::OK);
+      // A read fails when the agent half-closes, or when its bytes were not an
+      // AgentMessage. A stream that ends before registering was never a valid agent.
+      FinishOnce(registered_ ? grpc::Status::OK
+                             : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                            "stream ended before a valid register message"));
       return;
     }
     if (!registered_) {
@@ -67,8 +74,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       registered_ = true;
       v1::ControllerMessage out;
       *out.mutable_register_ack() = *ack;
-      // The ack goes first: put it ahead of commands the registry re-sent meanwhile.
-      WriteFront(out);
+      WriteAckThenHeld(out);
     } else {
       absl::Status status = registry_->OnMessage(sink_.get(), in_, now_());
       if (!status.ok()) {
@@ -108,12 +114,24 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     queue_.push_back(m);
     MaybeStartWriteLocked();
   }
-  void WriteFront(const v1::ControllerMessage& m) {
+  void WriteAfterAck(const v1::ControllerMessage& m) {
     absl::MutexLock lock(&mu_);
     if (finish_called_) return;
-    // The front element may be in flight: insert after it.
-    auto pos = writing_ && !queue_.empty() ? queue_.begin() + 1 : queue_.begin();
-    queue_.insert(pos, m);
+    if (!ack_queued_) {
+      if (held_.size() < kMaxQueuedWrites) held_.push_back(m);
+      return;
+    }
+    if (queue_.size() >= kMaxQueuedWrites) return;
+    queue_.push_back(m);
+    MaybeStartWriteLocked();
+  }
+  void WriteAckThenHeld(const v1::ControllerMessage& ack) {
+    absl::MutexLock lock(&mu_);
+    if (finish_called_) return;
+    queue_.push_back(ack);
+    for (auto& m : held_) queue_.push_back(std::move(m));
+    held_.clear();
+    ack_queued_ = true;
     MaybeStartWriteLocked();
   }
   void MaybeStartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -145,6 +163,8 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   absl::Mutex mu_;
   std::deque<v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::ControllerMessage> held_ ABSL_GUARDED_BY(mu_);  // registry messages before the ack
+  bool ack_queued_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;       // Finish requested
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;  // Finish issued to gRPC
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);

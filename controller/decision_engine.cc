@@ -379,8 +379,7 @@ class Decider {
     }
     // An attempt that never completes a step fails (stuck rendezvous, a rank that never came up).
     if (!process_failed && lost_slots.empty() && st.attempt_started_at != 0 &&
-        st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns &&
-        st.triage_deadline == 0) {
+        st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns) {
       process_failed = true;
       signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
     }
@@ -698,6 +697,7 @@ const char* CommandKindName(CommandKind kind) {
     case CommandKind::kRestartInPlace: return "restart_in_place";
     case CommandKind::kActivate: return "activate";
     case CommandKind::kStop: return "stop";
+    case CommandKind::kSetNcclMode: return "set_nccl_mode";
   }
   return "unknown";
 }

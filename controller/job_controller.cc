@@ -8,6 +8,10 @@
 #include "controller/status_json.h"
 
 namespace peregrine {
+namespace {
+// A command without a result for this long is sent again (idempotent by id).
+constexpr int64_t kCommandResendNanos = 10'000'000'000;
+}  // namespace
 
 JobController::JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,
                              Options options)
@@ -29,6 +33,7 @@ absl::Status JobController::Start(bool run_loop) {
   }
   AgentRegistry::JobBinding binding;
   binding.spec = job_.spec;
+  binding.token = options_.agent_token;
   registry_->BindJob(key(), binding);
   {
     // Agents that reconnect before the first round must get the persisted desired state.
@@ -149,6 +154,7 @@ int64_t JobController::ReconcileOnce() {
     registry_->Forget(key(), d.name);
   }
   for (const CommandToSend& c : plan.commands) registry_->Send(key(), c, now);
+  registry_->ResendOverdue(key(), now, kCommandResendNanos);
   std::vector<TimelineEntry> entries;
   for (const JobEvent& e : plan.events) {
     if (auto s = cluster_->RecordEvent(job_, e, now); !s.ok()) error = s.ToString();

@@ -40,6 +40,7 @@ class JobController {
     int64_t resync_ns = 200'000'000;
     DecisionConfig decision;
     std::function<int64_t()> now;  // Unix nanoseconds
+    std::string agent_token;       // agents must present it ("" accepts any)
   };
 
   JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,

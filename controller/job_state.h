@@ -201,33 +201,6 @@ struct CommProfileObservation {
   std::vector<CollectiveObservation> collectives;
 };
 
-// Fail-slow state of one rank as its agent reported it (FailSlowEvent, level-based: the
-// latest verified change wins).
-struct RankFailSlowObservation {
-  bool slow = false;
-  int64_t onset = 0;       // first slow iteration of the current (or last) slowdown
-  int64_t ended_at = 0;    // onset of the recovery, 0 while slow
-  double severity = 0;     // slow level / healthy level - 1
-  double before_seconds = 0;
-  double after_seconds = 0;
-  uint64_t iteration_index = 0;
-};
-
-// Profiling (CommProfile): one rank's recent collectives on one communicator.
-struct CollectiveObservation {
-  uint64_t sequence = 0;  // n-th call on the communicator (equal on every member)
-  std::string op;
-  int64_t enter = 0;
-  int64_t exit = 0;
-};
-struct CommProfileObservation {
-  uint64_t comm_id = 0;
-  int global_rank = -1;
-  int rank_in_comm = -1;
-  int comm_size = 0;
-  std::vector<CollectiveObservation> collectives;
-};
-
 struct AgentObservation {
   std::string pod;
   std::string machine_id;

@@ -232,7 +232,10 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
 
 void LocalCluster::Refresh(LocalPod& pod) {
   if (pod.exited) return;
-  if (pod.own_child) {
+  const bool was_exited = pod.exited;
+  // waitpid also for re-adopted pods: when this process started them (a controller
+  // restarted inside the same process, as in tests) it reaps them; otherwise ECHILD.
+  {
     int status = 0;
     const pid_t r = waitpid(pod.pid, &status, WNOHANG);
     if (r == pod.pid) {
@@ -240,6 +243,8 @@ void LocalCluster::Refresh(LocalPod& pod) {
       pod.exit_reason = DescribeWait(status);
     } else if (r < 0 && errno == ECHILD) {
       pod.own_child = false;
+    } else if (r == 0) {
+      pod.own_child = true;
     }
   }
   if (!pod.exited && !pod.own_child) {
@@ -251,8 +256,9 @@ void LocalCluster::Refresh(LocalPod& pod) {
       pod.exit_reason = "agent process gone";
     }
   }
-  if (pod.exited) {
+  if (pod.exited && !was_exited) {
     // The machine is gone: nothing of the pod may keep running (orphaned training ranks).
+    // Once, right when the exit is seen, so a reused pid is never signalled later.
     SignalSession(pod.pid, SIGKILL);
   }
 }

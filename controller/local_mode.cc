@@ -131,19 +131,15 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   if (!cluster.ok()) return cluster.status();
   impl->cluster = std::move(*cluster);
 
-  AgentRegistry::JobBinding binding;
   JobController::Options jopts;
   jopts.decision = options.decision;
   jopts.now = UnixNanos;
+  jopts.agent_token = *token;
   impl->controller = std::make_unique<JobController>(job, impl->cluster.get(), impl->registry.get(),
                                                      impl->metrics.get(), jopts);
   JobController* controller = impl->controller.get();
   impl->registry->SetChangeCallback([controller](const std::string&) { controller->Wake(); });
   if (auto s = controller->Start(); !s.ok()) return s;
-  // Bind the token after Start (which binds the job spec).
-  binding.spec = job.spec;
-  binding.token = *token;
-  impl->registry->BindJob(impl->key, binding);
 
   impl->injector = std::make_unique<FaultInjector>(impl->cluster.get(), faults, sim_machines);
   impl->http = std::make_unique<HttpServer>(std::vector<JobController*>{controller}, impl->metrics.get(),
@@ -194,6 +190,14 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.slot = machines > 2 ? 2 : machines - 1;
     return s;
   }
+  if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, no restart
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = 0;
+    s.fault.factor = 3;
+    s.at_step = 60;
+    return s;
+  }
   if (name == "xid") {  // a fatal Xid (79, GPU fallen off the bus) on one machine's GPU 0
     s.fault.kind = "xid";
     s.fault.slot = machines > 1 ? 1 : 0;
@@ -204,14 +208,6 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
   if (name == "nic-flap") {  // one NIC flap: tolerated (a second within the window evicts)
     s.fault.kind = "nic-flap";
     s.fault.slot = machines > 2 ? 2 : machines - 1;
-    return s;
-  }
-  if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, no restart
-    s.fault.kind = "slow";
-    s.fault.slot = machines > 1 ? 1 : 0;
-    s.fault.local_rank = 0;
-    s.fault.factor = 3;
-    s.at_step = 60;
     return s;
   }
   if (name == "crash") {

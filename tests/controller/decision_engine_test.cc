@@ -193,6 +193,25 @@ TEST_CASE("A crash with no machine at fault is reattempted in place", "[unit]") 
   CHECK(w.status.attempt == 2);
 }
 
+TEST_CASE("An attempt that never completes a step is one incident, then a reattempt", "[unit]") {
+  World w;
+  w.Step();
+  w.Step();
+  REQUIRE(w.status.attempt == 1);
+  w.now += 121 * kSecond;  // past the start timeout, still at step 0
+  w.Step();
+  REQUIRE(w.status.incidents.size() == 1);
+  CHECK(w.status.incidents[0].signal.find("made no step") != std::string::npos);
+  w.now += 2 * kSecond;
+  JobPlan plan = w.Step();
+  CHECK(w.status.incidents.size() == 1);
+  CHECK(w.status.attempt == 2);
+  CHECK(plan.commands.size() == 4);
+  w.now += kSecond;
+  w.Step();
+  CHECK(w.status.incidents.size() == 1);  // no incident per round
+}
+
 TEST_CASE("A lost agent stream alone is not acted on", "[unit]") {
   World w;
   w.Step();
