@@ -323,19 +323,21 @@ conditions:
   - {type: Degraded, status: "True", observedGeneration: 3, lastTransitionTime: "2025-01-02T03:10:00.5+01:00", reason: MachineFault, message: "Xid 79 on node-7"}
 codeVersion: {image: "img:1", command: [train, --lr, "0.1"], revision: v2}
 versionHistory:
-  - {revision: v1, appliedAt: "2025-01-01T00:00:00Z", reason: Created, outcome: Healthy}
-  - {revision: v2, image: "img:1", appliedAt: "2025-01-02T00:00:00Z", reason: HotUpdate, outcome: Running}
-standby: {desired: 1, ready: 0}
+  - {codeVersion: {image: "img:1", command: [train], revision: v1}, appliedAt: "2025-01-01T00:00:00Z", reason: Created, outcome: Healthy}
+  - {codeVersion: {image: "img:1", command: [train, --lr, "0.1"], revision: v2}, appliedAt: "2025-01-02T00:00:00Z", reason: HotUpdate, outcome: Running}
+standby: {desired: 1, ready: 0, pods: [{pod: demo-p3, machineId: "", observed: false}]}
 ettr: 0.97
 lastCompletedStep: 1200
 machines:
-  - {index: 0, machineId: node-1, pod: demo-0, state: Running}
-  - {index: 1, machineId: node-7, pod: demo-1, state: Evicting}
+  - {index: 0, machineId: node-1, pod: demo-p0, observed: true}
+  - {index: 1, machineId: node-7, pod: demo-p1, observed: true}
 incidents:
-  - id: inc-1
+  - id: 1
     kind: MachineFault
     signal: "Xid 79"
     detectedAt: "2025-01-02T03:10:00Z"
+    decidedAt: ""
+    resumedAt: ""
     machines: [node-7]
     decision: "evict node-7, activate a standby, restart the others in place"
     actions: [Evict, ActivateStandby, RestartInPlace]
@@ -355,7 +357,7 @@ evictedMachines:
     CHECK_THAT(errors, Catch::Contains("status.phase: unsupported value"));
     CHECK_THAT(errors, Catch::Contains("status.conditions[0].status: unsupported value"));
     CHECK_THAT(errors, Catch::Contains("status.conditions[1]: duplicate entry"));
-    CHECK_THAT(errors, Catch::Contains("status.versionHistory[0].appliedAt: \"yesterday\" is not an RFC 3339"));
+    CHECK_THAT(errors, Catch::Contains("status.versionHistory[0].appliedAt: \"yesterday\" does not match the pattern"));
     CHECK_THAT(errors, Catch::Contains("status.ettr: must be <= 1"));
   }
   SECTION("incident history is bounded to 50") {

@@ -2,18 +2,22 @@
 // scripts/install-tools.sh): `helm lint --strict`, then `helm template` rendered
 // objects checked one by one: kinds, replicas and leader election, the exact RBAC
 // rules, probes, security context, Services, PDB, and the optional ServiceMonitor /
-// PrometheusRule.
+// PrometheusRule. The rendered controller flags go through the controller's own
+// ParseKubeMainFlags, so a flag it does not accept fails here and not in a crash loop.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
+#include "controller/kube_command.h"
 #include "tests/deploy/deploy_tools.h"
 
 namespace peregrine {
@@ -33,16 +37,17 @@ class Helm {
     return Run(argv, Env());
   }
 
-  ProcessResult Template(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {helm_, "template", "peregrine", Chart(), "--namespace", kNamespace,
+  ProcessResult Template(const std::vector<std::string>& extra = {}, const std::string& release = "peregrine") {
+    std::vector<std::string> argv = {helm_, "template", release, Chart(), "--namespace", kNamespace,
                                      "--include-crds"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return Run(argv, Env());
   }
 
   // Renders and parses; REQUIREs success.
-  std::vector<YAML::Node> Render(const std::vector<std::string>& extra = {}) {
-    const ProcessResult r = Template(extra);
+  std::vector<YAML::Node> Render(const std::vector<std::string>& extra = {},
+                                 const std::string& release = "peregrine") {
+    const ProcessResult r = Template(extra, release);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     std::vector<YAML::Node> objects;
@@ -102,6 +107,20 @@ bool Selects(const YAML::Node& selector, const YAML::Node& labels) {
     if (!labels[kv.first.Scalar()] || labels[kv.first.Scalar()].Scalar() != kv.second.Scalar()) return false;
   }
   return true;
+}
+
+// The controller container's args parsed by the controller's own flag parser, with the
+// downward-API environment the Deployment gives it.
+KubeMainOptions ParseControllerArgs(const YAML::Node& container) {
+  std::map<std::string, std::string> env = {{"POD_NAME", "ctl-0"}, {"POD_NAMESPACE", kNamespace}};
+  auto parsed = ParseKubeMainFlags(Strings(container["args"]), [&](std::string_view name) -> std::optional<std::string> {
+    auto it = env.find(std::string(name));
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  return *parsed;
 }
 
 std::string AppVersion() {
@@ -171,7 +190,24 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(Strings(c["args"]) ==
         std::vector<std::string>{"--leader-elect", "--lease-namespace", kNamespace, "--grpc-port", "7400",
                                  "--http-port", "7401", "--agent-image",
-                                 "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--log-level", "info"});
+                                 "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
+                                 std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--log-level", "info"});
+  // Every rendered flag is one the controller accepts, with the values meant.
+  const KubeMainOptions flags = ParseControllerArgs(c);
+  CHECK(flags.mode.leader_elect);
+  CHECK(flags.mode.lease_namespace == kNamespace);
+  CHECK(flags.mode.grpc_port == 7400);
+  CHECK(flags.mode.http_port == 7401);
+  CHECK(flags.mode.agent_image == "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion());
+  CHECK(flags.mode.controller_address == std::string("peregrine-grpc.") + kNamespace + ".svc:7400");
+  CHECK(flags.log_level == "info");
+  // The downward API gives the leader-election identity and the pod the leader labels.
+  std::map<std::string, std::string> field_refs;
+  for (const YAML::Node& e : c["env"]) {
+    if (e["valueFrom"]["fieldRef"]) field_refs[e["name"].Scalar()] = e["valueFrom"]["fieldRef"]["fieldPath"].Scalar();
+  }
+  CHECK(field_refs == std::map<std::string, std::string>{{"POD_NAME", "metadata.name"},
+                                                         {"POD_NAMESPACE", "metadata.namespace"}});
   std::map<std::string, int> ports;
   for (const YAML::Node& p : c["ports"]) ports[p["name"].Scalar()] = p["containerPort"].as<int>();
   CHECK(ports == std::map<std::string, int>{{"grpc", 7400}, {"http", 7401}});
@@ -200,21 +236,30 @@ TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") 
   const std::vector<YAML::Node> objects = helm.Render();
   using V = std::vector<std::string>;
   const RuleSet expected_cluster = {
-      {{"peregrine.dev", "trainingjobs"}, V{"get", "list", "patch", "update", "watch"}},
-      {{"peregrine.dev", "trainingjobs/status"}, V{"get", "patch", "update"}},
+      // Informer (list, watch); finalizers: Get, then PUT of the object (update).
+      {{"peregrine.dev", "trainingjobs"}, V{"get", "list", "update", "watch"}},
+      // Status: Get of the object, then PUT of the status subresource.
+      {{"peregrine.dev", "trainingjobs/status"}, V{"update"}},
+      // Children with ownerReferences.blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
       {{"peregrine.dev", "trainingjobs/finalizers"}, V{"update"}},
-      {{"", "pods"}, V{"create", "delete", "get", "list", "patch", "watch"}},
-      {{"", "services"}, V{"create", "delete", "get", "list", "watch"}},
+      // Informer, Create, Delete (never Get: the informer's cache answers).
+      {{"", "pods"}, V{"create", "delete", "list", "watch"}},
+      // The rendezvous Service and the agent token Secret: Get, Create when missing.
+      {{"", "services"}, V{"create", "get"}},
+      {{"", "secrets"}, V{"create", "get"}},
+      // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
       {{"", "events"}, V{"create", "patch"}},
-      {{"events.k8s.io", "events"}, V{"create", "patch"}},
-      {{"", "nodes"}, V{"get", "list", "patch", "watch"}},
+      // Informer; MergePatch of node labels.
+      {{"", "nodes"}, V{"list", "patch", "watch"}},
   };
   const YAML::Node cluster_role = One(objects, "ClusterRole");
   CHECK(RulesOf(cluster_role) == expected_cluster);
-  // Leases only through the namespaced Role, in the release namespace.
+  // Leases and the leader label on the controller's own pod (a MergePatch) only through
+  // the namespaced Role, in the release namespace.
   const YAML::Node role = One(objects, "Role");
   CHECK(role["metadata"]["namespace"].Scalar() == kNamespace);
-  CHECK(RulesOf(role) == RuleSet{{{"coordination.k8s.io", "leases"}, V{"create", "get", "update"}}});
+  CHECK(RulesOf(role) == RuleSet{{{"coordination.k8s.io", "leases"}, V{"create", "get", "update"}},
+                                 {{"", "pods"}, V{"patch"}}});
   // No wildcards anywhere, no resourceNames surprises.
   for (const YAML::Node& r : {cluster_role, role}) {
     for (const YAML::Node& rule : r["rules"]) {
@@ -304,8 +349,36 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   const YAML::Node c = deploy["spec"]["template"]["spec"]["containers"][0];
   CHECK(c["image"].Scalar() == "ghcr.io/peregrine-dev/peregrine-controller:1.2.3");
   CHECK(Strings(c["args"]) == std::vector<std::string>{"--grpc-port", "7400", "--http-port", "7401", "--agent-image",
-                                                      "ghcr.io/peregrine-dev/peregrine-agent:9.9.9", "--log-level",
-                                                      "debug"});
+                                                      "ghcr.io/peregrine-dev/peregrine-agent:9.9.9",
+                                                      "--controller-address",
+                                                      std::string("peregrine-grpc.") + kNamespace + ".svc:7400",
+                                                      "--log-level", "debug"});
+  const KubeMainOptions flags = ParseControllerArgs(c);
+  CHECK_FALSE(flags.mode.leader_elect);
+  CHECK(flags.log_level == "debug");
+  // Without election nothing sets peregrine.dev/leader, so the gRPC Service must select
+  // the replica by its plain labels or the agents reach no controller.
+  CHECK(Selects(ServiceNamed(objects, "-grpc")["spec"]["selector"], deploy["spec"]["template"]["metadata"]["labels"]));
+}
+
+TEST_CASE("the agents dial the gRPC Service of this release, whatever its name", "[integration]") {
+  Helm helm;
+  for (const auto& [release, extra, service_port] :
+       {std::tuple<std::string, std::vector<std::string>, int>{"team-a", {}, 7400},
+        {"llm", {"--set", "grpcService.port=9443"}, 9443},
+        {"x", {"--set", "fullnameOverride=ops-operator"}, 7400}}) {
+    INFO("release " << release);
+    const std::vector<YAML::Node> objects = helm.Render(extra, release);
+    const YAML::Node grpc = ServiceNamed(objects, "-grpc");
+    REQUIRE(grpc["spec"]["ports"].size() == 1);
+    CHECK(grpc["spec"]["ports"][0]["port"].as<int>() == service_port);
+    const std::string expected =
+        grpc["metadata"]["name"].Scalar() + "." + kNamespace + ".svc:" + std::to_string(service_port);
+    const KubeMainOptions flags = ParseControllerArgs(One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]);
+    CHECK(flags.mode.controller_address == expected);
+    // The controller's built-in default would name a Service this release does not have.
+    CHECK(grpc["metadata"]["name"].Scalar() != "peregrine-grpc");
+  }
 }
 
 TEST_CASE("two replicas without leader election are refused", "[integration]") {
