@@ -70,9 +70,18 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   json versions = json::array();
   for (const VersionRecord& v : s.version_history) {
     versions.push_back({{"codeVersion", CodeToJson(v.code)}, {"appliedAt", Time(v.applied_at)}, {"reason", v.reason},
-                        {"outcome", v.outcome}});
+                        {"outcome", v.outcome}, {"appliedAtStep", v.applied_at_step}});
   }
   j["versionHistory"] = versions;
+  if (s.pending_code) {
+    j["pendingCode"] = CodeToJson(*s.pending_code);
+    j["pendingCodeSince"] = Time(s.pending_code_since);
+  }
+  json alarms = json::array();
+  for (const NetworkAlarmRecord& a : s.network_alarms) {
+    alarms.push_back({{"machineId", a.machine_id}, {"at", Time(a.at)}, {"summary", a.summary}});
+  }
+  j["networkAlarms"] = alarms;
   json machines = json::array();
   for (const SlotStatus& m : s.slots) {
     machines.push_back({{"index", m.index}, {"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
@@ -140,8 +149,20 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.master_port = j.value("masterPort", uint32_t{0});
     if (j.contains("codeVersion")) s.code = CodeFromJson(j["codeVersion"]);
     for (const json& v : j.value("versionHistory", json::array())) {
-      s.version_history.push_back(
-          VersionRecord{CodeFromJson(v.at("codeVersion")), ParseTime(v, "appliedAt"), v.value("reason", ""), v.value("outcome", "")});
+      VersionRecord record;
+      record.code = CodeFromJson(v.at("codeVersion"));
+      record.applied_at = ParseTime(v, "appliedAt");
+      record.reason = v.value("reason", "");
+      record.outcome = v.value("outcome", "");
+      record.applied_at_step = v.value("appliedAtStep", uint64_t{0});
+      s.version_history.push_back(std::move(record));
+    }
+    if (j.contains("pendingCode")) {
+      s.pending_code = CodeFromJson(j["pendingCode"]);
+      s.pending_code_since = ParseTime(j, "pendingCodeSince");
+    }
+    for (const json& a : j.value("networkAlarms", json::array())) {
+      s.network_alarms.push_back(NetworkAlarmRecord{a.value("machineId", ""), ParseTime(a, "at"), a.value("summary", "")});
     }
     for (const json& m : j.value("machines", json::array())) {
       s.slots.push_back(SlotStatus{m.at("index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});

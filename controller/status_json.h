@@ -11,8 +11,8 @@
 
 namespace peregrine {
 
-// Serialises every field; times as RFC 3339 strings in UTC with microseconds, plus the
-// raw nanoseconds under "...Nanos" where the decision engine needs exactness.
+// Serialises every field (the CRD's status schema declares each one, so the API server
+// prunes nothing); times as RFC 3339 strings in UTC with microseconds, "" when unset.
 std::string JobStatusToJson(const JobStatus& status, int indent = -1);
 // kInvalidArgument naming the field when the text is not a JobStatus.
 absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text);
