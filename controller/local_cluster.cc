@@ -324,6 +324,10 @@ absl::StatusOr<std::vector<PodObservation>> LocalCluster::ListPods(const Trainin
 }
 
 absl::Status LocalCluster::QuarantineMachine(const std::string& machine_id, const std::string& reason) {
+  {
+    std::ofstream out(absl::StrCat(options_.state_dir, "/events.log"), std::ios::app);
+    out << "machine " << machine_id << " quarantined: " << reason << "\n";
+  }
   absl::MutexLock lock(&mu_);
   if (std::find(quarantined_.begin(), quarantined_.end(), machine_id) == quarantined_.end()) {
     quarantined_.push_back(machine_id);
@@ -362,7 +366,7 @@ absl::StatusOr<std::optional<JobStatus>> LocalCluster::LoadStatus(const Training
   return std::optional<JobStatus>(*status);
 }
 
-absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& job) {
+absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& /*job*/) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
   sockaddr_in addr{};

@@ -51,7 +51,7 @@ class LocalCluster final : public Cluster {
   absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override;
   absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override;
   absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override;
-  std::string RendezvousDomain(const TrainingJob& job) override { return ""; }
+  std::string RendezvousDomain(const TrainingJob& /*job*/) override { return ""; }
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
   // Fault injection: kills every process of the pod that holds `machine_id` (the machine

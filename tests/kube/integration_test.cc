@@ -110,7 +110,9 @@ TEST_CASE("kube integration: create, get, list, patch, conflicts and deletes", "
   CHECK((*got)["metadata"]["uid"] == (*created)["metadata"]["uid"]);
   CHECK(f.client->Get(kPods, "nope").status().code() == absl::StatusCode::kNotFound);
 
-  auto selected = f.client->List(kPods, {.label_selector = "peregrine.dev/job=job-b"});
+  ListOptions by_job;
+  by_job.label_selector = "peregrine.dev/job=job-b";
+  auto selected = f.client->List(kPods, by_job);
   REQUIRE(selected.ok());
   REQUIRE((*selected)["items"].size() == 1);
   CHECK((*selected)["items"][0]["metadata"]["name"] == "p-1");
@@ -118,7 +120,9 @@ TEST_CASE("kube integration: create, get, list, patch, conflicts and deletes", "
 
   // Pages are followed to the end.
   for (int i = 2; i < 7; ++i) REQUIRE(f.client->Create(kPods, Pod(absl::StrCat("p-", i), "job-c")).ok());
-  auto paged = f.client->List(kPods, {.page_size = 2});
+  ListOptions small_pages;
+  small_pages.page_size = 2;
+  auto paged = f.client->List(kPods, small_pages);
   REQUIRE(paged.ok());
   CHECK((*paged)["items"].size() == 7);
 
@@ -137,9 +141,13 @@ TEST_CASE("kube integration: create, get, list, patch, conflicts and deletes", "
 
   // Delete preconditions.
   const std::string uid = (*created)["metadata"]["uid"];
-  CHECK(IsConflict(f.client->Delete(kPods, "p-0", {.precondition_uid = "wrong-uid"})));
-  CHECK(IsConflict(f.client->Delete(kPods, "p-0", {.precondition_resource_version = Rv(*got)})));
-  REQUIRE(f.client->Delete(kPods, "p-0", {.precondition_uid = uid}).ok());
+  DeleteOptions wrong_uid, stale_version, right_uid;
+  wrong_uid.precondition_uid = "wrong-uid";
+  stale_version.precondition_resource_version = Rv(*got);
+  right_uid.precondition_uid = uid;
+  CHECK(IsConflict(f.client->Delete(kPods, "p-0", wrong_uid)));
+  CHECK(IsConflict(f.client->Delete(kPods, "p-0", stale_version)));
+  REQUIRE(f.client->Delete(kPods, "p-0", right_uid).ok());
   CHECK(absl::IsNotFound(f.client->Get(kPods, "p-0").status()));
   CHECK(absl::IsNotFound(f.client->Delete(kPods, "p-0")));
 

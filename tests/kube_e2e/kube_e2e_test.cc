@@ -41,7 +41,11 @@ json JobManifest(const std::string& name, int machines, int data_parallel = -1) 
 
 struct Env {
   Env() {
-    server.RegisterResource({"", "v1", "secrets", "Secret"});
+    testing::KubeResourceType secrets;
+    secrets.version = "v1";
+    secrets.plural = "secrets";
+    secrets.kind = "Secret";
+    server.RegisterResource(secrets);
     REQUIRE(server.Start().ok());
     config.server = server.base_url();
     config.source = "test";
