@@ -217,7 +217,7 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     return s;
   }
   return absl::InvalidArgumentError(absl::StrCat("--scenario: unknown scenario '", name,
-                                                 "' (known: kill-machine, failslow-slow-rank, crash)"));
+                                                 "' (known: kill-machine, crash, xid, nic-flap, failslow-slow-rank)"));
 }
 
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {

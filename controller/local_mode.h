@@ -48,8 +48,9 @@ class LocalMode {
   std::unique_ptr<Impl> impl_;
 };
 
-// A demo scenario by name: what to inject and when. Names: kill-machine (the issue's
-// demo: a machine dies mid-training), crash (a rank crashes with no machine at fault).
+// A demo scenario by name: what to inject and when. Names: kill-machine (a machine dies
+// mid-training), crash (a rank crashes with no machine at fault), xid (a fatal Xid on one
+// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower).
 struct Scenario {
   std::string name;
   uint64_t at_step = 30;
