@@ -13,6 +13,9 @@ struct KindRunner {
 
 constexpr KindRunner kRunners[] = {
     {"eud", RunEud},
+    {"all_to_all", RunAllToAll},
+    {"all_gather", RunAllGather},
+    {"alignment", RunAlignment},
 };
 
 }  // namespace

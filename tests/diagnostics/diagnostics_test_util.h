@@ -241,6 +241,23 @@ class AgentCluster {
     return *r;
   }
 
+  // Sends `kind` to every machine at once (params per machine) and waits for every result;
+  // results by machine.
+  std::map<int, v1::CommandResult> RunAll(const std::string& id, const std::string& kind,
+                                          const std::map<int, std::map<std::string, std::string>>& params,
+                                          uint32_t timeout_ms = 0) {
+    for (const auto& [m, p] : params) {
+      REQUIRE(controller_.Send(Pod(m), Command(id + "-" + std::to_string(m), kind, p, timeout_ms)));
+    }
+    std::map<int, v1::CommandResult> out;
+    for (const auto& [m, p] : params) {
+      std::optional<v1::CommandResult> r = controller_.WaitResult(id + "-" + std::to_string(m));
+      REQUIRE(r.has_value());
+      out[m] = *r;
+    }
+    return out;
+  }
+
   static v1::Command Command(const std::string& id, const std::string& kind,
                              const std::map<std::string, std::string>& params, uint32_t timeout_ms) {
     v1::Command c;
