@@ -8,7 +8,9 @@
 // Output: the last line is "peregrine-diagnose: result <DiagnosticResult, protobuf text>",
 // exit 0 (whether or not the diagnostic passed); "peregrine-diagnose: invalid: <message>"
 // and exit 2 for an unknown kind or a malformed param or flag ("peregrine-diagnose:
-// unimplemented: <message>" for a kind this build cannot run).
+// unimplemented: <message>" for a kind this build cannot run); "peregrine-diagnose: status
+// <code> <message>" and exit 1 when it cannot run here (e.g. 9 FAILED_PRECONDITION: a replay
+// without a training command).
 // The processes it starts die with it (PR_SET_PDEATHSIG); the agent kills its process group
 // at the backstop timeout.
 #include <signal.h>
@@ -104,7 +106,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       return 2;
     }
-    std::fprintf(stderr, "peregrine-diagnose: %s\n", result.status().ToString().c_str());
+    std::printf("peregrine-diagnose: status %d %s\n", static_cast<int>(result.status().code()),
+                std::string(result.status().message()).c_str());
+    std::fflush(stdout);
     return 1;
   }
   result->set_kind(inv.kind);

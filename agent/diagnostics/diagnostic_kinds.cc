@@ -111,7 +111,7 @@ absl::StatusOr<ReplayOptions> ParseReplayOptions(const DiagnosticParams& p) {
   ASSIGN_OR_RETURN_PARAM(o.steps, p.Int("steps", 2, 1, 100000));
   if (p.Has("seed")) {
     int64_t seed = 0;
-    ASSIGN_OR_RETURN_PARAM(seed, p.Int("seed", 0, 0, int64_t{1} << 62));
+    ASSIGN_OR_RETURN_PARAM(seed, p.Int("seed", 0, 0, 2147483647));
     o.seed = static_cast<uint64_t>(seed);
   }
   return o;

@@ -16,6 +16,7 @@ constexpr KindRunner kRunners[] = {
     {"all_to_all", RunAllToAll},
     {"all_gather", RunAllGather},
     {"alignment", RunAlignment},
+    {"replay", RunReplay},
 };
 
 }  // namespace

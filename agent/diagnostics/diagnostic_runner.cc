@@ -23,6 +23,7 @@ constexpr int kInternal = 13;
 constexpr char kResultPrefix[] = "peregrine-diagnose: result ";
 constexpr char kInvalidPrefix[] = "peregrine-diagnose: invalid: ";
 constexpr char kUnimplementedPrefix[] = "peregrine-diagnose: unimplemented: ";
+constexpr char kStatusPrefix[] = "peregrine-diagnose: status ";
 
 std::string LastLines(const std::string& text, size_t n) {
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
@@ -85,6 +86,15 @@ std::pair<v1::Status, v1::DiagnosticResult> InterpretHelperRun(const absl::Statu
       status.set_code(kUnimplemented);
       status.set_message(std::string(line));
       return {status, result};
+    }
+    if (absl::ConsumePrefix(&line, kStatusPrefix)) {
+      std::pair<std::string, std::string> code_message = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+      int code = 0;
+      if (absl::SimpleAtoi(code_message.first, &code) && code > 0 && code < 17) {
+        status.set_code(code);
+        status.set_message(code_message.second);
+        return {status, result};
+      }
     }
     if (absl::ConsumePrefix(&line, kResultPrefix)) {
       v1::DiagnosticResult parsed;

@@ -13,7 +13,8 @@
 // The helper prints its result as one line "peregrine-diagnose: result <DiagnosticResult in
 // protobuf text format>"; a malformed param found there is "peregrine-diagnose: invalid:
 // <message>" with exit code 2 (-> status INVALID_ARGUMENT; "unimplemented:" -> UNIMPLEMENTED
-// for a kind the build cannot run); a helper that dies otherwise is
+// for a kind the build cannot run; "status <code> <message>" -> that code); a helper that
+// dies otherwise is
 // status INTERNAL with its last output.
 //
 // Idempotency by command id is the agent's (it keeps executed results); the runner runs

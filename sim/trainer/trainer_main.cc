@@ -3,6 +3,9 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // PEREGRINE_TP, PEREGRINE_PP, PEREGRINE_DP, PEREGRINE_RESUME_STEP, PEREGRINE_MACHINE_ID,
 // PEREGRINE_SIM_FAULTS (and PEREGRINE_NCCL_TIMEOUT_MS for the stand-in NCCL).
+// Dual-phase replay: PEREGRINE_REPLAY=1 with PEREGRINE_REPLAY_LAYERS, PEREGRINE_REPLAY_STEPS
+// and PEREGRINE_REPLAY_SEED (each optional) override --steps/--seed, start from step 1 and
+// replay with that many layers (trainer.h).
 // Flags: --steps N --micro-batches M --hidden H --compute-ms X --seed S
 //        --dp-mode allreduce|rs-ag --init-timeout-s T
 //        --reference-step: the alignment diagnostic's reference step instead of training
@@ -132,6 +135,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sim-trainer: bad flag or value: %s %s\n", arg.c_str(), value.c_str());
       ok = false;
     }
+  }
+  if (const char* replay = std::getenv("PEREGRINE_REPLAY"); ok && replay != nullptr && std::string(replay) == "1") {
+    o.replay = true;
+    o.resume_step = 0;
+    int seed = -1;
+    ok = EnvInt("PEREGRINE_REPLAY_LAYERS", 1, 1 << 16, &o.layers, false) &&
+         EnvInt("PEREGRINE_REPLAY_STEPS", 1, 1 << 30, &o.steps, false) &&
+         EnvInt("PEREGRINE_REPLAY_SEED", 0, 2147483647, &seed, false);
+    if (seed >= 0) o.seed = static_cast<uint64_t>(seed);
   }
   if (!ok) {
     Usage();

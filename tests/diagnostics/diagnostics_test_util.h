@@ -280,6 +280,35 @@ class AgentCluster {
   std::thread pump_;
 };
 
+// An ACTIVE RegisterAck whose assignment (attempt 0: nothing starts) puts `machine` in slot
+// `machine_index` of a job of `machines` x `gpus` running `command`.
+inline v1::RegisterAck ActiveAckHolding(int machine_index, int machines, int gpus,
+                                        const std::vector<std::string>& command) {
+  v1::RegisterAck ack;
+  ack.set_controller_id("fake");
+  ack.set_heartbeat_interval_ms(200);
+  ack.set_role(v1::AGENT_ROLE_ACTIVE);
+  v1::Assignment* a = ack.mutable_assignment();
+  a->set_machine_index(static_cast<uint32_t>(machine_index));
+  a->set_world_size(static_cast<uint32_t>(machines * gpus));
+  a->mutable_layout()->set_tensor(static_cast<uint32_t>(gpus));
+  a->mutable_layout()->set_pipeline(1);
+  a->mutable_layout()->set_data(static_cast<uint32_t>(machines));
+  a->mutable_layout()->set_gpus_per_machine(static_cast<uint32_t>(gpus));
+  a->set_master_addr("127.0.0.1");
+  a->set_master_port(1);
+  a->set_attempt(0);
+  for (const std::string& arg : command) a->mutable_code()->add_command(arg);
+  for (int g = 0; g < gpus; ++g) {
+    v1::RankInfo* r = a->add_ranks();
+    r->set_global_rank(static_cast<uint32_t>(machine_index * gpus + g));
+    r->set_local_rank(static_cast<uint32_t>(g));
+    r->set_tp(static_cast<uint32_t>(g));
+    r->set_dp(static_cast<uint32_t>(machine_index));
+  }
+  return ack;
+}
+
 // The ranks of a result, sorted.
 inline std::vector<uint32_t> FailedRanks(const v1::DiagnosticResult& r) {
   std::vector<uint32_t> out(r.failed_ranks().begin(), r.failed_ranks().end());
