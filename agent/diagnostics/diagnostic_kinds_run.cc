@@ -17,6 +17,8 @@ constexpr KindRunner kRunners[] = {
     {"all_gather", RunAllGather},
     {"alignment", RunAlignment},
     {"replay", RunReplay},
+    {"gemm", RunGemm},
+    {"p2p_rounds", RunP2pRounds},
 };
 
 }  // namespace

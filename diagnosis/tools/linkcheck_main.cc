@@ -16,7 +16,10 @@
 //
 // Environment (like sim-trainer / torchrun): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 // (rank 0 serves the ncclUniqueId there). Flags: --bytes N (default 1 MiB), --repeats N
-// (default 3), --topology ring|tree, --slow-ratio R (default 1.1), --init-timeout-s N.
+// (default 3), --topology ring|tree, --slow-ratio R (default 1.1), --init-timeout-s N,
+// --plan "r0:s>d,s>d;r1:..." (run exactly these rounds instead of the topology's: the
+// stop-time p2p_rounds diagnostic, agent/diagnostics/README.md), --all-ranks (every rank
+// prints the JSON, not only rank 0; each knows every link's time after the final gather).
 // Exit code: 0 all links healthy, 1 a slow link or rank was found, 2 usage, 3 NCCL or
 // rendezvous error.
 #include <algorithm>
@@ -26,10 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "diagnosis/link_rounds.h"
 #include "nccl.h"
 #include "sim/trainer/id_store.h"
@@ -49,7 +54,36 @@ struct Options {
   std::string topology = "ring";
   double slow_ratio = 1.1;
   int init_timeout_ms = 120000;
+  std::string plan;        // non-empty: these rounds
+  bool all_ranks = false;  // every rank prints the report
 };
+
+// "r0:s>d,s>d;r1:..." -> rounds; false with *error set when malformed.
+bool ParsePlan(const std::string& text, int world, ValidationRounds* rounds, std::string* error) {
+  for (absl::string_view round : absl::StrSplit(text, ';')) {
+    const std::string label = absl::StrCat("r", rounds->size(), ":");
+    if (!absl::StartsWith(round, label)) {
+      *error = absl::StrCat("--plan: round ", rounds->size(), " must start with ", label);
+      return false;
+    }
+    std::vector<LinkTransfer> transfers;
+    absl::string_view body = round.substr(label.size());
+    if (!body.empty()) {
+      for (absl::string_view t : absl::StrSplit(body, ',')) {
+        std::pair<std::string, std::string> sd = absl::StrSplit(t, absl::MaxSplits('>', 1));
+        LinkTransfer x;
+        if (!absl::SimpleAtoi(sd.first, &x.sender) || !absl::SimpleAtoi(sd.second, &x.receiver) || x.sender < 0 ||
+            x.receiver < 0 || x.sender >= world || x.receiver >= world || x.sender == x.receiver) {
+          *error = absl::StrCat("--plan: bad transfer \"", t, "\"");
+          return false;
+        }
+        transfers.push_back(x);
+      }
+    }
+    rounds->push_back(std::move(transfers));
+  }
+  return true;
+}
 
 int Usage(const std::string& error) {
   std::fprintf(stderr,
@@ -77,7 +111,10 @@ bool EnvInt(const char* name, int* out) {
 int Run(const Options& o) {
   // The plan, identical on every rank.
   ValidationRounds rounds;
-  if (o.topology == "ring") {
+  if (!o.plan.empty()) {
+    std::string error;
+    if (!ParsePlan(o.plan, o.world, &rounds, &error)) return Usage(error);
+  } else if (o.topology == "ring") {
     auto r = RingValidationRounds(o.world);
     if (!r.ok()) return Usage(std::string(r.status().message()));
     rounds = *r;
@@ -154,7 +191,7 @@ int Run(const Options& o) {
     }
   }
   if (times.empty()) {
-    if (o.rank == 0) {
+    if (o.rank == 0 || o.all_ranks) {
       std::printf("%s\n", absl::StrFormat(R"({"world":%d,"topology":"%s","links":[],"verdict":null})", o.world,
                                           o.topology).c_str());
     }
@@ -173,7 +210,7 @@ int Run(const Options& o) {
   for (const SlowRank& s : verdict->slow_ranks) {
     slow_ranks.push_back(absl::StrFormat(R"({"rank":%d,"links":%d,"mean_ratio":%.3f})", s.rank, s.links, s.mean_ratio));
   }
-  if (o.rank == 0) {
+  if (o.rank == 0 || o.all_ranks) {
     std::printf("%s\n", absl::StrCat(absl::StrFormat(R"({"world":%d,"topology":"%s","bytes":%d,"repeats":%d,)",
                                                      o.world, o.topology, count * sizeof(float), o.repeats),
                                      "\"links\":[", absl::StrJoin(links, ","), "],",
@@ -202,6 +239,10 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--all-ranks") {
+      o.all_ranks = true;
+      continue;
+    }
     if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));
     const std::string v = argv[++i];
     int n = 0;
@@ -212,6 +253,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--topology" && (v == "ring" || v == "tree")) {
       o.topology = v;
     } else if (arg == "--slow-ratio" && absl::SimpleAtod(v, &o.slow_ratio) && o.slow_ratio > 1) {
+    } else if (arg == "--plan" && !v.empty()) {
+      o.plan = v;
+      o.topology = "plan";
     } else if (arg == "--init-timeout-s" && absl::SimpleAtoi(v, &n) && n > 0) {
       o.init_timeout_ms = n * 1000;
     } else {
