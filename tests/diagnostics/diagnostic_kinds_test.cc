@@ -3,6 +3,7 @@
 
 #include "agent/diagnostics/dcgm_diag_json.h"
 #include "agent/diagnostics/diagnostic_kinds.h"
+#include "agent/agent_flags.h"
 #include "agent/diagnostics/diagnostic_runner.h"
 
 namespace peregrine {
@@ -215,6 +216,29 @@ TEST_CASE("the helper's command line and output become the CommandResult", "[uni
   auto [cstatus, cresult] = InterpretHelperRun(crashed, request, absl::Seconds(3), 1);
   CHECK(cstatus.code() == 13);
   CHECK_THAT(cstatus.message(), Catch::Contains("something broke"));
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("agent flags for diagnostics", "[unit]") {
+  auto none = [](std::string_view) -> std::optional<std::string> { return std::nullopt; };
+  auto parsed = ParseAgentFlags({"--controller", "c:1", "--job", "a/b", "--pod", "p", "--diagnose-bin", "/x/diag",
+                                 "--gpus-per-machine", "8"},
+                                none);
+  REQUIRE(parsed.ok());
+  CHECK(parsed->options.diagnose_binary == "/x/diag");
+  CHECK(parsed->options.gpus_per_machine == 8);
+  auto env = [](std::string_view name) -> std::optional<std::string> {
+    if (name == "PEREGRINE_GPUS_PER_MACHINE") return std::string("lots");
+    return std::nullopt;
+  };
+  auto bad = ParseAgentFlags({"--controller", "c:1", "--job", "a/b", "--pod", "p"}, env);
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("PEREGRINE_GPUS_PER_MACHINE"));
 }
 
 }  // namespace
