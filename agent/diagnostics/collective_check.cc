@@ -74,7 +74,8 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
     processes.push_back(DiagnosticProcess{g,
                                           {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes),
-                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000))},
+                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000)),
+                                           "--device-buffers", inv.InStandInCluster() ? "off" : "auto"},
                                           FlattenEnv(env)});
   }
   RunProcessesOptions options;

@@ -39,7 +39,8 @@ DiagnosticResultOr RunP2pRounds(const DiagnosticInvocation& inv) {
     env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
     processes.push_back(DiagnosticProcess{g,
                                           {*tool, "--plan", o->rounds, "--bytes", absl::StrCat(o->bytes), "--all-ranks",
-                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000))},
+                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000)),
+                                           "--device-buffers", inv.InStandInCluster() ? "off" : "auto"},
                                           FlattenEnv(env)});
   }
   RunProcessesOptions options;
