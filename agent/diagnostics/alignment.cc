@@ -67,7 +67,7 @@ DiagnosticResultOr RunAlignment(const DiagnosticInvocation& inv) {
   const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
   std::vector<DiagnosticProcess> processes;
   for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = inv.env;
+    std::map<std::string, std::string> env = TrainingEnvironment(inv);
     env["RANK"] = absl::StrCat(g);
     env["WORLD_SIZE"] = absl::StrCat(inv.gpus);
     env["LOCAL_RANK"] = absl::StrCat(g);
@@ -107,6 +107,7 @@ DiagnosticResultOr RunAlignment(const DiagnosticInvocation& inv) {
     }
     if (line->nan) problems.push_back(absl::StrCat("gpu", p.index, ": reference step produced NaN"));
   }
+  (*result.mutable_figures())["gpus"] = inv.gpus;  // the digest depends on it (TP size)
   if (digests.size() > 1) problems.push_back("the machine's GPUs disagree on the reference step's digest");
   if (!digests.empty()) result.set_digest(*digests.begin());
   if (!problems.empty()) {

@@ -63,7 +63,7 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
   const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
   std::vector<DiagnosticProcess> processes;
   for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = inv.env;
+    std::map<std::string, std::string> env = TrainingEnvironment(inv);
     env["RANK"] = absl::StrCat(plan.comm_rank_base + g);
     env["WORLD_SIZE"] = absl::StrCat(plan.world);
     env["LOCAL_RANK"] = absl::StrCat(g);

@@ -30,6 +30,12 @@ std::string DiagnosticInvocation::TimedOutDetail() const {
   return absl::StrCat("timed out after ", absl::ToInt64Milliseconds(timeout), " ms");
 }
 
+std::map<std::string, std::string> TrainingEnvironment(const DiagnosticInvocation& inv) {
+  std::map<std::string, std::string> env = inv.env;
+  for (const auto& [k, v] : inv.code_env) env[k] = v;
+  return env;
+}
+
 absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std::string& name) {
   if (!inv.tools_dir.empty()) {
     const std::string candidate = absl::StrCat(inv.tools_dir, "/", name);

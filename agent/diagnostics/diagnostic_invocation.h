@@ -42,6 +42,11 @@ struct DiagnosticInvocation {
   std::string TimedOutDetail() const;
 };
 
+// The environment of the processes a diagnostic starts: the agent's, then the job's code
+// env (as training gets it: the job's LD_LIBRARY_PATH, NCCL_* settings...). Callers add the
+// per-rank variables.
+std::map<std::string, std::string> TrainingEnvironment(const DiagnosticInvocation& inv);
+
 // `name` in tools_dir when it is there, else on the PATH of `env`; NotFound otherwise.
 absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std::string& name);
 

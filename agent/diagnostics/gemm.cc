@@ -53,7 +53,7 @@ DiagnosticResultOr RunGemm(const DiagnosticInvocation& inv) {
   std::vector<std::string> problems;
   bool cpu = false;
   for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = inv.env;
+    std::map<std::string, std::string> env = TrainingEnvironment(inv);
     env["LOCAL_RANK"] = absl::StrCat(g);
     env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
     std::vector<std::string> argv = {*tool, "--device", absl::StrCat(g), "--dtype", GemmDtypeName(o->dtype), "--n",

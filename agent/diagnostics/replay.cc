@@ -73,8 +73,7 @@ DiagnosticResultOr RunReplay(const DiagnosticInvocation& inv) {
   const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
   std::vector<DiagnosticProcess> processes;
   for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = inv.env;
-    for (const auto& [k, v] : inv.code_env) env[k] = v;
+    std::map<std::string, std::string> env = TrainingEnvironment(inv);
     env["RANK"] = absl::StrCat(o->group.machine_index * inv.gpus + g);
     env["WORLD_SIZE"] = absl::StrCat(world);
     env["LOCAL_RANK"] = absl::StrCat(g);
