@@ -210,6 +210,22 @@ int64_t JobController::ReconcileOnce() {
     if (auto s = cluster_->RecordEvent(current, e, now); !s.ok()) error = s.ToString();
     entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
   }
+  // A machine the plan evicted is quarantined (cordoned) once, so nothing lands on it
+  // again; a failed quarantine is retried on the next rounds.
+  for (const Eviction& e : plan.status.evicted) {
+    const bool known = std::any_of(before.evicted.begin(), before.evicted.end(), [&](const Eviction& b) {
+      return b.machine_id == e.machine_id && b.pod == e.pod && b.at == e.at;
+    });
+    if (!known && !e.machine_id.empty()) quarantine_pending_[e.machine_id] = e.reason;
+  }
+  for (auto it = quarantine_pending_.begin(); it != quarantine_pending_.end();) {
+    if (auto s = cluster_->QuarantineMachine(it->first, it->second); !s.ok()) {
+      error = s.ToString();
+      ++it;
+    } else {
+      it = quarantine_pending_.erase(it);
+    }
+  }
   if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
     if (auto s = cluster_->PersistStatus(current, plan.status); !s.ok()) error = s.ToString();
   }

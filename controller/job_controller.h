@@ -2,8 +2,10 @@
 // (pods) and the agents (registry), calls the pure DecideJob, applies the plan (pods,
 // commands, events), publishes the desired agent states and persists the status when it
 // changed. A round runs when something changed (an agent message, a pod event), when the
-// plan asked to look again, or every `resync` otherwise. Errors from the cluster are kept
-// in the status' last error and retried with backoff; they never stop the loop.
+// plan asked to look again, or every `resync` otherwise. A machine the plan evicts is
+// quarantined through the cluster (Kubernetes: the node is cordoned) once. Errors from
+// the cluster are kept in the status' last error and retried with backoff; they never
+// stop the loop.
 //
 // The job can be replaced while it runs (UpdateJob: a hot code update from peregrinectl, or
 // any other spec change); the next round decides from the new spec and generation.
@@ -16,6 +18,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -101,6 +104,9 @@ class JobController {
   std::vector<TimelineEntry> timeline_;
   std::string last_error_;
   std::thread thread_;
+  // Evicted machines whose quarantine has not succeeded yet (machine -> reason). Only
+  // ReconcileOnce touches it (never concurrently with itself).
+  std::map<std::string, std::string> quarantine_pending_;
 };
 
 }  // namespace peregrine
