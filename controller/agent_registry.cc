@@ -211,6 +211,32 @@ void AgentRegistry::Forget(const std::string& job_key, const std::string& pod) {
   job->second.agents.erase(it);
 }
 
+void AgentRegistry::UnbindJob(const std::string& job_key, const std::string& reason) {
+  std::vector<std::shared_ptr<AgentStreamSink>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(job_key);
+    if (job == jobs_.end()) return;
+    for (auto& [pod, rec] : job->second.agents) {
+      if (!rec.sink) continue;
+      by_sink_.erase(rec.sink.get());
+      streams.push_back(std::move(rec.sink));
+    }
+    jobs_.erase(job);
+  }
+  v1::ControllerMessage reject;
+  reject.mutable_reject()->set_reason(reason);
+  for (const auto& sink : streams) {
+    sink->Send(reject);
+    sink->End(absl::NotFoundError(reason));
+  }
+}
+
+size_t AgentRegistry::JobCountForTest() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
 void AgentRegistry::SetChangeCallback(std::function<void(const std::string&)> callback) {
   absl::MutexLock lock(&mu_);
   on_change_ = std::move(callback);

@@ -32,6 +32,9 @@ class AgentStreamSink {
   virtual ~AgentStreamSink() = default;
   // Queues a message; dropped silently once the stream has closed.
   virtual void Send(const v1::ControllerMessage& message) = 0;
+  // Ends the stream with `status` once the messages queued before it went out; a no-op
+  // once the stream has closed.
+  virtual void End(const absl::Status& /*status*/) {}
 };
 
 // "namespace/name".
@@ -61,6 +64,12 @@ class AgentRegistry {
   void ResendOverdue(const std::string& job_key, int64_t now, int64_t overdue_ns);
   // The pod is gone for good: forget its agent.
   void Forget(const std::string& job_key, const std::string& pod);
+  // The job is gone for good (deleted): every connected agent of it gets a Reject naming
+  // the reason and its stream is ended (kNotFound), and nothing of the job is kept: an
+  // agent that re-registers is refused as for an unknown job. A no-op for an unknown job.
+  void UnbindJob(const std::string& job_key, const std::string& reason);
+  // Jobs the registry holds anything for (bound, desired or agents), for tests.
+  size_t JobCountForTest() const;
   // Called (without locks held) whenever something a job's decision depends on changed.
   void SetChangeCallback(std::function<void(const std::string& job_key)> callback);
   // Recent process exits with their log tails, for the incident timeline.

@@ -16,19 +16,26 @@ constexpr size_t kMaxQueuedWrites = 1024;
 class StreamSink final : public AgentStreamSink {
  public:
   using Writer = std::function<void(const v1::ControllerMessage&)>;
-  explicit StreamSink(Writer writer) : writer_(std::move(writer)) {}
+  using Ender = std::function<void(const absl::Status&)>;
+  StreamSink(Writer writer, Ender ender) : writer_(std::move(writer)), ender_(std::move(ender)) {}
   void Send(const v1::ControllerMessage& message) override {
     absl::MutexLock lock(&mu_);
     if (writer_) writer_(message);
   }
+  void End(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (ender_) ender_(status);
+  }
   void Close() {
     absl::MutexLock lock(&mu_);
     writer_ = nullptr;
+    ender_ = nullptr;
   }
 
  private:
   absl::Mutex mu_;
   Writer writer_ ABSL_GUARDED_BY(mu_);
+  Ender ender_ ABSL_GUARDED_BY(mu_);
 };
 
 class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
@@ -42,7 +49,8 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     }
     // Registry messages (commands) are held until the RegisterAck is queued: an agent
     // acts on commands only after its ack, so a command must never overtake it.
-    sink_ = std::make_shared<StreamSink>([this](const v1::ControllerMessage& m) { WriteAfterAck(m); });
+    sink_ = std::make_shared<StreamSink>([this](const v1::ControllerMessage& m) { WriteAfterAck(m); },
+                                         [this](const absl::Status& s) { FinishOnce(ToGrpcStatus(s)); });
     StartRead(&in_);
   }
 

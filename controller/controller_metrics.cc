@@ -1,5 +1,7 @@
 #include "controller/controller_metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
 
@@ -50,37 +52,74 @@ std::string ControllerMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
+template <typename T>
+T& ControllerMetrics::Series(const std::string& key, prometheus::Family<T>& family, const prometheus::Labels& labels) {
+  T& metric = family.Add(labels);
+  series_[key].emplace(&metric, TrackedSeries{&family, [&family, &metric] { family.Remove(&metric); }});
+  return metric;
+}
+
+void ControllerMetrics::RemoveSeries(const std::string& key, const std::vector<const void*>& only) {
+  auto it = series_.find(key);
+  if (it == series_.end()) return;
+  for (auto s = it->second.begin(); s != it->second.end();) {
+    if (only.empty() || std::find(only.begin(), only.end(), s->second.family) != only.end()) {
+      s->second.remove();
+      s = it->second.erase(s);
+    } else {
+      ++s;
+    }
+  }
+  if (it->second.empty()) series_.erase(it);
+}
+
+void ControllerMetrics::UpdatePhaseCounts() {
+  for (JobPhase p : kPhases) {
+    int n = 0;
+    for (const auto& [k, phase] : job_phases_) n += phase == p ? 1 : 0;
+    jobs_.Add({{"phase", JobPhaseName(p)}}).Set(n);
+  }
+}
+
 void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job, const JobStatus& before,
                                    const JobStatus& after) {
+  const std::string key = absl::StrCat(ns, "/", job);
   const std::map<std::string, std::string> labels = {{"job", job}, {"namespace", ns}};
-  auto with = [&](const char* key, const std::string& value) {
+  auto with = [&](const char* label, const std::string& value) {
     auto l = labels;
-    l[key] = value;
+    l[label] = value;
     return l;
   };
-  machines_.Add(with("state", "active")).Set(static_cast<double>(after.slots.size()));
-  machines_.Add(with("state", "standby")).Set(static_cast<double>(after.standbys.size()));
-  standby_desired_.Add(labels).Set(after.standby_desired);
-  standby_ready_.Add(labels).Set(after.standby_ready);
+  absl::MutexLock lock(&mu_);
+  const bool finished = after.phase == JobPhase::kSucceeded || after.phase == JobPhase::kFailed;
+  if (finished) {
+    // No live gauges for a finished job: nothing about it can look stuck.
+    RemoveSeries(key, {&machines_, &standby_desired_, &standby_ready_, &last_step_, &ettr_, &iteration_seconds_});
+  } else {
+    Series(key, machines_, with("state", "active")).Set(static_cast<double>(after.slots.size()));
+    Series(key, machines_, with("state", "standby")).Set(static_cast<double>(after.standbys.size()));
+    Series(key, standby_desired_, labels).Set(after.standby_desired);
+    Series(key, standby_ready_, labels).Set(after.standby_ready);
+    Series(key, last_step_, labels).Set(static_cast<double>(after.last_completed_step));
+    Series(key, ettr_, labels).Set(after.ettr);
+    Series(key, iteration_seconds_, labels).Set(after.mean_iteration_seconds);
+  }
   // Labelled counters start at 0 so the alerts' series exist before the first eviction.
-  for (const char* reason : {"machine_fault", "standby_failed"}) evictions_.Add(with("reason", reason));
-  last_step_.Add(labels).Set(static_cast<double>(after.last_completed_step));
-  ettr_.Add(labels).Set(after.ettr);
-  iteration_seconds_.Add(labels).Set(after.mean_iteration_seconds);
+  for (const char* reason : {"machine_fault", "standby_failed"}) Series(key, evictions_, with("reason", reason));
   // Counters from what changed.
   for (const Incident& inc : after.incidents) {
-    if (inc.id >= before.next_incident_id) incidents_.Add(with("kind", inc.kind)).Increment();
+    if (inc.id >= before.next_incident_id) Series(key, incidents_, with("kind", inc.kind)).Increment();
   }
   for (size_t i = 0; i < after.evicted.size(); ++i) {
     const Eviction& e = after.evicted[i];
     const bool is_new = std::none_of(before.evicted.begin(), before.evicted.end(), [&](const Eviction& b) {
       return b.pod == e.pod && b.at == e.at;
     });
-    if (is_new) evictions_.Add(with("reason", EvictionReasonLabel(e))).Increment();
+    if (is_new) Series(key, evictions_, with("reason", EvictionReasonLabel(e))).Increment();
   }
   if (after.attempt > before.attempt && before.attempt > 0) {
     const bool activation = after.evicted.size() != before.evicted.size();
-    restarts_.Add(with("kind", activation ? "standby_activation" : "in_place")).Increment();
+    Series(key, restarts_, with("kind", activation ? "standby_activation" : "in_place")).Increment();
   }
   for (const FailSlowFinding& f : after.fail_slows) {
     const bool counted_now = !f.kind.empty() || f.ended_at != 0;
@@ -88,18 +127,20 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
     const bool counted_before = std::any_of(before.fail_slows.begin(), before.fail_slows.end(), [&](const FailSlowFinding& b) {
       return b.id == f.id && (!b.kind.empty() || b.ended_at != 0);
     });
-    if (!counted_before) failslows_.Add(with("kind", f.kind.empty() ? "unlocalized" : f.kind)).Increment();
+    if (!counted_before) Series(key, failslows_, with("kind", f.kind.empty() ? "unlocalized" : f.kind)).Increment();
   }
   if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
-    time_lost_.Add(labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);
+    Series(key, time_lost_, labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);
   }
+  job_phases_[key] = after.phase;
+  UpdatePhaseCounts();
+}
+
+void ControllerMetrics::ForgetJob(const std::string& ns, const std::string& job) {
+  const std::string key = absl::StrCat(ns, "/", job);
   absl::MutexLock lock(&mu_);
-  job_phases_[absl::StrCat(ns, "/", job)] = after.phase;
-  for (JobPhase p : kPhases) {
-    int n = 0;
-    for (const auto& [k, phase] : job_phases_) n += phase == p ? 1 : 0;
-    jobs_.Add({{"phase", JobPhaseName(p)}}).Set(n);
-  }
+  RemoveSeries(key, {});
+  if (job_phases_.erase(key) > 0) UpdatePhaseCounts();
 }
 
 void ControllerMetrics::ObserveReconcile(double seconds, bool error) {

@@ -3,13 +3,20 @@
 // namespace, no unbounded label values (incident kinds and eviction reasons are fixed sets).
 // The chart's alert rules (helm/peregrine/files/alerts.yaml) use these names.
 //
+// Per-job series live as long as the job: the gauges (machines, standby, last step,
+// ETTR, iteration time) only while it is Pending/Running/Recovering (a finished job has
+// none, so no alert fires on it), the counters until ForgetJob (the job was deleted).
+// peregrine_jobs{phase} counts each known job once, in its current phase.
+//
 // Thread-safe (prometheus-cpp metrics are atomic; the job bookkeeping takes a lock).
 #ifndef PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 #define PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "controller/job_state.h"
@@ -31,6 +38,9 @@ class ControllerMetrics {
 
   // Updates the job's gauges and counts what changed between two statuses.
   void ObserveJob(const std::string& ns, const std::string& job, const JobStatus& before, const JobStatus& after);
+  // The job is gone: every series labelled with it is removed and it leaves the phase
+  // counts. A job never observed is a no-op.
+  void ForgetJob(const std::string& ns, const std::string& job);
   void ObserveReconcile(double seconds, bool error);
   void SetLeader(bool leader);
   void SetAgentsConnected(int n);
@@ -56,8 +66,23 @@ class ControllerMetrics {
   prometheus::Gauge& agents_connected_;
   prometheus::Gauge& workqueue_depth_;
 
+  // The series `family.Add(labels)` of job `key`, remembered for removal.
+  template <typename T>
+  T& Series(const std::string& key, prometheus::Family<T>& family, const prometheus::Labels& labels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the job's series of the families in `only` (all when empty).
+  void RemoveSeries(const std::string& key, const std::vector<const void*>& only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdatePhaseCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct TrackedSeries {
+    const void* family;
+    std::function<void()> remove;
+  };
+
   absl::Mutex mu_;
   std::map<std::string, JobPhase> job_phases_ ABSL_GUARDED_BY(mu_);
+  // job key -> its series by metric address.
+  std::map<std::string, std::map<const void*, TrackedSeries>> series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace peregrine

@@ -7,14 +7,18 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "controller/job_state.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
 namespace {
 
+// Timeline entries and messages quote process output, which need not be UTF-8.
+std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 void JsonError(httplib::Response& res, int code, const std::string& message) {
   res.status = code;
-  res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+  res.set_content(Dump(nlohmann::json{{"error", message}}), "application/json");
 }
 
 int HttpCode(const absl::Status& s) {
@@ -22,23 +26,52 @@ int HttpCode(const absl::Status& s) {
     case absl::StatusCode::kInvalidArgument: return 400;
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kFailedPrecondition: return 409;
+    case absl::StatusCode::kAborted: return 409;
+    case absl::StatusCode::kUnavailable: return 503;
     default: return 500;
   }
 }
 
 }  // namespace
 
+void StaticJobDirectory::ForEachJob(const std::function<void(JobController&)>& fn) {
+  for (JobController* j : jobs_) fn(*j);
+}
+
+bool StaticJobDirectory::WithJob(const std::string& ns, const std::string& name,
+                                 const std::function<void(JobController&)>& fn) {
+  for (JobController* j : jobs_) {
+    if (j->key() == JobKey(ns, name)) {
+      fn(*j);
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> StaticJobDirectory::UpdateCode(const std::string& ns, const std::string& name,
+                                                           const CodeUpdateRequest& request) {
+  absl::StatusOr<int64_t> generation = absl::NotFoundError(absl::StrCat("no job ", ns, "/", name));
+  WithJob(ns, name, [&](JobController& j) { generation = j.UpdateJob(ApplyCodeUpdate(j.job(), request)); });
+  if (!generation.ok()) return generation.status();
+  return absl::StrCat("job ", ns, "/", name, ": code revision ", request.revision, " accepted (generation ",
+                      *generation, "); ",
+                      request.urgent ? "urgent: training restarts in place with it now"
+                                     : "lazy: applied at the next failure-triggered restart or when the "
+                                       "hot-update window expires");
+}
+
 HttpServer::HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultInjector* injector)
-    : jobs_(std::move(jobs)), metrics_(metrics), injector_(injector), server_(std::make_unique<httplib::Server>()) {}
+    : owned_directory_(std::make_unique<StaticJobDirectory>(std::move(jobs))),
+      directory_(owned_directory_.get()),
+      metrics_(metrics),
+      injector_(injector),
+      server_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultInjector* injector)
+    : directory_(directory), metrics_(metrics), injector_(injector), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
-
-JobController* HttpServer::Find(const std::string& ns, const std::string& name) const {
-  for (JobController* j : jobs_) {
-    if (j->job().metadata.namespace_ == ns && j->job().metadata.name == name) return j;
-  }
-  return nullptr;
-}
 
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
@@ -47,40 +80,56 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   });
   server_->Get("/api/v1/jobs", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json out = nlohmann::json::array();
-    for (JobController* j : jobs_) {
-      const JobStatus st = j->Snapshot();
-      out.push_back({{"namespace", j->job().metadata.namespace_}, {"name", j->job().metadata.name},
-                     {"phase", JobPhaseName(st.phase)}, {"machines", j->job().spec.machines},
+    directory_->ForEachJob([&](JobController& j) {
+      const JobStatus st = j.Snapshot();
+      const TrainingJob job = j.job();
+      out.push_back({{"namespace", job.metadata.namespace_}, {"name", job.metadata.name},
+                     {"phase", JobPhaseName(st.phase)}, {"machines", job.spec.machines},
                      {"lastCompletedStep", st.last_completed_step}, {"ettr", st.ettr}});
-    }
-    res.set_content(out.dump(), "application/json");
+    });
+    res.set_content(Dump(out), "application/json");
   });
   server_->Get(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    JobController* j = Find(req.matches[1], req.matches[2]);
-    if (j == nullptr) return JsonError(res, 404, absl::StrCat("no job ", std::string(req.matches[1]), "/", std::string(req.matches[2])));
     nlohmann::json out;
-    out["namespace"] = j->job().metadata.namespace_;
-    out["name"] = j->job().metadata.name;
-    out["spec"] = {{"machines", j->job().spec.machines}, {"gpusPerMachine", j->job().spec.gpus_per_machine},
-                   {"parallelism", {{"tensor", j->job().spec.parallelism.tensor},
-                                    {"pipeline", j->job().spec.parallelism.pipeline},
-                                    {"data", j->job().spec.parallelism.data}}}};
-    out["status"] = nlohmann::json::parse(JobStatusToJson(j->Snapshot()));
-    nlohmann::json timeline = nlohmann::json::array();
-    for (const TimelineEntry& e : j->Timeline()) timeline.push_back({{"at", FormatRfc3339(e.at)}, {"what", e.what}});
-    out["timeline"] = timeline;
-    res.set_content(out.dump(), "application/json");
+    const bool found = directory_->WithJob(req.matches[1], req.matches[2], [&](JobController& j) {
+      const TrainingJob job = j.job();
+      out["namespace"] = job.metadata.namespace_;
+      out["name"] = job.metadata.name;
+      out["generation"] = job.metadata.generation;
+      out["spec"] = {{"machines", job.spec.machines}, {"gpusPerMachine", job.spec.gpus_per_machine},
+                     {"parallelism", {{"tensor", job.spec.parallelism.tensor},
+                                      {"pipeline", job.spec.parallelism.pipeline},
+                                      {"data", job.spec.parallelism.data}}},
+                     {"codeVersion", {{"image", job.spec.code.image}, {"command", job.spec.code.command},
+                                      {"revision", job.spec.code.revision}}}};
+      out["status"] = nlohmann::json::parse(JobStatusToJson(j.Snapshot()));
+      nlohmann::json timeline = nlohmann::json::array();
+      for (const TimelineEntry& e : j.Timeline()) timeline.push_back({{"at", FormatRfc3339(e.at)}, {"what", e.what}});
+      out["timeline"] = timeline;
+    });
+    if (!found) {
+      return JsonError(res, 404, absl::StrCat("no job ", std::string(req.matches[1]), "/", std::string(req.matches[2])));
+    }
+    res.set_content(Dump(out), "application/json");
   });
   server_->Post(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/faults)", [this](const httplib::Request& req, httplib::Response& res) {
-    JobController* j = Find(req.matches[1], req.matches[2]);
-    if (j == nullptr) return JsonError(res, 404, "no such job");
     if (injector_ == nullptr) return JsonError(res, 409, "fault injection needs local mode");
     auto request = ParseFaultRequest(req.body);
     if (!request.ok()) return JsonError(res, 400, std::string(request.status().message()));
-    auto result = injector_->Inject(*request, j->Snapshot());
+    absl::StatusOr<std::string> result = absl::NotFoundError("no such job");
+    directory_->WithJob(req.matches[1], req.matches[2], [&](JobController& j) {
+      result = injector_->Inject(*request, j.Snapshot());
+      if (result.ok()) j.Note(absl::StrCat("Fault injected: ", *result));
+    });
     if (!result.ok()) return JsonError(res, HttpCode(result.status()), std::string(result.status().message()));
-    j->Note(absl::StrCat("Fault injected: ", *result));
-    res.set_content(nlohmann::json{{"result", *result}}.dump(), "application/json");
+    res.set_content(Dump(nlohmann::json{{"result", *result}}), "application/json");
+  });
+  server_->Post(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/code)", [this](const httplib::Request& req, httplib::Response& res) {
+    auto request = ParseCodeUpdateRequest(req.body);
+    if (!request.ok()) return JsonError(res, 400, std::string(request.status().message()));
+    auto message = directory_->UpdateCode(req.matches[1], req.matches[2], *request);
+    if (!message.ok()) return JsonError(res, HttpCode(message.status()), std::string(message.status().message()));
+    res.set_content(Dump(nlohmann::json{{"message", *message}}), "application/json");
   });
   int bound = port;
   if (port == 0) {

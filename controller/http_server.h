@@ -3,19 +3,27 @@
 //   GET  /api/v1/jobs                         -> [{namespace, name, phase, ...}]
 //   GET  /api/v1/jobs/{namespace}/{name}      -> {status, timeline}
 //   POST /api/v1/jobs/{namespace}/{name}/faults (local mode) -> {result}
-// Errors are JSON {"error": "..."} with 400 (bad request, naming the field), 404, 500.
+//   POST /api/v1/jobs/{namespace}/{name}/code  (code_update.h body) -> {message, ...}
+// Errors are JSON {"error": "..."} with 400 (bad request, naming the field), 404, 409,
+// 503 (kube mode: not the leader, API server unavailable), 500.
 //
-// Thread-safe; Start() serves on a thread pool until Stop(). The controllers, metrics and
-// injector must outlive the server.
+// The jobs come from a JobDirectory, which the driver implements: local mode serves its
+// one JobController; kube mode the controllers of the jobs it reconciles right now, and
+// applies code updates to the TrainingJob object in the API server.
+//
+// Thread-safe; Start() serves on a thread pool until Stop(). The directory (or the
+// controllers), metrics and injector must outlive the server.
 #ifndef PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 #define PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "controller/code_update.h"
 #include "controller/controller_metrics.h"
 #include "controller/fault_injector.h"
 #include "controller/job_controller.h"
@@ -26,9 +34,43 @@ class Server;
 
 namespace peregrine {
 
+// The jobs a controller process runs, for its HTTP API.
+class JobDirectory {
+ public:
+  virtual ~JobDirectory() = default;
+  // Calls fn for every job; a job is not destroyed while fn runs on it.
+  virtual void ForEachJob(const std::function<void(JobController&)>& fn) = 0;
+  // Calls fn on the job namespace/name and returns true, or returns false when there is
+  // none. The job is not destroyed while fn runs.
+  virtual bool WithJob(const std::string& ns, const std::string& name,
+                       const std::function<void(JobController&)>& fn) = 0;
+  // Applies a code update. On success a one-line message for the user. Errors:
+  // kNotFound (no such job), kInvalidArgument (the update makes the job invalid: the
+  // job parser's message), kUnavailable (try again), others as they come.
+  virtual absl::StatusOr<std::string> UpdateCode(const std::string& ns, const std::string& name,
+                                                 const CodeUpdateRequest& request) = 0;
+};
+
+// A fixed list of JobControllers (local mode): a code update goes straight to
+// JobController::UpdateJob.
+class StaticJobDirectory final : public JobDirectory {
+ public:
+  explicit StaticJobDirectory(std::vector<JobController*> jobs) : jobs_(std::move(jobs)) {}
+  void ForEachJob(const std::function<void(JobController&)>& fn) override;
+  bool WithJob(const std::string& ns, const std::string& name, const std::function<void(JobController&)>& fn) override;
+  absl::StatusOr<std::string> UpdateCode(const std::string& ns, const std::string& name,
+                                         const CodeUpdateRequest& request) override;
+
+ private:
+  const std::vector<JobController*> jobs_;
+};
+
 class HttpServer {
  public:
+  // Serves a fixed list of jobs (StaticJobDirectory).
   HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultInjector* injector);
+  // Serves the jobs of `directory`, which must outlive the server.
+  HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultInjector* injector);
   ~HttpServer();
 
   // Binds host:port (port 0 picks one) and starts serving; returns the bound port.
@@ -36,9 +78,8 @@ class HttpServer {
   void Stop();
 
  private:
-  JobController* Find(const std::string& ns, const std::string& name) const;
-
-  std::vector<JobController*> jobs_;
+  std::unique_ptr<JobDirectory> owned_directory_;
+  JobDirectory* directory_;
   ControllerMetrics* metrics_;
   FaultInjector* injector_;
   std::unique_ptr<httplib::Server> server_;

@@ -15,6 +15,7 @@ using nlohmann::json;
 
 constexpr char kAgentBinDir[] = "/peregrine";
 constexpr char kAgentBinary[] = "/peregrine/bin/peregrine-agent";
+constexpr char kNcclHook[] = "/peregrine/lib/libperegrine_nccl.so";
 constexpr char kTokenDir[] = "/var/run/peregrine/token";
 constexpr char kTokenKey[] = "token";
 constexpr char kBinVolume[] = "peregrine-bin";
@@ -167,12 +168,16 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   PutNamed(trainer["env"], json{{"name", "NODE_NAME"},
                                 {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
   PutNamed(trainer["env"], json{{"name", "PEREGRINE_TOKEN_FILE"}, {"value", absl::StrCat(kTokenDir, "/", kTokenKey)}});
+  if (job.spec.fail_slow.enabled) {  // the agent preloads the NCCL hook into training processes
+    PutNamed(trainer["env"], json{{"name", "PEREGRINE_NCCL_HOOK"}, {"value", kNcclHook}});
+  }
   PutNamed(trainer["volumeMounts"], json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}, {"readOnly", true}});
   PutNamed(trainer["volumeMounts"], json{{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}});
 
   json init = {{"name", kInitContainer},
                {"image", options.agent_image},
-               {"command", json::array({"cp", "-a", "/opt/peregrine/.", absl::StrCat(kAgentBinDir, "/")})},
+               {"command",
+                json::array({"cp", "-a", absl::StrCat(kAgentImagePrefix, "/."), absl::StrCat(kAgentBinDir, "/")})},
                {"volumeMounts", json::array({json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}}})}};
   json inits = json::array({init});
   if (spec.contains("initContainers") && spec["initContainers"].is_array()) {
@@ -306,7 +311,12 @@ absl::Status KubeCluster::QuarantineMachine(const std::string& machine_id, const
                   {"annotations", {{kQuarantineReasonAnnotation, reason.substr(0, 1024)}}}}}};
   auto patched = client_->MergePatch(NodesPath(), machine_id, patch);
   if (absl::IsNotFound(patched.status())) return absl::OkStatus();  // the machine is gone already
-  return patched.status();
+  if (!patched.ok()) return patched.status();
+  // The node's own Event (kubectl describe node shows why it is cordoned); the kubelet
+  // uses the node name as the involved object's uid.
+  kube::ObjectReference ref{"v1", "Node", "", machine_id, machine_id};
+  return events_->Record(ref, kube::EventType::kWarning, "PeregrineQuarantined",
+                         absl::StrCat("cordoned by peregrine-controller: ", reason));
 }
 
 absl::Status KubeCluster::RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t) {

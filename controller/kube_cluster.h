@@ -6,8 +6,12 @@
 //     (the template's first container) runs
 //       /peregrine/bin/peregrine-agent --controller <addr> --job <ns>/<name> --pod <pod>
 //                                      --role active|standby --machine-id $(NODE_NAME)
-//     with NODE_NAME from the downward API and PEREGRINE_TOKEN_FILE pointing at the
-//     per-job token Secret mounted read-only. Labels peregrine.dev/job, /role, /slot;
+//     with NODE_NAME from the downward API, PEREGRINE_TOKEN_FILE pointing at the
+//     per-job token Secret mounted read-only and, when spec.failSlow.enabled,
+//     PEREGRINE_NCCL_HOOK=/peregrine/lib/libperegrine_nccl.so. The init container runs
+//     `cp -a /opt/peregrine/. /peregrine/`: the agent image (docker/Dockerfile, target
+//     agent) holds bin/peregrine-agent and lib/libperegrine_nccl.so under
+//     kAgentImagePrefix. Labels peregrine.dev/job, /role, /slot;
 //     an ownerReference to the TrainingJob (controller, blockOwnerDeletion) so deleting
 //     the job garbage-collects it; hostname = pod name and subdomain = the job's headless
 //     Service, so rank 0 is reachable at <pod>.<job>.<ns>.svc; restartPolicy Never (the
@@ -18,8 +22,11 @@
 //     whose Ready condition is False or Unknown -> failed ("node X NotReady").
 //   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
 //     so a pod re-created under the same name is never deleted by a stale decision.
-//   - QuarantineMachine cordons the node (merge patch spec.unschedulable=true) and labels
-//     it peregrine.dev/quarantined=<short reason>, with the full reason in an annotation.
+//   - QuarantineMachine (called by JobController for every machine the decision engine
+//     evicts) cordons the node (merge patch spec.unschedulable=true), labels it
+//     peregrine.dev/quarantined=<short reason> with the full reason in an annotation, and
+//     records a Warning Event PeregrineQuarantined on the Node. A node that is gone is
+//     not an error. Uncordoning after repair is the administrator's (kubectl uncordon).
 //   - RecordEvent goes through the EventRecorder; PersistStatus writes the status
 //     subresource (409: re-read and retry), LoadStatus reads it back from the API server.
 // Every write first asks `may_write` (the leader check): when it says no the write is
@@ -58,6 +65,8 @@ inline constexpr char kQuarantineLabel[] = "peregrine.dev/quarantined";
 inline constexpr char kQuarantineReasonAnnotation[] = "peregrine.dev/quarantine-reason";
 // The pod informer's index: "<namespace>/<job>" from the pod's namespace and job label.
 inline constexpr char kPodsByJobIndex[] = "job";
+// Where the agent image keeps the files the init container copies.
+inline constexpr char kAgentImagePrefix[] = "/opt/peregrine";
 
 // Resource paths (namespace filled in by the caller where it matters).
 kube::ResourcePath TrainingJobsPath(const std::string& ns);

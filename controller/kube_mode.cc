@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
+#include "controller/code_update.h"
 #include "controller/controller_metrics.h"
 #include "controller/http_server.h"
 #include "controller/job_controller.h"
@@ -210,10 +212,11 @@ std::string DefaultIdentity() {
 
 }  // namespace
 
-struct KubeMode::Impl {
+struct KubeMode::Impl final : public JobDirectory {
   struct JobEntry {
     std::string uid;
     int64_t generation = 0;
+    std::string hot_update;  // the peregrine.dev/hot-update annotation (no generation bump)
     std::unique_ptr<ErrorTrackingCluster> cluster;
     std::unique_ptr<JobController> controller;
   };
@@ -316,6 +319,74 @@ struct KubeMode::Impl {
     return it == entries.end() ? nullptr : it->second.get();
   }
 
+  // JobDirectory for the HTTP API: the jobs this replica reconciles right now (a
+  // follower has none). The map lock is held while fn runs, so RemoveEntry waits.
+  void ForEachJob(const std::function<void(JobController&)>& fn) override {
+    absl::MutexLock lock(&jobs_mu);
+    for (auto& [key, entry] : entries) fn(*entry->controller);
+  }
+  bool WithJob(const std::string& ns, const std::string& name, const std::function<void(JobController&)>& fn) override {
+    absl::MutexLock lock(&jobs_mu);
+    auto it = entries.find(absl::StrCat(ns, "/", name));
+    if (it == entries.end()) return false;
+    fn(*it->second->controller);
+    return true;
+  }
+  // A code update is a change of the TrainingJob object (spec.codeVersion and the
+  // hot-update annotation), read-modify-written with conflict retries, so the API
+  // server stays the source of truth; the leader's informer then brings it to the job's
+  // controller like any kubectl edit. Any replica may do it.
+  absl::StatusOr<std::string> UpdateCode(const std::string& ns, const std::string& name,
+                                         const CodeUpdateRequest& request) override {
+    const std::string key = absl::StrCat(ns, "/", name);
+    kube::ObjectPtr cached = jobs->Get(key);
+    if (cached == nullptr) return absl::NotFoundError(absl::StrCat("no TrainingJob ", key));
+    const std::string uid = MetaString(*cached, "uid");
+    json manifest = *cached;
+    manifest.erase("status");
+    absl::StatusOr<TrainingJob> job = ParseTrainingJob(manifest.dump());
+    if (!job.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("TrainingJob ", key, " is invalid already (fix it with kubectl): ", job.status().message()));
+    }
+    if (absl::Status s = ValidateTrainingJob(ApplyCodeUpdate(*job, request)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("update of TrainingJob ", key, " rejected: ", s.message()));
+    }
+    auto written = kube::UpdateWithRetryOnConflict(
+        *client, TrainingJobsPath(ns), name, /*status_subresource=*/false, [&](json& o) -> absl::Status {
+          if (MetaString(o, "uid") != uid) return absl::FailedPreconditionError("trainingjob was re-created");
+          if (Deleting(o)) return absl::FailedPreconditionError("trainingjob is being deleted");
+          json& code = o["spec"]["codeVersion"];
+          code["revision"] = request.revision;
+          if (request.image) code["image"] = *request.image;
+          if (request.command) code["command"] = *request.command;
+          json& annotations = o["metadata"]["annotations"];
+          if (request.urgent) {
+            annotations[kHotUpdateAnnotation] = "urgent";
+          } else if (annotations.is_object()) {
+            annotations.erase(kHotUpdateAnnotation);
+          }
+          if (annotations.is_null()) o["metadata"].erase("annotations");
+          return absl::OkStatus();
+        });
+    if (!written.ok()) return written.status();
+    const json* generation = Path(*written, {"metadata", "generation"});
+    return absl::StrCat("TrainingJob ", key, " now asks for code revision ", request.revision, " (generation ",
+                        generation != nullptr && generation->is_number() ? generation->get<int64_t>() : 0, "); ",
+                        request.urgent ? "urgent: training restarts in place with it now"
+                                       : "lazy: applied at the next failure-triggered restart or when the "
+                                         "hot-update window expires");
+  }
+
+  // The job is deleted: its controller stops, its agents are told and disconnected,
+  // and its metric series go away.
+  void ForgetJob(const std::string& key) {
+    RemoveEntry(key);
+    registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
+    const size_t slash = key.find('/');
+    metrics->ForgetJob(key.substr(0, slash), key.substr(slash + 1));
+  }
+
   void RemoveEntry(const std::string& key) {
     std::unique_ptr<JobEntry> gone;
     {
@@ -394,7 +465,7 @@ struct KubeMode::Impl {
     if (JobEntry* entry = FindEntry(key); entry != nullptr) {
       grace_ms = entry->controller->job().spec.fault_tolerance.restart_grace_seconds * 1000;
     }
-    RemoveEntry(key);
+    ForgetJob(key);
     absl::Status first;
     for (const std::string& pod : cluster->CachedPodNames(job)) {
       if (absl::Status s = cluster->DeletePod(job, pod, grace_ms); !s.ok() && first.ok()) first = s;
@@ -407,7 +478,7 @@ struct KubeMode::Impl {
     if (!IsLeader()) return;  // dropped: gaining the lease enqueues every job again
     kube::ObjectPtr object = jobs->Get(key);
     if (object == nullptr) {  // deleted (and its finalizer gone): forget it
-      RemoveEntry(key);
+      ForgetJob(key);
       queue->Forget(key);
       return;
     }
@@ -439,7 +510,10 @@ struct KubeMode::Impl {
       return;
     }
     JobEntry* entry = FindEntry(key);
-    if (entry != nullptr && (entry->uid != job->metadata.uid || entry->generation != job->metadata.generation)) {
+    const auto hot = job->metadata.annotations.find(kHotUpdateAnnotation);
+    const std::string hot_update = hot == job->metadata.annotations.end() ? "" : hot->second;
+    if (entry != nullptr && (entry->uid != job->metadata.uid || entry->generation != job->metadata.generation ||
+                             entry->hot_update != hot_update)) {
       RemoveEntry(key);  // the spec changed: decide from the new one, resuming the status
       entry = nullptr;
     }
@@ -452,11 +526,13 @@ struct KubeMode::Impl {
       auto fresh = std::make_unique<JobEntry>();
       fresh->uid = job->metadata.uid;
       fresh->generation = job->metadata.generation;
+      fresh->hot_update = hot_update;
       fresh->cluster = std::make_unique<ErrorTrackingCluster>(cluster.get());
       JobController::Options jopts;
       jopts.decision = options.decision;
       jopts.now = UnixNanos;
       jopts.resync_ns = absl::ToInt64Nanoseconds(options.resync);
+      jopts.agent_token = *token;
       fresh->controller =
           std::make_unique<JobController>(*job, fresh->cluster.get(), registry.get(), metrics.get(), jopts);
       if (absl::Status s = fresh->controller->Start(/*run_loop=*/false); !s.ok()) {
@@ -564,7 +640,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   if (!impl->grpc_server || impl->grpc_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for agents on ", options.host, ":", options.grpc_port));
   }
-  impl->http = std::make_unique<HttpServer>(std::vector<JobController*>{}, impl->metrics.get(), nullptr);
+  impl->http = std::make_unique<HttpServer>(impl.get(), impl->metrics.get(), nullptr);
   auto http_port = impl->http->Start(options.host, options.http_port);
   if (!http_port.ok()) {
     impl->grpc_server->Shutdown();

@@ -13,15 +13,23 @@
 //   - deletion: the finalizer peregrine.dev/teardown is added on first sight; once the
 //     job has a deletionTimestamp its pods (actives and standbys) are deleted with their
 //     grace period and the finalizer is removed, after which the API server's garbage
-//     collector removes what the job owns (pods, headless Service, token Secret);
+//     collector removes what the job owns (pods, headless Service, token Secret); the
+//     job's agents are unbound (Reject, stream ended) and its metric series removed;
+//   - a Node whose Ready condition is False/Unknown fails the job's pods on it (the
+//     decision engine evicts those machines; JobController cordons them once);
+//   - the spec (generation) or the peregrine.dev/hot-update annotation changed: the
+//     job's JobController is rebuilt from the new object, resuming from the status;
 //   - Lease leader election (optional): only the leader's workers act. Every worker
 //     checks IsLeader() before a round and the cluster checks it before every write, so a
 //     replica whose renewals stop stops writing at once. A replica that loses the Lease
 //     never acts again (LostLeadership() turns true): the process is expected to exit and
 //     restart as a fresh candidate, as client-go controllers do, which also closes every
 //     agent stream it held so the agents reconnect to the new leader;
-//   - the gRPC AgentService and the HTTP server (/healthz, /metrics) run on every
-//     replica. Agents must talk to the leader: the leader labels its own pod
+//   - the gRPC AgentService and the HTTP server (/healthz, /metrics, the JSON API of
+//     http_server.h) run on every replica; the API lists the jobs this replica
+//     reconciles (none on a follower) and applies a code update (POST .../code) as a
+//     read-modify-write of the TrainingJob (spec.codeVersion + hot-update annotation),
+//     which works on any replica. Agents must talk to the leader: the leader labels its own pod
 //     peregrine.dev/leader=true (removed when it steps down) so the chart's gRPC Service
 //     (grpcService.leaderOnly) routes only to it, and a follower answers every agent
 //     stream with UNAVAILABLE, so an agent that reaches one backs off and redials.

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "controller/analyze/analyze_command.h"
+#include "controller/code_update.h"
 #include "controller/fault_injector.h"
 
 namespace peregrine {
@@ -26,6 +28,11 @@ constexpr char kUsage[] =
     "         [--factor F] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
     "      KIND: kill (the machine dies), crash, hang, slow (--factor), nan, corrupt (silent\n"
     "      wrong values), link (--peer-*, --delay-us and/or --bandwidth bytes/s), clear\n"
+    "  update [NAMESPACE/]NAME --revision R [--image I] [--command 'ARGV...'] [--urgent]\n"
+    "      hot code update of a running job: --urgent restarts training in place with it\n"
+    "      now; otherwise it is applied at the next failure-triggered restart or when\n"
+    "      faultTolerance.hotUpdateWindowHours expire. --command is split on spaces\n"
+    "      (--command-json '[\"python\", \"a b.py\"]' for arguments with spaces)\n"
     "  analyze steps FILE | nccl FILE | stacks DIR ...\n"
     "      offline analysis of your step-time CSVs, NCCL logs/traces and stack dumps\n"
     "      (peregrinectl analyze --help)\n"
@@ -46,6 +53,8 @@ std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a
       if (auto eq = name.find('='); eq != std::string::npos) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
+      } else if (name == "urgent") {  // a switch
+        value = "true";
       } else {
         if (i + 1 >= in.size()) return absl::StrCat(s, ": needs a value");
         value = in[++i];
@@ -101,6 +110,13 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
       << st.value("lastCompletedStep", 0) << "  ETTR " << Fixed(st.value("ettr", 1.0), 3) << "  lost "
       << Fixed(st.value("trainingTimeLostSeconds", 0.0), 2) << " s  standby " << st["standby"].value("ready", 0) << "/"
       << st["standby"].value("desired", 0) << "\n";
+  if (st.contains("codeVersion") && st["codeVersion"].is_object()) {
+    out << "code revision " << st["codeVersion"].value("revision", "-");
+    if (st.contains("pendingCode") && st["pendingCode"].is_object()) {
+      out << "  (waiting: revision " << st["pendingCode"].value("revision", "-") << ")";
+    }
+    out << "\n";
+  }
   const int gpus = spec.at("gpusPerMachine").get<int>();
   out << "SLOT  POD              MACHINE  RANKS\n";
   for (const auto& m : st.value("machines", nlohmann::json::array())) {
@@ -127,6 +143,63 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   }
 }
 
+// POSTs a code update; prints the controller's message.
+int Update(const Args& a, httplib::Client& client, const std::string& url, const std::string& path,
+           std::ostream& out, std::ostream& err) {
+  CodeUpdateRequest r;
+  for (const auto& [flag, value] : a.flags) {
+    if (flag == "revision") {
+      r.revision = value;
+    } else if (flag == "image") {
+      r.image = value;
+    } else if (flag == "command") {
+      std::vector<std::string> argv = absl::StrSplit(value, ' ', absl::SkipWhitespace());
+      r.command = std::move(argv);
+    } else if (flag == "command-json") {
+      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_array() || !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); })) {
+        err << "peregrinectl: --command-json: expected a JSON list of strings\n";
+        return 2;
+      }
+      r.command = j.get<std::vector<std::string>>();
+    } else if (flag == "urgent") {
+      if (value != "true" && value != "false") {
+        err << "peregrinectl: --urgent: expected true or false, got " << value << "\n";
+        return 2;
+      }
+      r.urgent = value == "true";
+    } else {
+      err << "peregrinectl: unknown flag --" << flag << " for update\n" << kUsage;
+      return 2;
+    }
+  }
+  if (a.flags.count("command") && a.flags.count("command-json")) {
+    err << "peregrinectl: give --command or --command-json, not both\n";
+    return 2;
+  }
+  const std::string body = CodeUpdateRequestToJson(r);
+  if (auto parsed = ParseCodeUpdateRequest(body); !parsed.ok()) {  // the controller's own check
+    err << "peregrinectl: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  auto res = client.Post(absl::StrCat(path, "/code").c_str(), body, "application/json");
+  if (!res) {
+    err << "peregrinectl: cannot reach the controller at " << url << ": " << httplib::to_string(res.error()) << "\n";
+    return 1;
+  }
+  const auto j = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    err << "peregrinectl: unexpected answer (HTTP " << res->status << "): " << res->body << "\n";
+    return 1;
+  }
+  if (res->status != 200) {
+    err << "peregrinectl: " << j.value("error", res->body) << "\n";
+    return 1;
+  }
+  out << j.value("message", "") << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -143,7 +216,7 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     return 2;
   }
   const size_t job_index = a.command == "inject" ? 2 : 1;
-  if (a.command != "status" && a.command != "inject") {
+  if (a.command != "status" && a.command != "inject" && a.command != "update") {
     err << "peregrinectl: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   }
@@ -183,6 +256,8 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     }
     return 0;
   }
+
+  if (a.command == "update") return Update(a, client, *url, path, out, err);
 
   // inject
   FaultRequest r;

@@ -1,6 +1,8 @@
 // peregrinectl: the command-line tool. Subcommands:
 //   status [NAMESPACE/]NAME            machines, ranks, phase, incidents of a job
 //   inject KIND [NAMESPACE/]NAME ...   inject a fault into a running local job
+//   update [NAMESPACE/]NAME --revision R [--image I] [--command ARGV] [--urgent]
+//                                      hot code update of a running job (code_update.h)
 // It talks to the controller's HTTP API, found with --controller URL, or
 // --state-dir DIR (the controller writes DIR/controller.json), or the default state dir
 // .peregrine/<namespace>-<name>.

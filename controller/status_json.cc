@@ -129,7 +129,8 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   }
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
-  return j.dump(indent);
+  // Incident signals quote process output, which need not be UTF-8: replace, never throw.
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {

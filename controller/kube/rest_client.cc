@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <httplib.h>
+#include <openssl/x509.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
@@ -422,7 +423,7 @@ class RestClient::Impl {
     }
     httplib::Result response = (*client)->send(request);
     if (!response) {
-      result.transport_error = httplib::to_string(response.error());
+      result.transport_error = TransportError(client->get(), response.error());
       return result;  // the connection is dropped, not pooled
     }
     result.code = response->status;
@@ -432,6 +433,19 @@ class RestClient::Impl {
     }
     ReleaseConnection(*std::move(client));
     return result;
+  }
+
+  // What went wrong below HTTP, with what to check for TLS verification failures.
+  std::string TransportError(httplib::ClientImpl* client, httplib::Error error) const {
+    std::string text = httplib::to_string(error);
+    if (error != httplib::Error::SSLServerVerification) return text;
+    auto* ssl = dynamic_cast<httplib::SSLClient*>(client);
+    const long verify = ssl != nullptr ? ssl->get_openssl_verify_result() : X509_V_OK;
+    const std::string why = verify != X509_V_OK
+                                ? X509_verify_cert_error_string(verify)
+                                : absl::StrCat("the certificate does not name host ", address_.host);
+    return absl::StrCat(text, " (", why, "; check certificate-authority(-data) of ", config_.source,
+                        ", or set insecure-skip-tls-verify)");
   }
 
   absl::StatusOr<json> Do(absl::string_view verb, const std::string& resource,

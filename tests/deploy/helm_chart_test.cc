@@ -18,114 +18,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include "controller/kube_command.h"
+#include "tests/deploy/chart_render.h"
 #include "tests/deploy/deploy_tools.h"
 
 namespace peregrine {
 namespace {
-
-constexpr char kNamespace[] = "peregrine-system";
-
-// helm's own directories point into a scratch dir, so the test neither reads nor
-// writes the user's helm configuration.
-class Helm {
- public:
-  Helm() : helm_(HelmPath()) {}
-
-  ProcessResult Lint(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {helm_, "lint", "--strict", Chart()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return Run(argv, Env());
-  }
-
-  ProcessResult Template(const std::vector<std::string>& extra = {}, const std::string& release = "peregrine") {
-    std::vector<std::string> argv = {helm_, "template", release, Chart(), "--namespace", kNamespace,
-                                     "--include-crds"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return Run(argv, Env());
-  }
-
-  // Renders and parses; REQUIREs success.
-  std::vector<YAML::Node> Render(const std::vector<std::string>& extra = {},
-                                 const std::string& release = "peregrine") {
-    const ProcessResult r = Template(extra, release);
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    std::vector<YAML::Node> objects;
-    for (const YAML::Node& doc : YAML::LoadAll(r.out)) {
-      if (doc.IsMap()) objects.push_back(doc);
-    }
-    return objects;
-  }
-
- private:
-  static std::string Chart() { return (SourceDir() / "helm/peregrine").string(); }
-  std::vector<std::string> Env() const {
-    const std::string home = scratch_.path().string();
-    return {"HELM_CACHE_HOME=" + home + "/cache", "HELM_CONFIG_HOME=" + home + "/config",
-            "HELM_DATA_HOME=" + home + "/data"};
-  }
-
-  ScratchDir scratch_;
-  std::string helm_;
-};
-
-std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& objects, const std::string& kind) {
-  std::vector<YAML::Node> out;
-  for (const YAML::Node& o : objects) {
-    if (o["kind"].Scalar() == kind) out.push_back(o);
-  }
-  return out;
-}
-
-YAML::Node One(const std::vector<YAML::Node>& objects, const std::string& kind) {
-  const std::vector<YAML::Node> found = OfKind(objects, kind);
-  INFO("kind " << kind);
-  REQUIRE(found.size() == 1);
-  return found[0];
-}
-
-YAML::Node ServiceNamed(const std::vector<YAML::Node>& objects, const std::string& suffix) {
-  for (const YAML::Node& s : OfKind(objects, "Service")) {
-    const std::string name = s["metadata"]["name"].Scalar();
-    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      return s;
-    }
-  }
-  FAIL("no Service named *" << suffix);
-  return {};
-}
-
-std::vector<std::string> Strings(const YAML::Node& seq) {
-  std::vector<std::string> out;
-  for (const YAML::Node& n : seq) out.push_back(n.Scalar());
-  return out;
-}
-
-// Every label of `selector` is on `labels`.
-bool Selects(const YAML::Node& selector, const YAML::Node& labels) {
-  for (const auto& kv : selector) {
-    if (!labels[kv.first.Scalar()] || labels[kv.first.Scalar()].Scalar() != kv.second.Scalar()) return false;
-  }
-  return true;
-}
-
-// The controller container's args parsed by the controller's own flag parser, with the
-// downward-API environment the Deployment gives it.
-KubeMainOptions ParseControllerArgs(const YAML::Node& container) {
-  std::map<std::string, std::string> env = {{"POD_NAME", "ctl-0"}, {"POD_NAMESPACE", kNamespace}};
-  auto parsed = ParseKubeMainFlags(Strings(container["args"]), [&](std::string_view name) -> std::optional<std::string> {
-    auto it = env.find(std::string(name));
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  });
-  INFO(parsed.status().ToString());
-  REQUIRE(parsed.ok());
-  return *parsed;
-}
-
-std::string AppVersion() {
-  return YAML::LoadFile((SourceDir() / "helm/peregrine/Chart.yaml").string())["appVersion"].Scalar();
-}
 
 // (apiGroup, resource) -> sorted verbs.
 using RuleSet = std::map<std::pair<std::string, std::string>, std::vector<std::string>>;
@@ -188,7 +85,8 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(c["imagePullPolicy"].Scalar() == "IfNotPresent");
   CHECK(Strings(c["command"]) == std::vector<std::string>{"peregrine-controller"});
   CHECK(Strings(c["args"]) ==
-        std::vector<std::string>{"--leader-elect", "--lease-namespace", kNamespace, "--grpc-port", "7400",
+        std::vector<std::string>{"--leader-elect", "--lease-namespace", kNamespace, "--lease-name",
+                                 "peregrine-controller", "--grpc-port", "7400",
                                  "--http-port", "7401", "--agent-image",
                                  "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
                                  std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--log-level", "info"});
@@ -379,6 +277,26 @@ TEST_CASE("the agents dial the gRPC Service of this release, whatever its name",
     // The controller's built-in default would name a Service this release does not have.
     CHECK(grpc["metadata"]["name"].Scalar() != "peregrine-grpc");
   }
+}
+
+TEST_CASE("each release elects its leader on its own Lease", "[integration]") {
+  Helm helm;
+  std::set<std::string> leases;
+  for (const auto& [release, extra] : {std::pair<std::string, std::vector<std::string>>{"team-a", {}},
+                                       {"team-b", {}},
+                                       {"x", {"--set", "fullnameOverride=ops-operator"}}}) {
+    INFO("release " << release);
+    const YAML::Node deployment = One(helm.Render(extra, release), "Deployment");
+    const KubeMainOptions flags = ParseControllerArgs(deployment["spec"]["template"]["spec"]["containers"][0]);
+    CHECK(flags.mode.leader_elect);
+    CHECK(flags.mode.lease_namespace == kNamespace);
+    // The Lease is named after the release's objects (the Deployment's name).
+    CHECK(flags.mode.lease_name == deployment["metadata"]["name"].Scalar());
+    leases.insert(flags.mode.lease_name);
+  }
+  // Two releases in one namespace never share a Lease (nor the controller's default).
+  CHECK(leases.size() == 3);
+  CHECK(leases.count(KubeModeOptions{}.lease_name) == 0);
 }
 
 TEST_CASE("two replicas without leader election are refused", "[integration]") {

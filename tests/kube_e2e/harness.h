@@ -256,6 +256,22 @@ class FakeKubelet {
     if (agent) agent->Stop();
     return server_->SetPodPhaseForTest(ns_, pod, "Failed").ok();
   }
+  // The node of `pod` goes NotReady (its kubelet stops posting status): the agent on it
+  // falls silent and the pod's phase stays what it was, as on a real cluster.
+  bool NodeDown(const std::string& pod) {
+    std::unique_ptr<TestAgent> agent;
+    std::string node;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = agents_.find(pod); it != agents_.end()) {
+        agent = std::move(it->second);
+        agents_.erase(it);
+      }
+      if (auto it = nodes_.find(pod); it != nodes_.end()) node = it->second;
+    }
+    if (agent) agent->Stop();
+    return !node.empty() && server_->SetNodeReadyForTest(node, false).ok();
+  }
   void ReconnectAll() {
     absl::MutexLock lock(&mu_);
     for (auto& [name, agent] : agents_) agent->Reconnect();

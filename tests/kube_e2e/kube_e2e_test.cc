@@ -4,13 +4,18 @@
 // everything it started, also when an assertion fails (RAII in Env).
 #include <catch2/catch.hpp>
 
+#include <httplib.h>
+
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "controller/job_state.h"
 #include "controller/kube_mode.h"
+#include "controller/peregrinectl.h"
 #include "controller/status_json.h"
 #include "tests/kube_e2e/harness.h"
 
@@ -135,6 +140,29 @@ struct Env {
 
 bool Phase(const JobStatus& st, JobPhase p) { return st.phase == p; }
 
+// A live scrape of the controller's /metrics.
+std::string Scrape(KubeMode& mode) {
+  httplib::Client http("127.0.0.1", mode.http_port());
+  auto res = http.Get("/metrics");
+  return res && res->status == 200 ? res->body : "";
+}
+
+struct CtlResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// peregrinectl (the tool as a function) against the controller's HTTP API.
+CtlResult Ctl(KubeMode& mode, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--controller", absl::StrCat("http://127.0.0.1:", mode.http_port())});
+  std::ostringstream out, err;
+  CtlResult r;
+  r.code = RunPeregrinectl(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
 const Condition* FindCondition(const JobStatus& st, const std::string& type) {
   for (const Condition& c : st.conditions) {
     if (c.type == type) return &c;
@@ -198,6 +226,81 @@ TEST_CASE("a pod dies and a standby takes its slot, the other pods untouched", "
   CHECK(Eventually([&] { return !env.server.GetForTest("pods", kNs, "swap-m1").ok(); }));
   // The pool is replenished with a new standby.
   CHECK(env.WaitStatus("swap", [&](const JobStatus& s) { return s.standbys.size() == 1 && s.standbys[0].pod != standby; }));
+}
+
+// Events about a cluster-scoped Node live in the "default" namespace.
+std::vector<json> NodeEvents(Env& env, const std::string& node) {
+  std::vector<json> out;
+  auto list = env.client->List(kube::ResourcePath{"", "v1", "events", "default"}, kube::ListOptions{});
+  if (!list.ok()) return out;
+  for (const json& e : (*list)["items"]) {
+    if (e["involvedObject"]["kind"] == "Node" && e["involvedObject"]["name"] == node) out.push_back(e);
+  }
+  return out;
+}
+
+TEST_CASE("a node going NotReady evicts exactly its machine, once, and cordons it", "[integration]") {
+  Env env;
+  KubeMode* first = env.StartController("replica-a");
+  env.StartKubelet();
+  env.Submit(JobManifest("nr", 3));
+  REQUIRE(env.WaitStatus("nr", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 5 && st.standby_ready == 1;
+  }));
+  const auto before = *env.Status("nr");
+  const std::string standby = before.standbys.at(0).pod;
+  const std::string bad_node = env.kubelet->NodeOf("nr-m1");
+  REQUIRE(!bad_node.empty());
+  std::map<std::string, std::string> uids;
+  for (const char* pod : {"nr-m0", "nr-m2", standby.c_str()}) uids[pod] = env.Uid("pods", pod);
+  const int node_patches = env.server.RequestCountForTest("patch", "nodes");
+
+  REQUIRE(env.kubelet->NodeDown("nr-m1"));
+  REQUIRE(env.WaitStatus("nr", [](const JobStatus& st) {
+    return st.incidents.size() == 1 && st.incidents[0].resumed_at != 0 && Phase(st, JobPhase::kRunning);
+  }));
+  auto st = *env.Status("nr");
+  REQUIRE(st.evicted.size() == 1);
+  CHECK(st.evicted[0].machine_id == bad_node);
+  CHECK(st.evicted[0].pod == "nr-m1");
+  CHECK_THAT(st.evicted[0].reason, Catch::Contains("node " + bad_node + " NotReady"));
+  CHECK(st.slots[1].pod == standby);
+  CHECK(st.slots[0].pod == "nr-m0");
+  CHECK(st.slots[2].pod == "nr-m2");
+  // The standby took the slot in place: the same pod object, like the other machines.
+  for (const auto& [pod, uid] : uids) CHECK(env.Uid("pods", pod) == uid);
+  CHECK(Eventually([&] { return !env.server.GetForTest("pods", kNs, "nr-m1").ok(); }));
+
+  // The node is cordoned, labelled and has an Event; no other node was patched.
+  REQUIRE(Eventually([&] { return env.server.RequestCountForTest("patch", "nodes") == node_patches + 1; }));
+  auto node = env.server.GetForTest("nodes", "", bad_node);
+  REQUIRE(node.ok());
+  CHECK((*node)["spec"]["unschedulable"] == true);
+  CHECK((*node)["metadata"]["labels"].contains("peregrine.dev/quarantined"));
+  CHECK_THAT((*node)["metadata"]["annotations"]["peregrine.dev/quarantine-reason"].get<std::string>(),
+             Catch::Contains("NotReady"));
+  CHECK(Eventually([&] { return NodeEvents(env, bad_node).size() == 1; }));
+  for (const char* pod : {"nr-m0", "nr-m2"}) {
+    auto other = env.server.GetForTest("nodes", "", env.kubelet->NodeOf(pod));
+    REQUIRE(other.ok());
+    CHECK_FALSE((*other)["spec"].contains("unschedulable"));
+  }
+
+  // A controller restart neither evicts nor cordons again.
+  REQUIRE(env.WaitStatus("nr", [](const JobStatus& s) { return s.standby_ready == 1 && s.last_completed_step >= 8; }));
+  first->Shutdown();
+  const int pod_deletes = env.server.RequestCountForTest("delete", "pods");
+  const uint64_t step = env.Status("nr")->last_completed_step;
+  env.StartController("replica-b");
+  env.kubelet->ReconnectAll();
+  REQUIRE(env.WaitStatus("nr", [&](const JobStatus& s) { return s.last_completed_step >= step + 5; }));
+  st = *env.Status("nr");
+  CHECK(st.evicted.size() == 1);
+  CHECK(st.incidents.size() == 1);
+  CHECK(st.recoveries == 1);
+  CHECK(env.server.RequestCountForTest("delete", "pods") == pod_deletes);
+  CHECK(env.server.RequestCountForTest("patch", "nodes") == node_patches + 1);
+  CHECK(NodeEvents(env, bad_node).size() == 1);
 }
 
 TEST_CASE("watch streams drop mid-recovery and reconcile still converges", "[integration]") {
@@ -348,10 +451,14 @@ TEST_CASE("an invalid TrainingJob gets Valid=False and no pods", "[integration]"
 
 TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]") {
   Env env;
-  env.StartController();
+  KubeMode* mode = env.StartController();
   env.StartKubelet();
   env.Submit(JobManifest("gone", 2));
   REQUIRE(env.WaitStatus("gone", [](const JobStatus& st) { return Phase(st, JobPhase::kRunning) && st.standby_ready == 1; }));
+  // The job's metric series are live while it runs ...
+  const std::string series = "job=\"gone\",namespace=\"train\"";
+  REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_job_last_completed_step{" + series); }));
+  CHECK(absl::StrContains(Scrape(*mode), "peregrine_jobs{phase=\"Running\"} 1"));
   REQUIRE(env.client->Delete(TrainingJobsPath(kNs), "gone").ok());
   REQUIRE(Eventually([&] { return !env.server.GetForTest(kJobs, kNs, "gone").ok(); }));
   CHECK(Eventually([&] {
@@ -362,6 +469,70 @@ TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]"
            !env.server.GetForTest("secrets", kNs, "gone-peregrine-token").ok();
   }));
   CHECK(Eventually([&] { return env.kubelet->RunningPods().empty(); }));
+  // ... and gone from a live scrape once it is deleted: no alert can fire on it, and it
+  // left the phase counts.
+  const std::string after = Scrape(*mode);
+  INFO(after);
+  CHECK_FALSE(absl::StrContains(after, series));
+  CHECK(absl::StrContains(after, "peregrine_jobs{phase=\"Running\"} 0"));
+  CHECK(absl::StrContains(after, "peregrine_jobs{phase=\"Pending\"} 0"));
+  // The HTTP API no longer lists it.
+  CHECK(Ctl(*mode, {"status", "train/gone"}).code == 1);
+}
+
+TEST_CASE("peregrinectl status and update work against the kube-mode controller", "[integration]") {
+  Env env;
+  KubeMode* mode = env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest("ctl", 2));
+  REQUIRE(env.WaitStatus("ctl", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3;
+  }));
+  REQUIRE(Eventually([&] { return absl::StrContains(Ctl(*mode, {"status", "train/ctl"}).out, "phase Running"); }));
+  const CtlResult status = Ctl(*mode, {"status", "train/ctl"});
+  CHECK(status.code == 0);
+  CHECK_THAT(status.out, Catch::Contains("job train/ctl: 2 machines x 1 GPUs"));
+  CHECK_THAT(status.out, Catch::Contains("ctl-m0"));
+  CHECK_THAT(status.out, Catch::Contains("ctl-m1"));
+  CHECK(Ctl(*mode, {"status", "train/other"}).code == 1);
+
+  // A code update is written to the TrainingJob (the API server stays the source of
+  // truth) and reaches the job like any edit: urgent, it restarts in place.
+  const JobStatus before = *env.Status("ctl");
+  const int64_t generation = (*env.server.GetForTest(kJobs, kNs, "ctl"))["metadata"]["generation"].get<int64_t>();
+  const CtlResult update = Ctl(*mode, {"update", "train/ctl", "--revision", "r2", "--command", "python train2.py",
+                                       "--urgent"});
+  INFO(update.err);
+  REQUIRE(update.code == 0);
+  CHECK_THAT(update.out, Catch::Contains("urgent"));
+  auto object = env.server.GetForTest(kJobs, kNs, "ctl");
+  REQUIRE(object.ok());
+  CHECK((*object)["spec"]["codeVersion"]["revision"] == "r2");
+  CHECK((*object)["spec"]["codeVersion"]["command"] == json::array({"python", "train2.py"}));
+  CHECK((*object)["spec"]["codeVersion"]["image"] == "example.com/train:1");  // kept
+  CHECK((*object)["metadata"]["annotations"]["peregrine.dev/hot-update"] == "urgent");
+  CHECK((*object)["metadata"]["generation"].get<int64_t>() == generation + 1);
+  REQUIRE(env.WaitStatus("ctl", [&](const JobStatus& st) {
+    return st.code.revision == "r2" && st.attempt == before.attempt + 1 && Phase(st, JobPhase::kRunning) &&
+           st.last_completed_step > st.resume_step;
+  }));
+  const JobStatus after = *env.Status("ctl");
+  CHECK(after.slots[0].pod == before.slots[0].pod);
+  CHECK(after.slots[1].pod == before.slots[1].pod);
+  CHECK(after.evicted.empty());
+  CHECK(after.observed_generation == generation + 1);
+
+  // A later lazy update removes the annotation again.
+  REQUIRE(Ctl(*mode, {"update", "train/ctl", "--revision", "r3"}).code == 0);
+  object = env.server.GetForTest(kJobs, kNs, "ctl");
+  REQUIRE(object.ok());
+  CHECK_FALSE((*object)["metadata"].value("annotations", json::object()).contains("peregrine.dev/hot-update"));
+  CHECK(env.WaitStatus("ctl", [](const JobStatus& st) { return st.pending_code && st.pending_code->revision == "r3"; }));
+  // Unknown jobs and bad requests are refused with a clear message.
+  const CtlResult missing = Ctl(*mode, {"update", "train/nope", "--revision", "r9"});
+  CHECK(missing.code == 1);
+  CHECK_THAT(missing.err, Catch::Contains("no TrainingJob train/nope"));
+  CHECK(Ctl(*mode, {"update", "train/ctl"}).code == 2);  // no --revision
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The live /metrics of a running controller (local mode, a 1 machine x 1 GPU sim-trainer
 // job) scraped over HTTP and checked by the real `promtool check metrics` (Debian package
-// prometheus), plus: every peregrine_ metric the chart's alert rules use is in the scrape.
+// prometheus), plus: every peregrine_ metric the chart's alert rules use is in the scrape,
+// and the finished job keeps no live gauge. (controller_metrics_test.cc covers the
+// series' lifecycle; kube_e2e scrapes a deleted job's series away.)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +13,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -111,8 +114,9 @@ std::set<std::string> ExposedNames(const std::string& text) {
   return names;
 }
 
-TEST_CASE("the live /metrics passes promtool and has every metric the alerts use", "[integration]") {
-  REQUIRE(access(kPromtool, X_OK) == 0);
+// Runs a 1 x 1 sim-trainer job of `steps` steps in local mode until `until` holds for its
+// status and returns the live /metrics scrape taken then (everything is torn down).
+std::string ScrapeWhen(int steps, const std::function<bool(const JobStatus&)>& until) {
   const std::string bin_dir = PEREGRINE_BINARY_DIR "/bin";
   REQUIRE(access((bin_dir + "/peregrine-agent").c_str(), X_OK) == 0);
   REQUIRE(access((bin_dir + "/sim-trainer").c_str(), X_OK) == 0);
@@ -128,7 +132,7 @@ TEST_CASE("the live /metrics passes promtool and has every metric the alerts use
     }
   } cleanup{dir};
 
-  auto job = ParseTrainingJob(R"(
+  auto job = ParseTrainingJob(absl::StrCat(R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: tiny, namespace: default}
@@ -137,10 +141,10 @@ spec:
   gpusPerMachine: 1
   parallelism: {tensor: 1, pipeline: 1, data: 1}
   codeVersion:
-    command: ["sim-trainer", "--steps", "5"]
+    command: ["sim-trainer", "--steps", ")", steps, R"("]
   standby: {min: 0, max: 0}
   faultTolerance: {restartGraceSeconds: 1}
-)");
+)"));
   REQUIRE(job.ok());
   LocalModeOptions options;
   options.state_dir = dir + "/state";
@@ -153,17 +157,20 @@ spec:
     ~Stop() { m->Shutdown(/*teardown=*/true); }
   } stop{mode->get()};
 
-  REQUIRE((*mode)->controller().WaitFor(
-      [](const JobStatus& st) { return st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed; },
-      120'000));
-  CHECK((*mode)->controller().Snapshot().phase == JobPhase::kSucceeded);
-
+  REQUIRE((*mode)->controller().WaitFor(until, 120'000));
   httplib::Client http("127.0.0.1", (*mode)->http_port());
   auto res = http.Get("/metrics");
   REQUIRE(res);
   REQUIRE(res->status == 200);
-  const std::string scrape = res->body;
+  return res->body;
+}
 
+TEST_CASE("the live /metrics passes promtool and has every metric the alerts use", "[integration]") {
+  REQUIRE(access(kPromtool, X_OK) == 0);
+  // A job far from its last step: every per-job series is live.
+  const std::string scrape = ScrapeWhen(1'000'000, [](const JobStatus& st) {
+    return st.phase == JobPhase::kRunning && st.last_completed_step >= 2;
+  });
   ToolResult check = RunWithStdin({kPromtool, "check", "metrics"}, scrape);
   INFO("promtool said:\n" << check.output << "\nscrape:\n" << scrape);
   CHECK(check.exit_code == 0);
@@ -175,8 +182,25 @@ spec:
     INFO("metric used by helm/peregrine/files alerts: " << name);
     CHECK(exposed.count(name) == 1);
   }
-  // The job's own series carry the finished job's progress.
-  CHECK(scrape.find("peregrine_job_last_completed_step{job=\"tiny\",namespace=\"default\"} 5") != std::string::npos);
+  CHECK(scrape.find("peregrine_job_last_completed_step{job=\"tiny\",namespace=\"default\"}") != std::string::npos);
+  CHECK(scrape.find("peregrine_jobs{phase=\"Running\"} 1") != std::string::npos);
+}
+
+TEST_CASE("a finished job keeps no live gauge in /metrics", "[integration]") {
+  REQUIRE(access(kPromtool, X_OK) == 0);
+  const std::string scrape = ScrapeWhen(5, [](const JobStatus& st) {
+    return st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed;
+  });
+  ToolResult check = RunWithStdin({kPromtool, "check", "metrics"}, scrape);
+  INFO("promtool said:\n" << check.output << "\nscrape:\n" << scrape);
+  CHECK(check.exit_code == 0);
+  // Counted in its final phase; no live gauges (no alert can fire on it), only counters.
+  CHECK(scrape.find("peregrine_jobs{phase=\"Succeeded\"} 1") != std::string::npos);
+  CHECK(scrape.find("peregrine_jobs{phase=\"Running\"} 0") != std::string::npos);
+  CHECK(scrape.find("peregrine_job_last_completed_step{job=\"tiny\"") == std::string::npos);
+  CHECK(scrape.find("peregrine_standby_ready{job=\"tiny\"") == std::string::npos);
+  CHECK(scrape.find("peregrine_evictions_total{job=\"tiny\",namespace=\"default\",reason=\"machine_fault\"} 0") !=
+        std::string::npos);
 }
 
 TEST_CASE("promtool check metrics rejects a malformed exposition", "[integration]") {

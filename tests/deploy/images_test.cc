@@ -1,0 +1,386 @@
+// The container images against everything that relies on them. Docker is not needed:
+// no image is built here; instead docker/Dockerfile is parsed and every promise it makes
+// is checked against the real thing:
+//   - the agent image: the controller's pod builder (BuildPod, with the --agent-image
+//     the rendered chart passes) copies <prefix>/. out of the image and runs
+//     /peregrine/bin/peregrine-agent with PEREGRINE_NCCL_HOOK; the Dockerfile's agent
+//     stage puts the bundle at that prefix; the same bundle script, run here on this
+//     build's binaries, yields every path the pod uses, the launcher starts the real
+//     agent, and the bundled loader resolves every library inside the bundle;
+//   - the controller image: it holds what the Deployment runs, and installs the Debian
+//     package of every shared library the built binaries link (ldd + dpkg -S);
+//   - the build: each --target the Dockerfile builds is a target of this build, and
+//     each file it takes from build/ is one of their outputs;
+//   - scripts/build-images.sh --dry-run names exactly the images the chart deploys,
+//     with its default tag and with an explicit one.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "controller/kube_cluster.h"
+#include "tests/deploy/chart_render.h"
+#include "tests/deploy/deploy_tools.h"
+
+namespace peregrine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// absl::ConsumePrefix/ConsumeSuffix for std::string.
+bool ConsumePrefix(std::string* s, const std::string& prefix) {
+  if (!absl::StartsWith(*s, prefix)) return false;
+  s->erase(0, prefix.size());
+  return true;
+}
+bool ConsumeSuffix(std::string* s, const std::string& suffix) {
+  if (!absl::EndsWith(*s, suffix)) return false;
+  s->resize(s->size() - suffix.size());
+  return true;
+}
+
+// One Dockerfile instruction: keyword (upper case) and its arguments, continuation
+// lines joined.
+struct Instruction {
+  std::string keyword;
+  std::string args;
+};
+
+struct Stage {
+  std::string base;  // FROM image (ARG defaults substituted)
+  std::vector<Instruction> instructions;
+};
+
+// Parses docker/Dockerfile into stages by name ("" for unnamed). Global ARG defaults
+// are substituted into FROM lines.
+std::map<std::string, Stage> ParseDockerfile(const std::string& text) {
+  std::vector<Instruction> all;
+  std::string pending;
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+    std::string line(absl::StripAsciiWhitespace(raw));
+    if (pending.empty() && (line.empty() || line[0] == '#')) continue;
+    if (!pending.empty() && !line.empty() && line[0] == '#') continue;  // comment inside a continuation
+    if (!line.empty() && line.back() == '\\') {
+      line.pop_back();
+      pending += line + " ";
+      continue;
+    }
+    pending += line;
+    const size_t space = pending.find(' ');
+    Instruction ins{pending.substr(0, space), space == std::string::npos ? "" : pending.substr(space + 1)};
+    std::transform(ins.keyword.begin(), ins.keyword.end(), ins.keyword.begin(), ::toupper);
+    all.push_back(ins);
+    pending.clear();
+  }
+  std::map<std::string, std::string> args;
+  std::map<std::string, Stage> stages;
+  Stage* current = nullptr;
+  for (const Instruction& ins : all) {
+    if (ins.keyword == "ARG" && current == nullptr) {
+      std::vector<std::string> kv = absl::StrSplit(ins.args, absl::MaxSplits('=', 1));
+      if (kv.size() == 2) args[kv[0]] = kv[1];
+      continue;
+    }
+    if (ins.keyword == "FROM") {
+      std::vector<std::string> words = absl::StrSplit(ins.args, ' ', absl::SkipWhitespace());
+      std::string base = words.at(0);
+      for (const auto& [k, v] : args) {
+        if (base == "${" + k + "}" || base == "$" + k) base = v;
+      }
+      const std::string name = words.size() >= 3 && (words[1] == "AS" || words[1] == "as") ? words[2] : "";
+      INFO("stage " << name);
+      REQUIRE(stages.count(name) == 0);
+      current = &stages[name];
+      current->base = base;
+      continue;
+    }
+    REQUIRE(current != nullptr);
+    current->instructions.push_back(ins);
+  }
+  return stages;
+}
+
+std::map<std::string, Stage> Dockerfile() {
+  return ParseDockerfile(ReadText(SourceDir() / "docker/Dockerfile"));
+}
+
+std::vector<std::string> Words(const std::string& s) { return absl::StrSplit(s, ' ', absl::SkipWhitespace()); }
+
+// The RUN instruction of `stage` whose words start with `first_words`; REQUIREs one.
+std::vector<std::string> RunWords(const Stage& stage, const std::vector<std::string>& first_words) {
+  for (const Instruction& ins : stage.instructions) {
+    if (ins.keyword != "RUN") continue;
+    // A RUN may chain commands with &&: look at each.
+    for (absl::string_view part : absl::StrSplit(ins.args, "&&")) {
+      std::vector<std::string> w = Words(std::string(part));
+      if (w.size() >= first_words.size() && std::equal(first_words.begin(), first_words.end(), w.begin())) return w;
+    }
+  }
+  FAIL("no RUN " << absl::StrJoin(first_words, " "));
+  return {};
+}
+
+// COPY --from=<from> sources... destination, for every such COPY in `stage`.
+std::vector<std::vector<std::string>> CopiesFrom(const Stage& stage, const std::string& from) {
+  std::vector<std::vector<std::string>> out;
+  for (const Instruction& ins : stage.instructions) {
+    if (ins.keyword != "COPY") continue;
+    std::vector<std::string> w = Words(ins.args);
+    if (!w.empty() && w[0] == "--from=" + from) out.emplace_back(w.begin() + 1, w.end());
+  }
+  return out;
+}
+
+// Packages named by `apt-get install` in `stage` (options skipped).
+std::set<std::string> AptPackages(const Stage& stage) {
+  std::set<std::string> out;
+  for (const Instruction& ins : stage.instructions) {
+    if (ins.keyword != "RUN") continue;
+    for (absl::string_view part : absl::StrSplit(ins.args, "&&")) {
+      std::vector<std::string> w = Words(std::string(part));
+      auto install = std::find(w.begin(), w.end(), "install");
+      if (install == w.end() || std::find(w.begin(), install, "apt-get") == install) continue;
+      for (auto it = install + 1; it != w.end(); ++it) {
+        if ((*it)[0] != '-') out.insert(*it);
+      }
+    }
+  }
+  return out;
+}
+
+fs::path BinaryDir() { return PEREGRINE_BINARY_DIR; }
+
+// A path inside the image's /src/build (or relative build/) mapped onto this build.
+fs::path LocalBuildPath(const std::string& image_path) {
+  std::string rel = image_path;
+  if (!ConsumePrefix(&rel, "/src/build/")) REQUIRE(ConsumePrefix(&rel, "build/"));
+  return BinaryDir() / rel;
+}
+
+std::string Env(const nlohmann::json& container, const std::string& name) {
+  for (const nlohmann::json& e : container.value("env", nlohmann::json::array())) {
+    if (e.value("name", "") == name) return e.value("value", "");
+  }
+  return "";
+}
+
+TEST_CASE("the agent image holds what the controller's pods copy and run", "[integration]") {
+  // The agent image the chart hands the controller, and the pod the controller builds.
+  Helm helm;
+  const std::vector<YAML::Node> objects = helm.Render();
+  const YAML::Node deployment = One(objects, "Deployment");
+  const KubeMainOptions flags = ParseControllerArgs(deployment["spec"]["template"]["spec"]["containers"][0]);
+  TrainingJob job;
+  job.metadata.name = "llm";
+  job.metadata.namespace_ = "train";
+  job.spec.code.image = "example.com/train:1";
+  job.spec.code.command = {"python", "train.py"};
+  KubeClusterOptions kopts;
+  kopts.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
+  kopts.agent_image = flags.mode.agent_image;
+  PodToCreate request;
+  request.name = "llm-m0";
+  request.slot = 0;
+  auto pod = BuildPod(job, request, kopts);
+  REQUIRE(pod.ok());
+  const nlohmann::json& init = (*pod)["spec"]["initContainers"][0];
+  CHECK(init["image"] == flags.mode.agent_image);
+  // cp -a <prefix>/. <mount>/
+  const std::vector<std::string> cp = init["command"].get<std::vector<std::string>>();
+  REQUIRE(cp.size() == 4);
+  CHECK(cp[0] == "cp");
+  std::string prefix = cp[2];
+  REQUIRE(ConsumeSuffix(&prefix, "/."));
+  std::string mount = cp[3];
+  REQUIRE(ConsumeSuffix(&mount, "/"));
+  CHECK(init["volumeMounts"][0]["mountPath"] == mount);
+  // The paths the training container uses, relative to the mount.
+  const nlohmann::json& trainer = (*pod)["spec"]["containers"][0];
+  std::vector<std::string> used = {trainer["command"][0].get<std::string>(), Env(trainer, "PEREGRINE_NCCL_HOOK")};
+  for (std::string& p : used) {
+    INFO(p);
+    REQUIRE(ConsumePrefix(&p, mount + "/"));
+  }
+  CHECK(used == std::vector<std::string>{"bin/peregrine-agent", "lib/libperegrine_nccl.so"});
+
+  // The Dockerfile's agent stage copies the bundle the build stage made to that prefix.
+  const auto stages = Dockerfile();
+  REQUIRE(stages.count("agent") == 1);
+  REQUIRE(stages.count("build") == 1);
+  CHECK(stages.at("agent").base == "debian:bookworm-slim");
+  const auto copies = CopiesFrom(stages.at("agent"), "build");
+  REQUIRE(copies.size() == 1);
+  REQUIRE(copies[0].size() == 2);
+  CHECK(copies[0][1] == prefix + "/");
+  const std::vector<std::string> bundle = RunWords(stages.at("build"), {"docker/bundle-runtime.sh"});
+  REQUIRE(bundle.size() >= 3);
+  CHECK(bundle[1] + "/" == copies[0][0]);
+
+  // The same bundle step on this build's binaries yields every path the pod uses.
+  ScratchDir scratch;
+  const fs::path image_prefix = scratch.path() / "opt/peregrine";
+  std::vector<std::string> argv = {(SourceDir() / "docker/bundle-runtime.sh").string(), image_prefix.string()};
+  for (size_t i = 2; i < bundle.size(); ++i) argv.push_back(LocalBuildPath(bundle[i]).string());
+  const ProcessResult made = Run(argv);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  for (const std::string& p : used) {
+    INFO(p);
+    CHECK(fs::is_regular_file(image_prefix / p));
+  }
+  // The launcher runs the real agent through the bundled loader: with no flags it
+  // starts and refuses, naming the missing flag.
+  const ProcessResult agent = Run({(image_prefix / "bin/peregrine-agent").string()});
+  CHECK(agent.exit_code != 0);
+  CHECK_THAT(agent.err + agent.out, Catch::Contains("--controller"));
+  // Every library the agent needs resolves inside the bundle (ld.so --list).
+  fs::path loader;
+  for (const auto& entry : fs::directory_iterator(image_prefix / "lib")) {
+    if (absl::StartsWith(entry.path().filename().string(), "ld-linux")) loader = entry.path();
+  }
+  REQUIRE(!loader.empty());
+  const ProcessResult list = Run({loader.string(), "--library-path", (image_prefix / "lib").string(), "--list",
+                                  (image_prefix / "libexec/peregrine-agent").string()});
+  REQUIRE(list.exit_code == 0);
+  int resolved = 0;
+  for (absl::string_view line : absl::StrSplit(list.out, '\n')) {
+    if (!absl::StrContains(line, "=>")) continue;
+    INFO(line);
+    CHECK(absl::StrContains(line, "=> " + (image_prefix / "lib").string() + "/"));
+    ++resolved;
+  }
+  CHECK(resolved >= 5);  // libc, libstdc++, gRPC, protobuf, Abseil at least
+}
+
+TEST_CASE("the controller image holds what the Deployment runs, with its runtime libraries", "[integration]") {
+  Helm helm;
+  const YAML::Node deployment = One(helm.Render(), "Deployment");
+  const YAML::Node container = deployment["spec"]["template"]["spec"]["containers"][0];
+  const std::vector<std::string> command = Strings(container["command"]);
+  REQUIRE(command == std::vector<std::string>{"peregrine-controller"});
+  const auto stages = Dockerfile();
+  REQUIRE(stages.count("controller") == 1);
+  const Stage& controller = stages.at("controller");
+  CHECK(controller.base == "debian:bookworm-slim");
+  const auto copies = CopiesFrom(controller, "build");
+  REQUIRE(copies.size() == 1);
+  const std::vector<std::string>& copy = copies[0];
+  CHECK(copy.back() == "/usr/local/bin/");  // on debian's PATH
+  std::set<std::string> shipped;
+  for (size_t i = 0; i + 1 < copy.size(); ++i) shipped.insert(fs::path(copy[i]).filename().string());
+  CHECK(shipped == std::set<std::string>{"peregrine-controller", "peregrinectl"});
+
+  // Every shared library the built binaries link comes from a package the image installs.
+  const std::set<std::string> installed = AptPackages(controller);
+  for (size_t i = 0; i + 1 < copy.size(); ++i) {
+    const fs::path binary = LocalBuildPath(copy[i]);
+    INFO(binary);
+    REQUIRE(fs::is_regular_file(binary));
+    const ProcessResult ldd = Run({"ldd", binary.string()});
+    REQUIRE(ldd.exit_code == 0);
+    for (absl::string_view line : absl::StrSplit(ldd.out, '\n')) {
+      const size_t arrow = line.find("=> /");
+      if (arrow == absl::string_view::npos) continue;
+      std::string lib(line.substr(arrow + 3));
+      lib = lib.substr(0, lib.find(' '));
+      const std::string real = fs::canonical(lib).string();
+      // merged /usr: dpkg knows a library under the path its package ships it at.
+      std::string package;
+      for (const std::string& candidate : {real, "/usr" + real, lib, "/usr" + lib}) {
+        const ProcessResult owner = Run({"dpkg", "-S", candidate});
+        if (owner.exit_code == 0) {
+          package = owner.out.substr(0, owner.out.find(':'));
+          break;
+        }
+      }
+      INFO(lib);
+      REQUIRE(!package.empty());
+      CHECK(installed.count(package) == 1);
+    }
+  }
+}
+
+TEST_CASE("the Dockerfile builds targets this build has, and takes only their outputs", "[integration]") {
+  const auto stages = Dockerfile();
+  const std::vector<std::string> build = RunWords(stages.at("build"), {"cmake", "--build", "build", "--target"});
+  const std::set<std::string> targets(build.begin() + 4, build.end());
+  REQUIRE(!targets.empty());
+  const ProcessResult ninja = Run({"ninja", "-C", BinaryDir().string(), "-t", "targets", "all"});
+  REQUIRE(ninja.exit_code == 0);
+  for (const std::string& t : targets) {
+    INFO("target " << t);
+    CHECK(absl::StrContains("\n" + ninja.out, "\n" + t + ": phony"));
+  }
+  // Each file taken from build/ is a target's output: bin/<target> or lib/lib<target>.so.
+  std::vector<std::string> taken;
+  const std::vector<std::string> bundle = RunWords(stages.at("build"), {"docker/bundle-runtime.sh"});
+  taken.insert(taken.end(), bundle.begin() + 2, bundle.end());
+  for (const auto& copy : CopiesFrom(stages.at("controller"), "build")) {
+    taken.insert(taken.end(), copy.begin(), copy.end() - 1);
+  }
+  for (const std::string& file : taken) {
+    INFO(file);
+    const fs::path local = LocalBuildPath(file);
+    CHECK(fs::is_regular_file(local));
+    const std::string name = local.filename().string();
+    std::string stem = name;
+    const bool library = ConsumePrefix(&stem, "lib") && ConsumeSuffix(&stem, ".so");
+    CHECK(targets.count(library ? stem : name) == 1);
+    CHECK(local.parent_path().filename() == (library ? "lib" : "bin"));
+  }
+}
+
+// "docker build ... --target T --tag REF ..." lines of the dry run: target -> ref.
+std::map<std::string, std::string> DryRunImages(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {(SourceDir() / "scripts/build-images.sh").string(), "--dry-run"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const ProcessResult r = Run(argv);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, std::string> out;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    std::vector<std::string> w = Words(std::string(line));
+    if (w.size() < 2 || w[0] != "docker" || w[1] != "build") continue;
+    std::string target, tag;
+    for (size_t i = 2; i + 1 < w.size(); ++i) {
+      if (w[i] == "--target") target = w[i + 1];
+      if (w[i] == "--tag") tag = w[i + 1];
+      if (w[i] == "--file") CHECK(w[i + 1] == (SourceDir() / "docker/Dockerfile").string());
+    }
+    out[target] = tag;
+  }
+  return out;
+}
+
+TEST_CASE("scripts/build-images.sh names exactly the images the chart deploys", "[integration]") {
+  const auto stages = Dockerfile();
+  Helm helm;
+  for (const std::string& tag : {std::string(""), std::string("1.2.3")}) {
+    INFO("tag '" << tag << "'");
+    const std::map<std::string, std::string> images =
+        DryRunImages(tag.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--tag", tag});
+    REQUIRE(images.size() == 2);
+    for (const auto& [target, ref] : images) CHECK(stages.count(target) == 1);
+    const std::vector<YAML::Node> objects =
+        tag.empty() ? helm.Render() : helm.Render({"--set", "image.tag=" + tag, "--set", "agent.image.tag=" + tag});
+    const YAML::Node container = One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    CHECK(images.at("controller") == container["image"].Scalar());
+    CHECK(images.at("agent") == ParseControllerArgs(container).mode.agent_image);
+    if (tag.empty()) CHECK(absl::EndsWith(images.at("controller"), ":" + AppVersion()));
+  }
+}
+
+}  // namespace
+}  // namespace peregrine
