@@ -16,6 +16,9 @@ using nlohmann::json;
 constexpr char kAgentBinDir[] = "/peregrine";
 constexpr char kAgentBinary[] = "/peregrine/bin/peregrine-agent";
 constexpr char kNcclHook[] = "/peregrine/lib/libperegrine_nccl.so";
+// The diagnostics helper the agent runs (stop-time diagnosis, fail-slow validation); its
+// tools (peregrine-nccl-check, peregrine-gemm, ...) are its neighbours in /peregrine/bin.
+constexpr char kDiagnoseBinary[] = "/peregrine/bin/peregrine-diagnose";
 constexpr char kTokenDir[] = "/var/run/peregrine/token";
 constexpr char kTokenKey[] = "token";
 constexpr char kBinVolume[] = "peregrine-bin";
@@ -168,6 +171,7 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   PutNamed(trainer["env"], json{{"name", "NODE_NAME"},
                                 {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
   PutNamed(trainer["env"], json{{"name", "PEREGRINE_TOKEN_FILE"}, {"value", absl::StrCat(kTokenDir, "/", kTokenKey)}});
+  PutNamed(trainer["env"], json{{"name", "PEREGRINE_DIAGNOSE_BIN"}, {"value", kDiagnoseBinary}});
   if (job.spec.fail_slow.enabled) {  // the agent preloads the NCCL hook into training processes
     PutNamed(trainer["env"], json{{"name", "PEREGRINE_NCCL_HOOK"}, {"value", kNcclHook}});
   }

@@ -38,10 +38,18 @@ int Invalid(const std::string& message) {
   return 2;
 }
 
-std::string OwnDirectory() {
+// The directory of this executable, where the tools it runs live. Run through the agent
+// image's bundle launcher (docker/bundle-runtime.sh), /proc/self/exe is the bundled dynamic
+// loader, and argv[0] (the launcher's --argv0) names the launcher next to the other tools'.
+std::string OwnDirectory(const char* argv0) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : self.parent_path().string();
+  if (ec) return std::string();
+  const std::string name = self.filename().string();
+  if (name.rfind("ld-", 0) == 0 && argv0 != nullptr && std::string(argv0).find('/') != std::string::npos) {
+    return std::filesystem::path(argv0).parent_path().string();
+  }
+  return self.parent_path().string();
 }
 
 }  // namespace
@@ -50,7 +58,7 @@ int main(int argc, char** argv) {
   using namespace peregrine;
   signal(SIGPIPE, SIG_IGN);
   DiagnosticInvocation inv;
-  inv.tools_dir = OwnDirectory();
+  inv.tools_dir = OwnDirectory(argc > 0 ? argv[0] : nullptr);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;
     const size_t eq = entry.find('=');
