@@ -37,7 +37,8 @@ constexpr char kUsage[] =
     "  --local FILE        run the TrainingJob in FILE on the embedded local cluster\n"
     "  --state-dir DIR     persisted state (default .peregrine/<namespace>-<name>)\n"
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
-    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, xid, nic-flap, failslow-slow-rank\n"
+    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, xid, nic-flap, failslow-slow-rank,\n"
+    "                      failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter\n"
     "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"
     "  --grpc-port N       agents' port (default: the persisted one, or any free port)\n"
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"
@@ -154,6 +155,10 @@ int main(int argc, char** argv) {
     }
     if (scenario && !injected && st.phase == peregrine::JobPhase::kRunning && st.last_completed_step >= scenario->at_step) {
       auto result = mode.Inject(scenario->fault);
+      for (const peregrine::FaultRequest& more : scenario->more_faults) {
+        if (auto r = mode.Inject(more); r.ok() && result.ok()) *result = absl::StrCat(*result, "; ", *r);
+        else if (!r.ok()) result = r.status();
+      }
       injected = true;
       std::printf("  scenario %s at step %llu: %s\n", scenario->name.c_str(),
                   static_cast<unsigned long long>(st.last_completed_step),

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/failslow_validation.h"
 #include "diagnosis/group_comparison.h"
 
 namespace peregrine {
@@ -53,7 +54,8 @@ std::optional<CommGroup> MatchGroup(const ParallelLayout& layout, std::vector<in
 struct Localization {
   bool ready = false;  // enough profiles to compare
   std::string kind;    // "" when the comparison named no suspect
-  std::vector<int> ranks;
+  std::vector<int> ranks;          // the slow ranks (compute), else the slow groups' ranks
+  std::vector<int> machine_ranks;  // ranks whose machines are named (slow ranks and groups)
   std::string group;
   std::string detail;
 };
@@ -134,31 +136,34 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
   for (const CommunicationSuspect& s : suspects->communication) {
     if (s.mean_transfer_ns - s.median_of_kind_ns >= min_excess_ns) congested.push_back(s);
   }
-  if (!congested.empty()) {
-    out.kind = "communication";
-    std::vector<std::string> names;
-    std::set<int> ranks;
-    std::vector<std::string> numbers;
-    for (const CommunicationSuspect& s : congested) {
-      names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
-      ranks.insert(s.ranks.begin(), s.ranks.end());
-      numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
-                                        GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
-                                        s.median_of_kind_ns / 1e6));
-    }
-    out.group = absl::StrJoin(names, ", ");
-    out.ranks.assign(ranks.begin(), ranks.end());
-    out.detail = absl::StrJoin(numbers, "; ");
-    return out;
-  }
-  if (!suspects->compute.empty()) {
-    const ComputeSuspect& s = suspects->compute.front();
-    out.kind = "compute";
-    out.ranks = {s.rank};
-    out.detail = absl::StrFormat(
+  // Every compute suspect is named (two slow GPUs are two suspects), and so is every
+  // congested group: a slow GPU and a congested link at once make one finding naming both.
+  std::vector<std::string> numbers;
+  std::set<int> compute_ranks;
+  for (const ComputeSuspect& s : suspects->compute) {
+    compute_ranks.insert(s.rank);
+    numbers.push_back(absl::StrFormat(
         "rank %d arrives last in %.0f%% of its %d collectives (at least %.0f%% in each of its groups), "
         "imposing %.2f ms per collective",
-        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6);
+        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6));
+  }
+  std::vector<std::string> names;
+  std::set<int> group_ranks;
+  for (const CommunicationSuspect& s : congested) {
+    names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
+    group_ranks.insert(s.ranks.begin(), s.ranks.end());
+    numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
+                                      GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
+                                      s.median_of_kind_ns / 1e6));
+  }
+  if (!compute_ranks.empty() || !congested.empty()) {
+    out.kind = compute_ranks.empty() ? "communication" : congested.empty() ? "compute" : "compute+communication";
+    out.ranks.assign(compute_ranks.empty() ? group_ranks.begin() : compute_ranks.begin(),
+                     compute_ranks.empty() ? group_ranks.end() : compute_ranks.end());
+    out.group = absl::StrJoin(names, ", ");
+    out.machine_ranks = out.ranks;
+    out.machine_ranks.insert(out.machine_ranks.end(), group_ranks.begin(), group_ranks.end());
+    out.detail = absl::StrJoin(numbers, "; ");
     return out;
   }
   out.detail = absl::StrFormat("no group or rank stands out (%d collectives compared)",
@@ -236,9 +241,12 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
         absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
                         static_cast<double>(now - open->onset) / 1e9,
                         open->kind.empty() ? " (never localized)"
-                                           : absl::StrCat(" (", open->kind, ": ", open->kind == "compute"
-                                                                                      ? absl::StrCat("rank ", FormatRanks(open->ranks))
-                                                                                      : open->group,
+                                           : absl::StrCat(" (", open->kind, ": ",
+                                                          open->kind == "communication"
+                                                              ? open->group
+                                                              : absl::StrCat("rank ", FormatRanks(open->ranks),
+                                                                             open->group.empty() ? "" : ", ",
+                                                                             open->group),
                                                           ")"))});
     open = nullptr;
   }
@@ -251,13 +259,18 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
       open->kind = loc.kind;
       open->ranks = loc.ranks;
       open->group = loc.group;
-      open->machines = MachinesOfRanks(in, loc.ranks);
+      open->machines = MachinesOfRanks(in, loc.machine_ranks);
       open->localized_at = now;
       open->detail = loc.detail;
-      const std::string where =
-          loc.kind == "compute"
-              ? absl::StrCat("rank ", FormatRanks(loc.ranks), " on machine ", absl::StrJoin(open->machines, ","))
-              : absl::StrCat("group ", loc.group, " (machines ", absl::StrJoin(open->machines, ","), ")");
+      std::string where;
+      if (loc.kind != "communication") {
+        where = absl::StrCat("rank(s) ", FormatRanks(loc.ranks));
+        if (loc.kind == "compute") absl::StrAppend(&where, " on machine(s) ", absl::StrJoin(open->machines, ","));
+      }
+      if (loc.kind != "compute") {
+        absl::StrAppend(&where, where.empty() ? "" : " and ", "group ", loc.group, " (machines ",
+                        absl::StrJoin(open->machines, ","), ")");
+      }
       d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
                                   absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, loc.kind,
                                                   where, loc.detail, open->severity * 100, open->tier)});
@@ -267,6 +280,9 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   }
 
   // Profiling on while a finding is open, off otherwise (only agents that have it on).
+  // While a validation holds NCCL trapped (or is releasing it), the validation owns the
+  // NCCL mode: its set_nccl_mode commands carry the profiling flag too.
+  if (!d.findings.empty() && ValidationInProgress(d.findings.back().validation)) return d;
   const bool want = open != nullptr;
   const uint64_t id = want ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
   for (const AgentObservation& a : in.agents) {

@@ -13,10 +13,12 @@
 //    collectives are joined across ranks by (communicator, sequence) and compared
 //    (CompareGroups, diagnosis/group_comparison.h). Communication suspects (a group whose
 //    transfer time exceeds suspiciousGroupRatio x the median of its kind, by at least
-//    min_excess_transfer_fraction of a healthy iteration) make a
-//    communication finding naming the group(s) and their machines; otherwise the top compute
-//    suspect makes a compute finding naming the rank and its machine. Without a verdict the
-//    comparison is retried on the next profiles;
+//    min_excess_transfer_fraction of a healthy iteration) and compute suspects (ranks that
+//    arrive last in every group they belong to) are all named: only suspect groups make a
+//    "communication" finding (ranks = the groups' ranks), only suspect ranks a "compute"
+//    finding (ranks = every slow rank), both a "compute+communication" finding (ranks =
+//    the slow ranks, group = the congested groups); machines = the machines of the slow
+//    ranks and groups. Without a verdict the comparison is retried on the next profiles;
 //  - recovery: when no rank is slow any more the finding ends (Recovered, ended_at) and
 //    profiling is switched off.
 // The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold

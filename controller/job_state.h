@@ -86,13 +86,31 @@ struct NetworkAlarmRecord {
 // A fail-slow of the job (Falcon-Detect): detected from the ranks' verified iteration-time
 // changes, localized by comparing the communication groups' profiles, ended when the
 // ranks' iteration time came back.
+// Validation while paused (Falcon section 4.3; controller/failslow_validation.h): NCCL
+// trapped on every agent, GEMM on the suspects' machines, the O(1) link rounds over the
+// ring links of the suspect groups' kinds, then NCCL released.
+struct FailSlowValidation {
+  std::string state;                  // "" not started; Pausing, Gemm, Links, Resuming, Done
+  std::string verdict;                // confirmed | not confirmed | failed (set once judged)
+  int64_t started_at = 0;
+  int64_t phase_started_at = 0;       // when the current state began (timeouts)
+  int64_t ended_at = 0;               // training released (Done)
+  std::vector<std::string> machines;  // machines whose GPUs ran GEMM
+  std::string link_kinds;             // group kinds whose ring links were measured ("dp,pp")
+  std::string master_addr;            // the link rounds' rendezvous
+  uint32_t master_port = 0;
+  std::vector<int> slow_gpus;         // global ranks whose GEMM is slower than their peers
+  std::vector<std::string> slow_links;  // "dp 0->2": kind, sender and receiver global ranks
+  std::string detail;                 // the figures behind the verdict, or why it failed
+};
+
 struct FailSlowFinding {
   uint64_t id = 0;
   std::string state;            // Profiling (locating), Localized, Recovered
-  std::string kind;             // compute | communication | "" while not localized
-  std::vector<int> ranks;       // the slow rank (compute) or the slow group's ranks
+  std::string kind;             // compute | communication | compute+communication | "" while not localized
+  std::vector<int> ranks;       // the slow rank(s) (compute, compute+communication) or the slow groups' ranks
   std::string group;            // "dp 1", "pp 0", "tp 3" (communication); "" for compute
-  std::vector<std::string> machines;  // machine ids of `ranks`
+  std::vector<std::string> machines;  // machine ids of the slow ranks and groups
   double severity = 0;          // iteration time / healthy - 1 (largest reported)
   std::string tier;             // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
   double healthy_iteration_seconds = 0;
@@ -102,6 +120,7 @@ struct FailSlowFinding {
   int64_t localized_at = 0;
   int64_t ended_at = 0;         // 0 while ongoing
   std::string detail;           // the numbers behind the verdict
+  FailSlowValidation validation;
 };
 
 struct JobStatus {

@@ -198,6 +198,52 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.at_step = 60;
     return s;
   }
+  if (name == "failslow-congested-link") {  // 20 ms per message between the machines of DP groups 0 and 1
+    s.fault.kind = "link";
+    s.fault.slot = 0;
+    s.fault.peer_slot = machines > 1 ? 1 : 0;
+    s.fault.delay_us = 20000;
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-rank-and-link") {  // a 3x slower GPU and a congested link at once: both named
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 2 ? 2 : 0;
+    s.fault.local_rank = 1;
+    s.fault.factor = 3;
+    FaultRequest link;
+    link.kind = "link";
+    link.slot = 0;
+    link.peer_slot = machines > 1 ? 1 : 0;
+    link.delay_us = 20000;
+    s.more_faults.push_back(link);
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-two-slow-ranks") {  // two GPUs on different machines, sharing no group, 3x slower
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = 1;
+    s.fault.factor = 3;
+    FaultRequest second = s.fault;
+    second.slot = machines > 2 ? 2 : 0;
+    second.local_rank = 0;
+    s.more_faults.push_back(second);
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-jitter") {  // every GPU's compute +-5% per iteration: no fail-slow may be reported
+    s.fault.kind = "jitter";
+    s.fault.slot = 0;
+    s.fault.fraction = 0.05;
+    for (int m = 1; m < machines; ++m) {
+      FaultRequest more = s.fault;
+      more.slot = m;
+      s.more_faults.push_back(more);
+    }
+    s.at_step = 10;
+    return s;
+  }
   if (name == "xid") {  // a fatal Xid (79, GPU fallen off the bus) on one machine's GPU 0
     s.fault.kind = "xid";
     s.fault.slot = machines > 1 ? 1 : 0;
@@ -217,7 +263,9 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     return s;
   }
   return absl::InvalidArgumentError(absl::StrCat("--scenario: unknown scenario '", name,
-                                                 "' (known: kill-machine, crash, xid, nic-flap, failslow-slow-rank)"));
+                                                 "' (known: kill-machine, crash, xid, nic-flap, failslow-slow-rank, "
+                                                 "failslow-congested-link, failslow-rank-and-link, "
+                                                 "failslow-two-slow-ranks, failslow-jitter)"));
 }
 
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {

@@ -126,6 +126,16 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
                           {"slowIterationSeconds", f.slow_iteration_seconds}, {"onset", Time(f.onset)},
                           {"detectedAt", Time(f.detected_at)}, {"localizedAt", Time(f.localized_at)},
                           {"endedAt", Time(f.ended_at)}, {"detail", f.detail}});
+    if (!f.validation.state.empty()) {
+      const FailSlowValidation& v = f.validation;
+      fail_slows.back()["validation"] = {
+          {"state", v.state},           {"verdict", v.verdict},
+          {"startedAt", Time(v.started_at)}, {"phaseStartedAt", Time(v.phase_started_at)},
+          {"endedAt", Time(v.ended_at)}, {"machines", v.machines},
+          {"linkKinds", v.link_kinds},  {"masterAddr", v.master_addr},
+          {"masterPort", v.master_port}, {"slowGpus", v.slow_gpus},
+          {"slowLinks", v.slow_links},  {"detail", v.detail}};
+    }
   }
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
@@ -221,6 +231,22 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       x.localized_at = ParseTime(f, "localizedAt");
       x.ended_at = ParseTime(f, "endedAt");
       x.detail = f.value("detail", "");
+      if (f.contains("validation")) {
+        const json& v = f.at("validation");
+        FailSlowValidation& y = x.validation;
+        y.state = v.value("state", "");
+        y.verdict = v.value("verdict", "");
+        y.started_at = ParseTime(v, "startedAt");
+        y.phase_started_at = ParseTime(v, "phaseStartedAt");
+        y.ended_at = ParseTime(v, "endedAt");
+        y.machines = v.value("machines", std::vector<std::string>{});
+        y.link_kinds = v.value("linkKinds", "");
+        y.master_addr = v.value("masterAddr", "");
+        y.master_port = v.value("masterPort", uint32_t{0});
+        y.slow_gpus = v.value("slowGpus", std::vector<int>{});
+        y.slow_links = v.value("slowLinks", std::vector<std::string>{});
+        y.detail = v.value("detail", "");
+      }
       s.fail_slows.push_back(std::move(x));
     }
     s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});

@@ -128,6 +128,18 @@ JobStatus Populated() {
   f.localized_at = kT0 + 230 * kSecond;
   f.ended_at = kT0 + 290 * kSecond;
   f.detail = "dp 1 allreduce 1.6x slower than dp 0";
+  f.validation.state = "Done";
+  f.validation.verdict = "confirmed";
+  f.validation.started_at = kT0 + 231 * kSecond;
+  f.validation.phase_started_at = kT0 + 233 * kSecond;
+  f.validation.ended_at = kT0 + 234 * kSecond;
+  f.validation.machines = {"node-2", "node-3"};
+  f.validation.link_kinds = "dp";
+  f.validation.master_addr = "llm-p0.llm";
+  f.validation.master_port = 29600;
+  f.validation.slow_gpus = {9};
+  f.validation.slow_links = {"dp 8->10"};
+  f.validation.detail = "dp links (16), median 9.8 GB/s: slow 8->10 1.1 GB/s = 8.9x the median time";
   s.fail_slows = {f};
   s.next_fail_slow_id = 2;
   s.network_alarms = {{"node-4", kT0 + 500 * kSecond, "eth0 link down"}};

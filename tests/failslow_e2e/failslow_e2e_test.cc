@@ -5,7 +5,8 @@
 //  - a GPU computing 3x slower is named as a compute fail-slow (rank and machine), and its
 //    recovery is reported once the fault is cleared;
 //  - a congested inter-machine link is named as the communication group(s) crossing it;
-//  - a run without faults reports no fail-slow.
+//  - a slow GPU and a congested link at once are both named in one finding;
+//  - +-5% jitter per iteration on every GPU, and a run without faults, report no fail-slow.
 // Each case prints its measured detection latency (in iterations) on stdout.
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <httplib.h>
 
 #include "diagnosis/parallel_layout.h"
+#include "sim/fault/fault_control.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {
@@ -179,6 +181,102 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == want);
   PrintLatency("communication, link delayed 20 ms per message", f, before.last_completed_step,
                found.last_completed_step);
+}
+
+// Waits for a localized (or ended) finding after `faults` were injected at step 50.
+struct Injected {
+  JobStatus before, found;
+  FailSlowFinding finding;
+};
+Injected InjectAndLocalize(ModeGuard& mode, const std::vector<FaultRequest>& faults) {
+  Injected out;
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 50;
+  }));
+  out.before = mode->controller().Snapshot();
+  REQUIRE(out.before.fail_slows.empty());
+  for (const FaultRequest& f : faults) REQUIRE(mode->Inject(f).ok());
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return Latest(s) != nullptr && (Latest(s)->state == "Localized" || Latest(s)->ended_at != 0);
+  }, 180));
+  out.found = mode->controller().Snapshot();
+  out.finding = *Latest(out.found);
+  return out;
+}
+
+TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
+  TempDir dir;
+  auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  const ParallelLayout layout = DemoLayout();
+  // The link between the machines of DP group 0 (slots 0 and 1), and a GPU of slot 2 that
+  // belongs to none of the groups crossing it.
+  const std::vector<int> link_slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
+  REQUIRE(link_slots.size() == 2);
+  const int slot = 2, local_rank = 1;
+  REQUIRE(std::find(link_slots.begin(), link_slots.end(), slot) == link_slots.end());
+  const int slow_rank = layout.RanksOfMachine(slot)[local_rank];
+  FaultRequest slow;
+  slow.kind = "slow";
+  slow.slot = slot;
+  slow.local_rank = local_rank;
+  slow.factor = 3;
+  FaultRequest link;
+  link.kind = "link";
+  link.slot = link_slots[0];
+  link.peer_slot = link_slots[1];
+  link.delay_us = 20000;
+  const Injected r = InjectAndLocalize(mode, {slow, link});
+  const FailSlowFinding& f = r.finding;
+  INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "compute+communication");
+  CHECK(f.ranks == std::vector<int>{slow_rank});
+  CHECK_THAT(f.group, Catch::Contains("dp"));
+  CHECK_THAT(f.group, !Catch::Contains("pp"));
+  const std::set<std::string> want = {r.before.slots[slot].machine_id, r.before.slots[link_slots[0]].machine_id,
+                                      r.before.slots[link_slots[1]].machine_id};
+  CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == want);
+  PrintLatency("compute + communication, rank slowed 3x and link delayed 20 ms", f, r.before.last_completed_step,
+               r.found.last_completed_step);
+}
+
+TEST_CASE("Jitter of +-5% per iteration on every GPU reports no fail-slow", "[e2e]") {
+  TempDir dir;
+  auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  // After the detectors calibrated on a steady baseline, every GPU's compute is stretched
+  // by a random factor in [0.95, 1.05] each iteration, for 300 iterations.
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 50;
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  for (int slot = 0; slot < static_cast<int>(before.slots.size()); ++slot) {
+    FaultRequest jitter;
+    jitter.kind = "jitter";
+    jitter.slot = slot;
+    jitter.fraction = 0.05;
+    REQUIRE(mode->Inject(jitter).ok());
+  }
+  const uint64_t until = before.last_completed_step + 300;
+  REQUIRE(WaitForStatus(*mode.mode, [until](const JobStatus& s) {
+    return (s.phase == JobPhase::kRunning && s.last_completed_step >= until) || !s.fail_slows.empty();
+  }, 300));
+  const JobStatus st = mode->controller().Snapshot();
+  INFO(TimelineText(*mode.mode));
+  CHECK(st.fail_slows.empty());
+  CHECK(st.last_completed_step >= until);
+  CHECK(st.incidents.empty());
+  // The jitter was in force: the fault table holds it for every machine.
+  auto table = sim::ReadFaults(dir.path() + "/faults.bin");
+  REQUIRE(table.ok());
+  CHECK(table->ranks.size() == before.slots.size());
+  for (const auto& e : table->ranks) CHECK(e.fault.jitter_fraction == 0.05);
+  std::printf("[failslow_e2e] jitter +-5%%: %llu iterations under jitter, %.1f ms/iter, no fail-slow reported\n",
+              static_cast<unsigned long long>(st.last_completed_step - before.last_completed_step),
+              st.mean_iteration_seconds * 1e3);
 }
 
 TEST_CASE("Training without faults reports no fail-slow", "[e2e]") {
