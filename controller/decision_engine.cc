@@ -698,6 +698,10 @@ const char* CommandKindName(CommandKind kind) {
     case CommandKind::kActivate: return "activate";
     case CommandKind::kStop: return "stop";
     case CommandKind::kSetNcclMode: return "set_nccl_mode";
+    case CommandKind::kPause: return "pause";
+    case CommandKind::kResume: return "resume";
+    case CommandKind::kCaptureStacks: return "capture_stacks";
+    case CommandKind::kRunDiagnostic: return "run_diagnostic";
   }
   return "unknown";
 }

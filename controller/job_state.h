@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "controller/job_spec.h"
+#include "diagnosis/stack_parse.h"
 
 namespace peregrine {
 
@@ -201,6 +202,45 @@ struct CommProfileObservation {
   std::vector<CollectiveObservation> collectives;
 };
 
+// The plain form of peregrine.v1.DiagnosticResult (every field of the proto).
+struct DiagnosticOutcome {
+  std::string kind;
+  bool passed = false;
+  std::string detail;
+  std::map<std::string, double> figures;
+  std::vector<int> failed_ranks;  // global ranks
+  bool not_present = false;       // tool and stand-in absent: never a fault (passed is true)
+  std::string digest;             // alignment / replay
+  std::string machine_id;
+  double seconds = 0;
+};
+
+// One process's captured stacks (peregrine.v1.ProcessStacks): parsed frames plus the
+// tool's raw text.
+struct CapturedProcessStack {
+  ProcessStack stack;
+  std::string raw;
+};
+
+// The result of one command as the agent reported it (peregrine.v1.CommandResult).
+struct CommandResultObservation {
+  std::string command_id;
+  bool ok = false;
+  int code = 0;              // absl::StatusCode numbering; 0 is OK
+  std::string message;       // the error message (or a note on success)
+  int64_t finished_at = 0;
+  std::optional<DiagnosticOutcome> diagnostic;  // RunDiagnostic
+  bool has_stacks = false;                      // CaptureStacks
+  std::map<int, std::vector<CapturedProcessStack>> stacks;  // by global rank; -1: not a rank
+};
+
+// The latest loss and grad-norm one rank printed, with the step they belong to.
+struct RankLossObservation {
+  uint64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -221,6 +261,9 @@ struct AgentObservation {
   bool nccl_profiling = false;  // the agent acknowledged profiling on (set_nccl_mode)
   std::vector<InspectionObservation> inspections;  // latest non-OK result per component
   std::vector<InspectionObservation> alarms;       // bounded, newest last
+  // Results of the commands sent to it, by command id (bounded: the newest 64).
+  std::map<std::string, CommandResultObservation> command_results;
+  std::map<int, RankLossObservation> rank_losses;  // by global rank (for `attempt`)
 };
 
 struct JobObservation {
@@ -261,8 +304,26 @@ struct AssignmentSpec {
   CodeVersionSpec code;
 };
 
-enum class CommandKind { kRestartInPlace, kActivate, kStop, kSetNcclMode };
+enum class CommandKind {
+  kRestartInPlace,
+  kActivate,
+  kStop,
+  kSetNcclMode,
+  kPause,          // SIGSTOP the training processes
+  kResume,         // SIGCONT them
+  kCaptureStacks,  // stacks of every training-related process (result: stacks)
+  kRunDiagnostic,  // one diagnostic (result: a DiagnosticOutcome)
+};
 const char* CommandKindName(CommandKind kind);
+
+// peregrine.v1.RunDiagnostic: kind (eud, all_to_all, all_gather, alignment, replay, gemm,
+// p2p_rounds), string params (agent/diagnostics/README.md) and a timeout (0: the kind's default).
+struct DiagnosticRequest {
+  std::string kind;
+  std::map<std::string, std::string> params;
+  uint32_t timeout_ms = 0;
+  bool operator==(const DiagnosticRequest&) const = default;
+};
 
 struct CommandToSend {
   std::string pod;
@@ -272,6 +333,8 @@ struct CommandToSend {
   int grace_ms = 0;
   bool nccl_profiling = false;  // kSetNcclMode
   bool nccl_trap = false;       // kSetNcclMode
+  bool include_native = false;  // kCaptureStacks
+  DiagnosticRequest diagnostic;  // kRunDiagnostic
 };
 
 struct JobEvent {
