@@ -46,6 +46,17 @@ struct StandbyStatus {
   bool observed = false;
 };
 
+// One stage of a stop-time diagnosis (stop_time_diagnosis.h) as recorded in its incident.
+struct DiagnosisStageRecord {
+  std::string stage;   // stop, alignment, eud, all_to_all, all_gather, replay
+  int64_t started_at = 0;
+  int64_t finished_at = 0;  // 0 while running
+  std::string verdict;      // passed | failed | no-verdict ("" while running)
+  std::vector<std::string> failed_machines;  // machine ids
+  std::vector<std::string> results;          // one line per machine / pair / group, with figures
+  std::string note;                          // why no verdict, the digest majority, ...
+};
+
 // One incident: a failure signal, what was decided and what it cost.
 struct Incident {
   uint64_t id = 0;
@@ -60,6 +71,22 @@ struct Incident {
   uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure
   uint64_t resume_step = 0;      // the step training resumed after
   double training_time_lost_seconds = 0;
+  std::vector<DiagnosisStageRecord> diagnosis;  // the stop-time diagnosis it ran, in order
+};
+
+// A stop-time diagnosis in progress (stop_time_diagnosis.h): persisted so a restarted
+// controller resumes it at the same stage and round (command ids are deterministic, agents
+// answer a known id with the stored result).
+struct StopTimeDiagnosis {
+  uint64_t incident_id = 0;
+  bool numeric = false;     // NaN / loss spike: the alignment stage runs first
+  std::string stage;        // the current stage
+  int round = 0;            // the round inside it (all_gather pair rounds, replay phases)
+  int64_t stage_started_at = 0;  // when the current round's commands went out
+  uint32_t port_base = 0;   // rendezvous ports: port_base + 1 + pair / group index
+  // Outcomes of the finished rounds of a multi-round stage: all_gather "<edge>" ->
+  // passed | failed | excluded; replay "<round>/<group>" -> digest | failed | unavailable.
+  std::map<std::string, std::string> outcomes;
 };
 
 struct Eviction {
@@ -105,6 +132,14 @@ struct FailSlowFinding {
   std::string detail;           // the numbers behind the verdict
 };
 
+// The loss monitor's running reference (loss_monitor.h): recent per-step medians over the
+// ranks, newest last, and the last step folded in.
+struct LossReference {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  uint64_t step = 0;
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   std::vector<Condition> conditions;
@@ -141,6 +176,9 @@ struct JobStatus {
   // A non-urgent hot update waiting for the next failure-triggered restart or its window.
   std::optional<CodeVersionSpec> pending_code;
   int64_t pending_code_since = 0;
+  LossReference loss_reference;
+  std::optional<StopTimeDiagnosis> diagnosis;  // set while training is stopped for diagnosis
+  int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
 };
 
 // ---------------------------------------------------------------------------

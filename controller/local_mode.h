@@ -49,12 +49,16 @@ class LocalMode {
 };
 
 // A demo scenario by name: what to inject and when. Names: kill-machine (a machine dies
-// mid-training), crash (a rank crashes with no machine at fault), xid (a fatal Xid on one
+// mid-training), crash (a rank keeps crashing with no machine at fault: diagnosis,
+// reattempt, rollback, replay), crash-once (one crash with no culprit: diagnosis passes, a
+// reattempt fixes it), nan (one machine contributes NaN: the alignment stage of the
+// stop-time diagnosis isolates it; needs the agents' diagnostics), xid (a fatal Xid on one
 // machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower).
 struct Scenario {
   std::string name;
   uint64_t at_step = 30;
   FaultRequest fault;
+  bool clear_on_incident = false;  // one-off: the driver clears the fault once the incident opened
 };
 absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines);
 
