@@ -68,5 +68,49 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
   CHECK(st.last_completed_step >= 120);
 }
 
+// A crash after an urgent code update (JobController::UpdateJob): the diagnosis passes, a
+// reattempt fails again before passing the failure step, the update is rolled back and
+// training continues on the old version to completion.
+TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback restores progress", "[e2e]") {
+  TempDir dir;
+  const TrainingJob job = ShortDemoJob(120);
+  auto started = LocalMode::Start(job, Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && !s.version_history.empty() &&
+           s.version_history.back().outcome == "Healthy";
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  TrainingJob broken = job;
+  broken.spec.code.command.push_back("--no-such-flag");  // every rank exits at start-up
+  broken.spec.code.revision = "v2-broken";
+  broken.metadata.annotations["peregrine.dev/hot-update"] = "urgent";
+  REQUIRE(mode->controller().UpdateJob(broken).ok());
+
+  REQUIRE(WaitForStatus(*mode.mode, Finished));
+  const JobStatus st = mode->controller().Snapshot();
+  CHECK(st.phase == JobPhase::kSucceeded);
+  REQUIRE(st.incidents.size() == 2);
+  CHECK(st.incidents[0].kind == "ProcessCrash");
+  CHECK_THAT(st.incidents[0].decision, Catch::Contains("reattempt"));
+  CHECK_THAT(st.incidents[1].decision, Catch::Contains("roll back"));
+  for (const Incident& inc : st.incidents) {
+    REQUIRE_FALSE(inc.diagnosis.empty());
+    CHECK(inc.diagnosis.front().stage == "stop");
+    CHECK(inc.machines.empty());
+  }
+  CHECK(st.code.command == job.spec.code.command);
+  CHECK(st.code.revision == job.spec.code.revision);
+  bool rolled_back = false;
+  for (const VersionRecord& v : st.version_history) {
+    rolled_back = rolled_back || (v.code.revision == "v2-broken" && v.outcome == "RolledBack");
+  }
+  CHECK(rolled_back);
+  CHECK(EvictedMachines(st).empty());
+  for (int i = 0; i < 4; ++i) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
+  CHECK(st.last_completed_step >= 120);
+}
+
 }  // namespace
 }  // namespace peregrine::e2e
