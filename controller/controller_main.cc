@@ -37,8 +37,9 @@ constexpr char kUsage[] =
     "  --local FILE        run the TrainingJob in FILE on the embedded local cluster\n"
     "  --state-dir DIR     persisted state (default .peregrine/<namespace>-<name>)\n"
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
-    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, xid, nic-flap, failslow-slow-rank,\n"
-    "                      failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter\n"
+    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, xid, nic-flap,\n"
+    "                      failslow-slow-rank, failslow-congested-link, failslow-rank-and-link,\n"
+    "                      failslow-two-slow-ranks, failslow-jitter\n"
     "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"
     "  --grpc-port N       agents' port (default: the persisted one, or any free port)\n"
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"
@@ -162,6 +163,15 @@ int main(int argc, char** argv) {
       injected = true;
       std::printf("  scenario %s at step %llu: %s\n", scenario->name.c_str(),
                   static_cast<unsigned long long>(st.last_completed_step),
+                  result.ok() ? result->c_str() : result.status().ToString().c_str());
+      std::fflush(stdout);
+    }
+    if (scenario && injected && scenario->clear_on_incident && !st.incidents.empty()) {
+      peregrine::FaultRequest clear = scenario->fault;
+      clear.kind = "clear";
+      auto result = mode.Inject(clear);
+      scenario->clear_on_incident = false;
+      std::printf("  scenario %s: one-off fault cleared: %s\n", scenario->name.c_str(),
                   result.ok() ? result->c_str() : result.status().ToString().c_str());
       std::fflush(stdout);
     }

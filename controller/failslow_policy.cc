@@ -303,12 +303,13 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   return d;
 }
 
-void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservation>& agents, int64_t now,
-                         JobPlan* plan, const FailSlowPolicyOptions& options) {
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options, const FailSlowValidationOptions& validation_options) {
   const TrainingJobSpec& spec = job.spec;
   absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(
       spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data, spec.gpus_per_machine);
   if (!layout.ok()) return;
+  const std::vector<AgentObservation>& agents = observation.agents;
   JobStatus& status = plan->status;
   FailSlowPolicyInput in;
   in.job_name = job.metadata.name;
@@ -318,8 +319,15 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservat
   in.findings = status.fail_slows;
   in.next_finding_id = status.next_fail_slow_id;
   in.slot_machines.resize(static_cast<size_t>(layout->machines()));
+  std::map<std::string, int> slot_of_pod;
+  std::vector<std::string> slot_addresses(static_cast<size_t>(layout->machines()), "127.0.0.1");
   for (const SlotStatus& slot : status.slots) {
-    if (slot.index >= 0 && slot.index < layout->machines()) in.slot_machines[slot.index] = slot.machine_id;
+    if (slot.index < 0 || slot.index >= layout->machines()) continue;
+    in.slot_machines[slot.index] = slot.machine_id;
+    slot_of_pod[slot.pod] = slot.index;
+    if (!observation.rendezvous_domain.empty()) {
+      slot_addresses[slot.index] = absl::StrCat(slot.pod, ".", observation.rendezvous_domain);
+    }
   }
   in.agents = agents;
   FailSlowDecision d = DecideFailSlow(in, now, options);
@@ -334,6 +342,58 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservat
     plan->commands.push_back(std::move(cmd));
   }
   for (JobEvent& e : d.events) plan->events.push_back(std::move(e));
+  if (status.fail_slows.empty()) return;
+
+  // Validation while paused, on the newest finding.
+  FailSlowValidationInput v;
+  v.job_name = job.metadata.name;
+  v.layout = &*layout;
+  v.spec = spec.fail_slow;
+  v.finding = status.fail_slows.back();
+  v.slot_machines = in.slot_machines;
+  v.slot_addresses = slot_addresses;
+  v.candidate_port = observation.candidate_master_port;
+  for (const AgentObservation& a : agents) {
+    ValidationAgent va;
+    va.pod = a.pod;
+    auto slot = slot_of_pod.find(a.pod);
+    va.slot = slot == slot_of_pod.end() ? -1 : slot->second;
+    va.active = CurrentActive(a, status.attempt);
+    va.profiling = a.nccl_profiling;
+    va.pending_command_ids = a.pending_command_ids;
+    for (const auto& [id, r] : a.command_results) {
+      ValidationCommandOutcome o;
+      o.ok = r.ok;
+      o.error = r.message;
+      if (r.diagnostic) {
+        o.passed = r.diagnostic->passed;
+        o.not_present = r.diagnostic->not_present;
+        o.detail = r.diagnostic->detail;
+        o.figures = r.diagnostic->figures;
+      }
+      va.results[id] = std::move(o);
+    }
+    v.agents.push_back(std::move(va));
+  }
+  FailSlowValidationDecision vd = DecideFailSlowValidation(v, now, validation_options);
+  status.fail_slows.back().validation = vd.validation;
+  for (const ValidationCommand& c : vd.commands) {
+    CommandToSend cmd;
+    cmd.pod = c.pod;
+    cmd.id = c.id;
+    if (c.kind == ValidationCommand::Kind::kSetNcclMode) {
+      cmd.kind = CommandKind::kSetNcclMode;
+      cmd.nccl_profiling = c.profiling;
+      cmd.nccl_trap = c.trap;
+    } else {
+      cmd.kind = CommandKind::kRunDiagnostic;
+      cmd.diagnostic.kind = c.diagnostic;
+      cmd.diagnostic.params = c.params;
+      cmd.diagnostic.timeout_ms = c.timeout_ms;
+    }
+    plan->commands.push_back(std::move(cmd));
+  }
+  for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
 }
 
 }  // namespace peregrine

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/failslow_validation.h"
 #include "controller/job_spec.h"
 #include "controller/job_state.h"
 #include "diagnosis/parallel_layout.h"
@@ -86,10 +87,14 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
                                 const FailSlowPolicyOptions& options = {});
 
 // The job controller's entry point: runs DecideFailSlow on the plan's new status and the
-// round's agent observations and merges the result into the plan (status findings,
-// set_nccl_mode commands, events). A spec whose layout is invalid leaves the plan as is.
-void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservation>& agents, int64_t now,
-                         JobPlan* plan, const FailSlowPolicyOptions& options = {});
+// round's agent observations, then DecideFailSlowValidation (controller/failslow_validation.h)
+// on the newest finding, and merges both into the plan (status findings with their
+// validation, set_nccl_mode and run_diagnostic commands, events). The link rounds'
+// rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at
+// the observation's candidate port. A spec whose layout is invalid leaves the plan as is.
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options = {},
+                         const FailSlowValidationOptions& validation_options = {});
 
 }  // namespace peregrine
 

@@ -125,6 +125,9 @@ class Validator {
     for (int r : f.ranks) {
       if (r >= 0 && r < in_.layout->world_size()) slots.insert(in_.layout->MachineOf(r));
     }
+    if (options_.gemm_every_machine) {
+      for (int s = 0; s < in_.layout->machines(); ++s) slots.insert(s);
+    }
     v().machines.clear();
     for (int s : slots) v().machines.push_back(MachineOfSlot(s));
     v().link_kinds = absl::StrJoin(kinds, ",");

@@ -6,8 +6,12 @@
 //  1. Pausing: every active agent gets set_nccl_mode(trap, profiling kept) with id
 //     "<job>-failslow-<finding>-trap-on-<pod>"; training stops at its next NCCL call.
 //  2. Gemm (all traps acknowledged): a `gemm` diagnostic (params dtype, size, iterations)
-//     on the machine of every rank of the suspect groups: each slow rank's TP, PP and DP
-//     groups, and the named congested groups. Id "<job>-failslow-<finding>-gemm-<pod>".
+//     on every machine of the job (gemm_every_machine, the default), or only on the
+//     machines of the suspect groups (each slow rank's TP, PP and DP groups and the named
+//     congested groups). Every machine by default because the trap already stalls every
+//     GPU of the job, so measuring all of them in parallel adds no time and gives a
+//     job-wide median, and profiling can miss a second slow GPU (its groups' lateness is
+//     masked by the first one's victims). Id "<job>-failslow-<finding>-gemm-<pod>".
 //     Judging (the rule of peregrine-linkcheck / JudgeLinkTimes, on time per GEMM =
 //     1 / throughput): a GPU is slow when its time exceeds slow_ratio (the spec's
 //     suspiciousGroupRatio, 1.1) x the median over every GPU measured.
@@ -69,6 +73,7 @@ struct ValidationAgent {
 };
 
 struct FailSlowValidationOptions {
+  bool gemm_every_machine = true;  // false: only the suspect groups' machines
   std::string gemm_dtype = "fp32";
   int gemm_size = 512;
   int gemm_iterations = 5;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/failslow_policy.h"
+#include "controller/job_parser.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -15,12 +16,18 @@ constexpr int64_t kCommandResendNanos = 10'000'000'000;
 
 JobController::JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,
                              Options options)
-    : job_(std::move(job)), cluster_(cluster), registry_(registry), metrics_(metrics), options_(std::move(options)) {}
+    : key_(JobKey(job.metadata.namespace_, job.metadata.name)),
+      cluster_(cluster),
+      registry_(registry),
+      metrics_(metrics),
+      options_(std::move(options)),
+      job_(std::move(job)) {}
 
 JobController::~JobController() { Stop(); }
 
 absl::Status JobController::Start(bool run_loop) {
-  auto loaded = cluster_->LoadStatus(job_);
+  const TrainingJob current = job();
+  auto loaded = cluster_->LoadStatus(current);
   if (!loaded.ok()) return loaded.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -32,7 +39,7 @@ absl::Status JobController::Start(bool run_loop) {
     }
   }
   AgentRegistry::JobBinding binding;
-  binding.spec = job_.spec;
+  binding.spec = current.spec;
   binding.token = options_.agent_token;
   registry_->BindJob(key(), binding);
   {
@@ -73,6 +80,47 @@ void JobController::Wake() {
     wake_ = true;
   }
   cv_.notify_all();
+}
+
+TrainingJob JobController::job() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_;
+}
+
+absl::StatusOr<int64_t> JobController::UpdateJob(TrainingJob updated) {
+  int64_t generation = 0;
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (updated.metadata.namespace_ != job_.metadata.namespace_ || updated.metadata.name != job_.metadata.name) {
+      return absl::InvalidArgumentError(absl::StrCat("update for job ", updated.metadata.namespace_, "/",
+                                                     updated.metadata.name, " sent to the controller of ", key_));
+    }
+    if (!updated.metadata.uid.empty() && !job_.metadata.uid.empty() && updated.metadata.uid != job_.metadata.uid) {
+      return absl::InvalidArgumentError(absl::StrCat("update for job ", key_, " names uid ", updated.metadata.uid,
+                                                     ", the running job is uid ", job_.metadata.uid));
+    }
+    updated.metadata.generation = job_.metadata.generation + 1;
+    if (absl::Status s = ValidateTrainingJob(updated); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("update of job ", key_, " rejected: ", s.message()));
+    }
+    generation = updated.metadata.generation;
+    const CodeVersionSpec& from = job_.spec.code;
+    const CodeVersionSpec& to = updated.spec.code;
+    auto hot = updated.metadata.annotations.find("peregrine.dev/hot-update");
+    const bool urgent = hot != updated.metadata.annotations.end() && hot->second == "urgent";
+    what = from == to ? absl::StrCat("spec updated to generation ", generation)
+                      : absl::StrCat("spec updated to generation ", generation, ": code revision ", from.revision,
+                                     " -> ", to.revision, urgent ? " (urgent)" : " (lazy)");
+    job_ = std::move(updated);
+    timeline_.push_back(TimelineEntry{options_.now(), what});
+    AgentRegistry::JobBinding binding;
+    binding.spec = job_.spec;
+    binding.token = options_.agent_token;
+    registry_->BindJob(key_, binding);
+  }
+  Wake();
+  return generation;
 }
 
 JobStatus JobController::Snapshot() const {
@@ -121,12 +169,13 @@ void JobController::Loop() {
 }
 
 int64_t JobController::ReconcileOnce() {
+  const TrainingJob current = job();  // this round decides from one version of the job
   const int64_t now = options_.now();
   const JobStatus before = Snapshot();
   std::string error;
 
   JobObservation obs;
-  auto pods = cluster_->ListPods(job_);
+  auto pods = cluster_->ListPods(current);
   if (!pods.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     last_error_ = pods.status().ToString();
@@ -134,21 +183,22 @@ int64_t JobController::ReconcileOnce() {
   }
   obs.pods = std::move(*pods);
   obs.agents = registry_->Observe(key());
-  obs.rendezvous_domain = cluster_->RendezvousDomain(job_);
-  if (auto port = cluster_->RendezvousPort(job_); port.ok()) {
+  obs.rendezvous_domain = cluster_->RendezvousDomain(current);
+  if (auto port = cluster_->RendezvousPort(current); port.ok()) {
     obs.candidate_master_port = *port;
   } else {
     error = port.status().ToString();
   }
 
-  JobPlan plan = DecideJob(job_, before, obs, now, options_.decision);
-  ApplyFailSlowPolicy(job_, obs.agents, now, &plan);  // Falcon-Detect: profile, localize, report
+  JobPlan plan = DecideJob(current, before, obs, now, options_.decision);
+  ApplyFailSlowPolicy(current, obs, now, &plan);  // Falcon-Detect: profile, localize, validate, report
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
-    if (auto s = cluster_->CreatePod(job_, c); !s.ok()) error = s.ToString();
+    if (auto s = cluster_->CreatePod(current, c); !s.ok()) error = s.ToString();
   }
   for (const PodToDelete& d : plan.delete_pods) {
-    if (auto s = cluster_->DeletePod(job_, d.name, job_.spec.fault_tolerance.restart_grace_seconds * 1000); !s.ok()) {
+    const int grace_ms = current.spec.fault_tolerance.restart_grace_seconds * 1000;
+    if (auto s = cluster_->DeletePod(current, d.name, grace_ms); !s.ok()) {
       error = s.ToString();
     }
     registry_->Forget(key(), d.name);
@@ -157,13 +207,13 @@ int64_t JobController::ReconcileOnce() {
   registry_->ResendOverdue(key(), now, kCommandResendNanos);
   std::vector<TimelineEntry> entries;
   for (const JobEvent& e : plan.events) {
-    if (auto s = cluster_->RecordEvent(job_, e, now); !s.ok()) error = s.ToString();
+    if (auto s = cluster_->RecordEvent(current, e, now); !s.ok()) error = s.ToString();
     entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
   }
   if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
-    if (auto s = cluster_->PersistStatus(job_, plan.status); !s.ok()) error = s.ToString();
+    if (auto s = cluster_->PersistStatus(current, plan.status); !s.ok()) error = s.ToString();
   }
-  metrics_->ObserveJob(job_.metadata.namespace_, job_.metadata.name, before, plan.status);
+  metrics_->ObserveJob(current.metadata.namespace_, current.metadata.name, before, plan.status);
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = plan.status;

@@ -5,8 +5,12 @@
 // plan asked to look again, or every `resync` otherwise. Errors from the cluster are kept
 // in the status' last error and retried with backoff; they never stop the loop.
 //
-// Thread-safe: Start/Stop/Wake/Snapshot may be called from any thread; rounds run on the
-// controller's own thread. The cluster, registry and metrics must outlive it.
+// The job can be replaced while it runs (UpdateJob: a hot code update from peregrinectl, or
+// any other spec change); the next round decides from the new spec and generation.
+//
+// Thread-safe: Start/Stop/Wake/Snapshot/UpdateJob/job may be called from any thread;
+// rounds run on the controller's own thread. The cluster, registry and metrics must
+// outlive it.
 #ifndef PEREGRINE_CONTROLLER_JOB_CONTROLLER_H_
 #define PEREGRINE_CONTROLLER_JOB_CONTROLLER_H_
 
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "controller/agent_registry.h"
 #include "controller/cluster.h"
 #include "controller/controller_metrics.h"
@@ -58,8 +63,20 @@ class JobController {
   void Wake();
 
   JobStatus Snapshot() const;
-  const TrainingJob& job() const { return job_; }
-  std::string key() const { return JobKey(job_.metadata.namespace_, job_.metadata.name); }
+  // A copy of the job as the controller currently runs it (the last accepted update).
+  TrainingJob job() const;
+  const std::string& key() const { return key_; }
+
+  // Replaces the running job with `updated` (e.g. a new spec.codeVersion plus the
+  // peregrine.dev/hot-update annotation): it must name the same job (namespace, name and,
+  // when both are set, uid) and pass ValidateTrainingJob. On success
+  // metadata.generation becomes the current generation + 1 (whatever `updated` says), the
+  // agents' binding gets the new spec, a timeline entry is added and a round is woken;
+  // the decision engine then applies the change (an urgent code update restarts in place,
+  // a lazy one waits for the next failure or its window). On failure (kInvalidArgument
+  // naming the field, or the identity mismatch) nothing changes. Returns the accepted
+  // generation.
+  absl::StatusOr<int64_t> UpdateJob(TrainingJob updated);
   std::vector<TimelineEntry> Timeline() const;
   // Adds an entry to the timeline (fault injection from the local driver or peregrinectl).
   void Note(const std::string& what);
@@ -69,7 +86,7 @@ class JobController {
  private:
   void Loop();
 
-  const TrainingJob job_;
+  const std::string key_;  // namespace/name: never changes
   Cluster* cluster_;
   AgentRegistry* registry_;
   ControllerMetrics* metrics_;
@@ -79,6 +96,7 @@ class JobController {
   mutable std::condition_variable cv_;
   bool stop_ = false;
   bool wake_ = false;
+  TrainingJob job_;  // guarded by mu_; replaced only by UpdateJob
   JobStatus status_;
   std::vector<TimelineEntry> timeline_;
   std::string last_error_;

@@ -457,6 +457,7 @@ struct KubeMode::Impl {
       jopts.decision = options.decision;
       jopts.now = UnixNanos;
       jopts.resync_ns = absl::ToInt64Nanoseconds(options.resync);
+      jopts.agent_token = *token;
       fresh->controller =
           std::make_unique<JobController>(*job, fresh->cluster.get(), registry.get(), metrics.get(), jopts);
       if (absl::Status s = fresh->controller->Start(/*run_loop=*/false); !s.ok()) {

@@ -105,6 +105,15 @@ JobStatus Populated() {
   open.step_at_failure = 1203;
   open.resume_step = 1150;
   open.training_time_lost_seconds = 42.5;
+  DiagnosisStageRecord stage;
+  stage.stage = "all_gather";
+  stage.started_at = kT0 + 602 * kSecond;
+  stage.finished_at = kT0 + 603 * kSecond;
+  stage.verdict = "failed";
+  stage.failed_machines = {"node-7"};
+  stage.results = {"round 0: node-7: FAILED: contributions arrived wrong [algbw_gbps=1.2]"};
+  stage.note = "majority digest ab12";
+  open.diagnosis = {stage};
   s.incidents = {closed, open};
   s.evicted = {{"node-7", "llm-p1", "Xid 79", kT0 + 601 * kSecond}};
   s.next_incident_id = 3;
@@ -145,6 +154,19 @@ JobStatus Populated() {
   s.network_alarms = {{"node-4", kT0 + 500 * kSecond, "eth0 link down"}};
   s.pending_code = Code("v3");
   s.pending_code_since = kT0 + 550 * kSecond;
+  s.rollbacks = 1;
+  s.loss_reference.losses = {2.5, 2.25};
+  s.loss_reference.grad_norms = {1.5, 1.25};
+  s.loss_reference.step = 1203;
+  StopTimeDiagnosis d;
+  d.incident_id = 2;
+  d.numeric = true;
+  d.stage = "replay";
+  d.round = 1;
+  d.stage_started_at = kT0 + 604 * kSecond;
+  d.port_base = 41000;
+  d.outcomes = {{"0/0", "ab12"}, {"0/1", "failed"}};
+  s.diagnosis = d;
   return s;
 }
 

@@ -125,6 +125,8 @@ struct Harness {
   FailSlowValidationInput in;
   int64_t now = kT0;
 
+  FailSlowValidationOptions options;
+
   explicit Harness(FailSlowFinding f) {
     in.job_name = "j";
     in.layout = &layout;
@@ -155,7 +157,7 @@ struct Harness {
   // Decides, persists the state and marks the commands pending at their agents.
   FailSlowValidationDecision Step(int64_t advance = kSec) {
     now += advance;
-    FailSlowValidationDecision d = DecideFailSlowValidation(in, now);
+    FailSlowValidationDecision d = DecideFailSlowValidation(in, now, options);
     in.finding.validation = d.validation;
     for (const ValidationCommand& c : d.commands) Agent(c.pod).pending_command_ids.push_back(c.id);
     return d;
@@ -226,6 +228,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   f.kind = "compute";
   f.ranks = {3};
   Harness h(f);
+  h.options.gemm_every_machine = false;  // the suspect groups' machines only
 
   // Start: trap every agent, profiling kept on.
   FailSlowValidationDecision d = h.Step();
@@ -321,11 +324,12 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
   Harness h(f);
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.link_kinds == "dp");
-  CHECK(d.validation.machines == std::vector<std::string>{"10", "11"});
+  // GEMM on every machine by default: the whole job is paused anyway.
+  CHECK(d.validation.machines == std::vector<std::string>{"10", "11", "12", "13"});
   h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
   d = h.Step();
   REQUIRE(d.validation.state == "Gemm");
-  CHECK(Pods(d.commands) == std::set<std::string>{"j-m0", "j-m1"});
+  CHECK(Pods(d.commands) == std::set<std::string>{"j-m0", "j-m1", "j-m2", "j-m3"});
   h.Answer("gemm", Gemm(h.layout, {}));
   d = h.Step();
   REQUIRE(d.validation.state == "Links");
@@ -341,6 +345,19 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
         std::set<std::string>{"dp 0->2", "dp 2->0", "dp 1->3", "dp 3->1"});
   CHECK_THAT(d.validation.detail, Catch::Contains("dp links (8)"));
   CHECK(d.validation.state == "Resuming");
+}
+
+TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profile missed", "[unit]") {
+  FailSlowFinding f;
+  f.kind = "compute";
+  f.ranks = {4};  // the profile named rank 4 only; rank 3 (slot 1, in none of 4's groups) is slow too
+  Harness h(f);
+  h.Step();
+  h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
+  h.Step();
+  REQUIRE(h.Answer("gemm", Gemm(h.layout, {3, 4})) == 4);
+  FailSlowValidationDecision d = h.Step();
+  CHECK(d.validation.slow_gpus == std::vector<int>{3, 4});
 }
 
 TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measures nothing", "[unit]") {
