@@ -180,75 +180,87 @@ class Validator {
     return nullptr;
   }
 
+  // Gemm and Links run their diagnostic `passes` times in a row (v.pass counts from 1);
+  // the verdict uses each GPU's best throughput and each link's best rate over the
+  // passes, so a measurement disturbed once by other load on the host does not make a GPU
+  // or link slow, while a slow one is slow every time.
   void Gemm() {
-    struct Gpu {
-      int rank;
-      double tflops;
-    };
-    std::vector<Gpu> gpus;
-    std::vector<std::string> waiting, not_present;
-    for (const std::string& machine : v().machines) {
-      int slot = -1;
-      const ValidationAgent* a = AgentOfMachine(machine, &slot);
-      if (a == nullptr) return Fail(absl::StrCat("no active agent on machine ", machine, " for GEMM"));
-      ValidationCommand c;
-      c.kind = ValidationCommand::Kind::kRunDiagnostic;
-      c.id = absl::StrCat(prefix_, "gemm-", a->pod);
-      c.diagnostic = "gemm";
-      c.params = {{"dtype", options_.gemm_dtype},
-                  {"size", absl::StrCat(options_.gemm_size)},
-                  {"iterations", absl::StrCat(options_.gemm_iterations)}};
-      c.timeout_ms = options_.gemm_timeout_ms;
-      const ValidationCommandOutcome* r = ResultOrSend(*a, std::move(c));
-      if (r == nullptr) {
-        waiting.push_back(machine);
-        continue;
-      }
-      if (!r->ok) return Fail(absl::StrCat("GEMM on machine ", machine, ": ", r->error));
-      if (r->not_present) {
-        not_present.push_back(machine);
-        continue;
-      }
-      const std::vector<int> ranks = in_.layout->RanksOfMachine(slot);
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        auto it = r->figures.find(absl::StrCat("gpu", i, "_tflops"));
-        if (it != r->figures.end() && std::isfinite(it->second) && it->second > 0) {
-          gpus.push_back(Gpu{ranks[i], it->second});
+    if (v().pass < 1) v().pass = 1;
+    std::map<int, double> best;  // global rank -> best TFLOP/s
+    std::vector<std::string> not_present;
+    for (int pass = 1; pass <= v().pass; ++pass) {
+      std::vector<std::string> waiting;
+      for (const std::string& machine : v().machines) {
+        int slot = -1;
+        const ValidationAgent* a = AgentOfMachine(machine, &slot);
+        if (a == nullptr) return Fail(absl::StrCat("no active agent on machine ", machine, " for GEMM"));
+        ValidationCommand c;
+        c.kind = ValidationCommand::Kind::kRunDiagnostic;
+        c.id = absl::StrCat(prefix_, "gemm", pass, "-", a->pod);
+        c.diagnostic = "gemm";
+        c.params = {{"dtype", options_.gemm_dtype}};
+        if (options_.gemm_size > 0) c.params["size"] = absl::StrCat(options_.gemm_size);
+        if (options_.gemm_iterations > 0) c.params["iterations"] = absl::StrCat(options_.gemm_iterations);
+        c.timeout_ms = options_.gemm_timeout_ms;
+        const ValidationCommandOutcome* r = ResultOrSend(*a, std::move(c));
+        if (r == nullptr) {
+          waiting.push_back(machine);
+          continue;
+        }
+        if (!r->ok) return Fail(absl::StrCat("GEMM on machine ", machine, ": ", r->error));
+        if (r->not_present) {
+          if (pass == 1) not_present.push_back(machine);
+          continue;
+        }
+        const std::vector<int> ranks = in_.layout->RanksOfMachine(slot);
+        for (size_t i = 0; i < ranks.size(); ++i) {
+          auto it = r->figures.find(absl::StrCat("gpu", i, "_tflops"));
+          if (it != r->figures.end() && std::isfinite(it->second) && it->second > 0) {
+            best[ranks[i]] = std::max(best[ranks[i]], it->second);
+          }
         }
       }
-    }
-    if (!waiting.empty()) {
-      if (Overdue(static_cast<int64_t>(options_.gemm_timeout_ms) * 1'000'000 + options_.phase_margin_ns)) {
-        Fail(absl::StrCat("GEMM results missing from machine(s) ", absl::StrJoin(waiting, ",")));
+      if (!waiting.empty()) {
+        if (Overdue(static_cast<int64_t>(options_.gemm_timeout_ms) * 1'000'000 + options_.phase_margin_ns)) {
+          Fail(absl::StrCat("GEMM results missing from machine(s) ", absl::StrJoin(waiting, ",")));
+        }
+        return;
       }
-      return;
+      if (pass == v().pass && pass < options_.passes) {
+        ++v().pass;  // the next pass's commands go out now
+        v().phase_started_at = now_;
+      }
     }
     std::string text;
-    if (gpus.size() >= 2) {
+    if (best.size() >= 2) {
       std::vector<double> times;
-      for (const Gpu& g : gpus) times.push_back(1.0 / g.tflops);
+      for (const auto& [rank, tflops] : best) times.push_back(1.0 / tflops);
       const double median = Median(times);
+      const double ratio = std::max(options_.gemm_slow_ratio, 1.0 + 1e-9);
       std::vector<std::string> slow;
       v().slow_gpus.clear();
-      for (const Gpu& g : gpus) {
-        const double t = 1.0 / g.tflops;
-        if (t > ratio_ * median) {
-          v().slow_gpus.push_back(g.rank);
-          slow.push_back(absl::StrFormat("rank %d %.3g TFLOP/s = %.2fx the median time", g.rank, g.tflops, t / median));
+      for (const auto& [rank, tflops] : best) {
+        const double t = 1.0 / tflops;
+        if (t > ratio * median) {
+          v().slow_gpus.push_back(rank);
+          slow.push_back(absl::StrFormat("rank %d %.3g TFLOP/s = %.2fx the median time", rank, tflops, t / median));
         }
       }
-      std::sort(v().slow_gpus.begin(), v().slow_gpus.end());
-      text = absl::StrFormat("GEMM on %d GPUs, median %.3g TFLOP/s: %s", static_cast<int>(gpus.size()), 1.0 / median,
+      text = absl::StrFormat("GEMM on %d GPUs (best of %d), median %.3g TFLOP/s: %s", static_cast<int>(best.size()),
+                             v().pass, 1.0 / median,
                              slow.empty() ? "none slow" : absl::StrCat("slow ", absl::StrJoin(slow, "; ")));
     } else {
-      text = absl::StrFormat("GEMM measured %d GPU(s): nothing to compare", static_cast<int>(gpus.size()));
+      text = absl::StrFormat("GEMM measured %d GPU(s): nothing to compare", static_cast<int>(best.size()));
     }
     if (!not_present.empty()) absl::StrAppend(&text, " (no GEMM on ", absl::StrJoin(not_present, ","), ")");
     v().detail = text;
+    v().pass = 1;
+    v().master_port = in_.candidate_port;  // the first link pass's rendezvous
     Enter("Links");
   }
 
   void Links() {
+    if (v().pass < 1) v().pass = 1;
     std::vector<GroupKind> kinds;
     for (absl::string_view name : absl::StrSplit(v().link_kinds, ',', absl::SkipEmpty())) {
       if (auto k = KindFromName(name)) kinds.push_back(*k);
@@ -260,50 +272,61 @@ class Validator {
     std::string missing;
     if (!AllSlotsActive(&missing)) return Fail(absl::StrCat("no active agent on machine(s) ", missing));
     const int gpus = in_.layout->gpus_per_machine();
-    std::map<std::pair<int, int>, double> gbps;
-    std::vector<std::string> waiting;
-    for (const auto& [slot, a] : by_slot_) {
-      ValidationCommand c;
-      c.kind = ValidationCommand::Kind::kRunDiagnostic;
-      c.id = absl::StrCat(prefix_, "links-", a->pod);
-      c.diagnostic = "p2p_rounds";
-      c.params = {{"master_addr", v().master_addr},
-                  {"master_port", absl::StrCat(v().master_port)},
-                  {"ranks", absl::StrCat(in_.layout->world_size())},
-                  {"rank_base", absl::StrCat(slot * gpus)},
-                  {"bytes", absl::StrCat(options_.link_bytes)},
-                  {"rounds", plan->rounds}};
-      c.timeout_ms = options_.links_timeout_ms;
-      const ValidationCommandOutcome* r = ResultOrSend(*a, std::move(c));
-      if (r == nullptr) {
-        waiting.push_back(MachineOfSlot(slot));
-        continue;
-      }
-      if (!r->ok) return Fail(absl::StrCat("link rounds on machine ", MachineOfSlot(slot), ": ", r->error));
-      for (const auto& [name, value] : r->figures) {
-        // link_<s>_<d>_gbps
-        std::vector<std::string> parts = absl::StrSplit(name, '_');
-        int s = 0, dst = 0;
-        if (parts.size() == 4 && parts[0] == "link" && parts[3] == "gbps" && absl::SimpleAtoi(parts[1], &s) &&
-            absl::SimpleAtoi(parts[2], &dst) && std::isfinite(value) && value > 0) {
-          gbps[{s, dst}] = value;
+    std::map<std::pair<int, int>, double> best;  // link -> best GB/s over the passes
+    for (int pass = 1; pass <= v().pass; ++pass) {
+      std::map<std::pair<int, int>, double> gbps;
+      std::vector<std::string> waiting;
+      for (const auto& [slot, a] : by_slot_) {
+        ValidationCommand c;
+        c.kind = ValidationCommand::Kind::kRunDiagnostic;
+        c.id = absl::StrCat(prefix_, "links", pass, "-", a->pod);
+        c.diagnostic = "p2p_rounds";
+        c.params = {{"master_addr", v().master_addr},
+                    {"master_port", absl::StrCat(v().master_port)},
+                    {"ranks", absl::StrCat(in_.layout->world_size())},
+                    {"rank_base", absl::StrCat(slot * gpus)},
+                    {"bytes", absl::StrCat(options_.link_bytes)},
+                    {"rounds", plan->rounds}};
+        c.timeout_ms = options_.links_timeout_ms;
+        const ValidationCommandOutcome* r = ResultOrSend(*a, std::move(c));
+        if (r == nullptr) {
+          waiting.push_back(MachineOfSlot(slot));
+          continue;
+        }
+        if (!r->ok) return Fail(absl::StrCat("link rounds on machine ", MachineOfSlot(slot), ": ", r->error));
+        for (const auto& [name, value] : r->figures) {
+          // link_<s>_<d>_gbps
+          std::vector<std::string> parts = absl::StrSplit(name, '_');
+          int s = 0, dst = 0;
+          if (parts.size() == 4 && parts[0] == "link" && parts[3] == "gbps" && absl::SimpleAtoi(parts[1], &s) &&
+              absl::SimpleAtoi(parts[2], &dst) && std::isfinite(value) && value > 0) {
+            gbps[{s, dst}] = value;
+          }
         }
       }
-    }
-    if (!waiting.empty()) {
-      if (Overdue(static_cast<int64_t>(options_.links_timeout_ms) * 1'000'000 + options_.phase_margin_ns)) {
-        Fail(absl::StrCat("link-round results missing from machine(s) ", absl::StrJoin(waiting, ",")));
+      if (!waiting.empty()) {
+        if (Overdue(static_cast<int64_t>(options_.links_timeout_ms) * 1'000'000 + options_.phase_margin_ns)) {
+          Fail(absl::StrCat("link-round results missing from machine(s) ", absl::StrJoin(waiting, ",")));
+        }
+        return;
       }
-      return;
+      std::vector<std::string> unmeasured;
+      for (const auto& [link, kind] : plan->link_kind) {
+        if (!gbps.count(link)) unmeasured.push_back(absl::StrCat(link.first, "->", link.second));
+      }
+      if (!unmeasured.empty()) {
+        return Fail(absl::StrCat("the link rounds reported no rate for link(s) ", absl::StrJoin(unmeasured, ",")));
+      }
+      for (const auto& [link, rate] : gbps) best[link] = std::max(best[link], rate);
+      if (pass == v().pass && pass < options_.passes) {
+        // The next pass, on a fresh rendezvous port (the last one may still be held).
+        if (in_.candidate_port == 0) return Fail("no free port for the link rounds' rendezvous");
+        ++v().pass;
+        v().master_port = in_.candidate_port;
+        v().phase_started_at = now_;
+      }
     }
-    std::vector<std::string> unmeasured;
-    for (const auto& [link, kind] : plan->link_kind) {
-      if (!gbps.count(link)) unmeasured.push_back(absl::StrCat(link.first, "->", link.second));
-    }
-    if (!unmeasured.empty()) {
-      return Fail(absl::StrCat("the link rounds reported no rate for link(s) ", absl::StrJoin(unmeasured, ",")));
-    }
-    Judge(gbps, &*plan);
+    Judge(best, &*plan);
   }
 
   void Judge(const std::map<std::pair<int, int>, double>& gbps, const ValidationLinkPlan* plan = nullptr) {
@@ -318,19 +341,20 @@ class Validator {
                                    static_cast<double>(options_.link_bytes) / (gbps.at(link) * 1e9)});
         }
         if (times.empty()) continue;
-        absl::StatusOr<LinkVerdict> verdict = JudgeLinkTimes(times, ratio_);
+        const double link_ratio = std::max(options_.link_slow_ratio, ratio_);
+        absl::StatusOr<LinkVerdict> verdict = JudgeLinkTimes(times, link_ratio);
         if (!verdict.ok()) return Fail(std::string(verdict.status().message()));
         std::vector<std::string> slow;
         for (const LinkTime& t : times) {
-          if (t.seconds > ratio_ * verdict->median_seconds) {
+          if (t.seconds > link_ratio * verdict->median_seconds) {
             v().slow_links.push_back(absl::StrCat(GroupKindName(kind), " ", t.sender, "->", t.receiver));
             slow.push_back(absl::StrFormat("%d->%d %.3g GB/s = %.2fx the median time", t.sender, t.receiver,
                                            gbps.at({t.sender, t.receiver}),
                                            t.seconds / verdict->median_seconds));
           }
         }
-        texts.push_back(absl::StrFormat("%s links (%d), median %.3g GB/s: %s", GroupKindName(kind),
-                                        static_cast<int>(times.size()),
+        texts.push_back(absl::StrFormat("%s links (%d, best of %d), median %.3g GB/s: %s", GroupKindName(kind),
+                                        static_cast<int>(times.size()), v().pass,
                                         static_cast<double>(options_.link_bytes) / verdict->median_seconds / 1e9,
                                         slow.empty() ? "none slow" : absl::StrCat("slow ", absl::StrJoin(slow, "; "))));
       }

@@ -119,13 +119,14 @@ struct NetworkAlarmRecord {
 // ring links of the suspect groups' kinds, then NCCL released.
 struct FailSlowValidation {
   std::string state;                  // "" not started; Pausing, Gemm, Links, Resuming, Done
+  int pass = 0;                       // Gemm / Links: which pass of the measurement (from 1)
   std::string verdict;                // confirmed | not confirmed | failed (set once judged)
   int64_t started_at = 0;
   int64_t phase_started_at = 0;       // when the current state began (timeouts)
   int64_t ended_at = 0;               // training released (Done)
   std::vector<std::string> machines;  // machines whose GPUs ran GEMM
   std::string link_kinds;             // group kinds whose ring links were measured ("dp,pp")
-  std::string master_addr;            // the link rounds' rendezvous
+  std::string master_addr;            // the link rounds' rendezvous (the current pass's port)
   uint32_t master_port = 0;
   std::vector<int> slow_gpus;         // global ranks whose GEMM is slower than their peers
   std::vector<std::string> slow_links;  // "dp 0->2": kind, sender and receiver global ranks

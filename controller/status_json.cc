@@ -167,7 +167,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
     if (!f.validation.state.empty()) {
       const FailSlowValidation& v = f.validation;
       fail_slows.back()["validation"] = {
-          {"state", v.state},           {"verdict", v.verdict},
+          {"state", v.state},           {"pass", v.pass},             {"verdict", v.verdict},
           {"startedAt", Time(v.started_at)}, {"phaseStartedAt", Time(v.phase_started_at)},
           {"endedAt", Time(v.ended_at)}, {"machines", v.machines},
           {"linkKinds", v.link_kinds},  {"masterAddr", v.master_addr},
@@ -293,6 +293,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
         const json& v = f.at("validation");
         FailSlowValidation& y = x.validation;
         y.state = v.value("state", "");
+        y.pass = v.value("pass", 0);
         y.verdict = v.value("verdict", "");
         y.started_at = ParseTime(v, "startedAt");
         y.phase_started_at = ParseTime(v, "phaseStartedAt");

@@ -26,7 +26,8 @@ TEST_CASE("status JSON round-trips a fail-slow finding with its validation", "[u
   f.localized_at = kT0 + 4 * kSec;
   f.detail = "rank 5 arrives last";
   FailSlowValidation& v = f.validation;
-  v.state = "Resuming";
+  v.state = "Links";
+  v.pass = 2;
   v.verdict = "confirmed";
   v.started_at = kT0 + 5 * kSec;
   v.phase_started_at = kT0 + 7 * kSec;
@@ -54,6 +55,7 @@ TEST_CASE("status JSON round-trips a fail-slow finding with its validation", "[u
   CHECK(g.machines == f.machines);
   const FailSlowValidation& w = g.validation;
   CHECK(w.state == v.state);
+  CHECK(w.pass == 2);
   CHECK(w.verdict == v.verdict);
   CHECK(w.started_at == v.started_at);
   CHECK(w.phase_started_at == v.phase_started_at);

@@ -128,6 +128,7 @@ struct Harness {
   FailSlowValidationOptions options;
 
   explicit Harness(FailSlowFinding f) {
+    options.passes = 1;  // one pass unless a test says otherwise
     in.job_name = "j";
     in.layout = &layout;
     f.id = 7;
@@ -343,7 +344,7 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
   CHECK(d.validation.verdict == "confirmed");
   CHECK(std::set<std::string>(d.validation.slow_links.begin(), d.validation.slow_links.end()) ==
         std::set<std::string>{"dp 0->2", "dp 2->0", "dp 1->3", "dp 3->1"});
-  CHECK_THAT(d.validation.detail, Catch::Contains("dp links (8)"));
+  CHECK_THAT(d.validation.detail, Catch::Contains("dp links (8, best of 1)"));
   CHECK(d.validation.state == "Resuming");
 }
 
@@ -358,6 +359,54 @@ TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profil
   REQUIRE(h.Answer("gemm", Gemm(h.layout, {3, 4})) == 4);
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.slow_gpus == std::vector<int>{3, 4});
+}
+
+TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on a fresh port", "[unit]") {
+  FailSlowFinding f;
+  f.kind = "communication";
+  f.ranks = {0, 1, 2, 3};
+  f.group = "dp 0, dp 1";
+  Harness h(f);
+  h.options.passes = 2;
+  h.Step();
+  h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
+  FailSlowValidationDecision d = h.Step();
+  REQUIRE(d.commands.size() == 4);
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == "j-failslow-7-gemm1-" + c.pod);
+  // Pass 1: rank 6 was disturbed (slow), rank 3 is slow.
+  REQUIRE(h.Answer("gemm1", Gemm(h.layout, {3, 6})) == 4);
+  d = h.Step();
+  CHECK(d.validation.state == "Gemm");
+  CHECK(d.validation.pass == 2);
+  REQUIRE(d.commands.size() == 4);
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == "j-failslow-7-gemm2-" + c.pod);
+  // Pass 2: only rank 3 is slow again.
+  REQUIRE(h.Answer("gemm2", Gemm(h.layout, {3})) == 4);
+  d = h.Step();
+  CHECK(d.validation.state == "Links");
+  CHECK(d.validation.slow_gpus == std::vector<int>{3});
+  CHECK_THAT(d.validation.detail, Catch::Contains("best of 2"));
+  REQUIRE(d.commands.size() == 4);
+  const std::string rounds = d.commands[0].params.at("rounds");
+  CHECK(d.commands[0].params.at("master_port") == "40123");
+  // Link pass 1: 0->2 disturbed once; the congested 1->3 / 3->1 slow.
+  REQUIRE(h.Answer("links1", Links(h.layout, rounds, {{0, 2}, {1, 3}, {3, 1}})) == 4);
+  h.in.candidate_port = 40200;
+  d = h.Step();
+  CHECK(d.validation.state == "Links");
+  CHECK(d.validation.pass == 2);
+  CHECK(d.validation.master_port == 40200);
+  REQUIRE(d.commands.size() == 4);
+  for (const ValidationCommand& c : d.commands) {
+    CHECK(c.id == "j-failslow-7-links2-" + c.pod);
+    CHECK(c.params.at("master_port") == "40200");
+  }
+  REQUIRE(h.Answer("links2", Links(h.layout, rounds, {{1, 3}, {3, 1}})) == 4);
+  d = h.Step();
+  CHECK(d.validation.verdict == "confirmed");
+  CHECK(std::set<std::string>(d.validation.slow_links.begin(), d.validation.slow_links.end()) ==
+        std::set<std::string>{"dp 1->3", "dp 3->1"});
+  CHECK(d.validation.state == "Resuming");
 }
 
 TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measures nothing", "[unit]") {
