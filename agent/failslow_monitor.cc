@@ -1,6 +1,7 @@
 #include "agent/failslow_monitor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <utility>
 
@@ -65,6 +66,8 @@ struct FailSlowMonitor::Ring {
   bool applied_trap = false;
   std::optional<IterationTracker> tracker;
   std::optional<FailSlowDetector> detector;
+  std::optional<IterationWarmup> warmup;
+  uint32_t pattern_epoch = 0;  // of the series the warm-up is running on
   uint64_t iterations = 0;
   double last_iteration_seconds = 0;
   // Start time (monotonic) of sample i is sample_starts[i - first_sample_index].
@@ -101,10 +104,54 @@ void AddNcclHookEnvironment(const std::string& hook_path, const std::string& rin
   if (trap) set("PEREGRINE_NCCL_TRAP", "1");
 }
 
+absl::StatusOr<IterationWarmup> IterationWarmup::Create(const WarmupOptions& o) {
+  if (o.window < 1) return absl::InvalidArgumentError(absl::StrCat("warmup.window must be >= 1, got ", o.window));
+  if (o.min_iterations < 2 * o.window) {
+    return absl::InvalidArgumentError(absl::StrCat("warmup.min_iterations must be >= 2 * window (", 2 * o.window,
+                                                   "), got ", o.min_iterations));
+  }
+  if (!(o.stable_fraction > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("warmup.stable_fraction must be > 0, got ", o.stable_fraction));
+  }
+  if (o.max_iterations < o.min_iterations) {
+    return absl::InvalidArgumentError(absl::StrCat("warmup.max_iterations must be >= min_iterations (",
+                                                   o.min_iterations, "), got ", o.max_iterations));
+  }
+  return IterationWarmup(o);
+}
+
+bool IterationWarmup::Settled() const {
+  const size_t w = static_cast<size_t>(options_.window);
+  if (recent_.size() < 2 * w) return false;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double earlier = median(std::vector<double>(recent_.begin(), recent_.begin() + w));
+  const double latest = median(std::vector<double>(recent_.begin() + w, recent_.end()));
+  return std::abs(latest - earlier) <= options_.stable_fraction * earlier;
+}
+
+bool IterationWarmup::Accept(double seconds) {
+  if (done_) return true;
+  if (!std::isfinite(seconds) || seconds <= 0) return false;
+  if (dropped_ >= options_.max_iterations || (dropped_ >= options_.min_iterations && Settled())) {
+    done_ = true;
+    recent_.clear();
+    return true;
+  }
+  recent_.push_back(seconds);
+  while (recent_.size() > 2 * static_cast<size_t>(options_.window)) recent_.pop_front();
+  ++dropped_;
+  return false;
+}
+
 absl::StatusOr<std::unique_ptr<FailSlowMonitor>> FailSlowMonitor::Create(FailSlowMonitorOptions options) {
   if (options.ring_dir.empty()) return absl::InvalidArgumentError("fail-slow monitor: ring_dir is empty");
   if (options.profile_window == 0) return absl::InvalidArgumentError("fail-slow monitor: profile_window must be > 0");
   if (auto t = IterationTracker::Create(options.tracker); !t.ok()) return t.status();
+  if (auto w = IterationWarmup::Create(options.warmup); !w.ok()) return w.status();
   if (auto d = FailSlowDetector::Create(options.detector); !d.ok()) return d.status();
   std::error_code ec;
   std::filesystem::create_directories(options.ring_dir, ec);
@@ -120,8 +167,12 @@ absl::Status FailSlowMonitor::ResetRing(Ring& r) const {
   if (!tracker.ok()) return tracker.status();
   auto detector = FailSlowDetector::Create(options_.detector);
   if (!detector.ok()) return detector.status();
+  auto warmup = IterationWarmup::Create(options_.warmup);
+  if (!warmup.ok()) return warmup.status();
   r.tracker.emplace(std::move(*tracker));
   r.detector.emplace(std::move(*detector));
+  r.warmup.emplace(std::move(*warmup));
+  r.pattern_epoch = 0;
   r.iterations = 0;
   r.last_iteration_seconds = 0;
   r.sample_starts.clear();
@@ -255,6 +306,16 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
     ++r.iterations;
     ++stats_.iterations;
     r.last_iteration_seconds = seconds;
+    if (s.pattern_epoch != r.pattern_epoch) {
+      // A new period: its first iterations are a new warm-up (the detector keeps its state).
+      r.pattern_epoch = s.pattern_epoch;
+      auto fresh = IterationWarmup::Create(options_.warmup);  // options validated in Create
+      if (fresh.ok()) r.warmup.emplace(std::move(*fresh));
+    }
+    if (!r.warmup->Accept(seconds)) {
+      ++stats_.warmup_iterations;
+      continue;
+    }
     r.sample_starts.push_back(s.start_ns);
     while (r.sample_starts.size() > kMaxSampleStarts) {
       r.sample_starts.pop_front();
@@ -308,6 +369,7 @@ std::vector<RankTrackingState> FailSlowMonitor::Ranks() const {
     s.period = r->tracker ? r->tracker->period() : 0;
     s.iterations = r->iterations;
     s.last_iteration_seconds = r->last_iteration_seconds;
+    s.warming_up = r->warmup ? !r->warmup->done() : true;
     s.in_slowdown = r->detector ? r->detector->in_slowdown() : false;
     out.push_back(s);
   }

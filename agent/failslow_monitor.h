@@ -3,9 +3,10 @@
 // The training processes run with libperegrine_nccl.so preloaded (AddNcclHookEnvironment),
 // each writing its NCCL calls into a ring file in `ring_dir`. Poll() reads every ring:
 //  - traffic calls feed one IterationTracker per process (ACF period -> iteration times),
-//    and each iteration time feeds that rank's FailSlowDetector (BOCD + verification);
-//    verified changes come back as peregrine.v1.FailSlowEvent (slowdown start / end /
-//    level shift) with onset times in Unix nanoseconds;
+//    and each iteration time past the warm-up (IterationWarmup below) feeds that rank's
+//    FailSlowDetector (BOCD + verification); verified changes come back as
+//    peregrine.v1.FailSlowEvent (slowdown start / end / level shift) with onset times in
+//    Unix nanoseconds;
 //  - while profiling is on (SetMode), each traffic call's enter time is joined with its
 //    completion record (host exit, or the CUDA-event duration when the hook has one) into
 //    a bounded per-communicator window of recent collectives, which FillCommProfiles()
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "agent/nccl_hook/ring_reader.h"
 #include "diagnosis/change_point.h"
 #include "diagnosis/iteration_period.h"
@@ -47,9 +49,58 @@ namespace peregrine {
 void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling,
                             bool trap, std::vector<std::string>* env);
 
+// Warm-up rule (issue 5: "robust to a warm-up phase"). The first iterations of a series
+// are not representative: process start-up (allocations, first connections), the other
+// ranks of a restarted job still starting on the same (loaded) machine, a period detected
+// on calls buffered during start-up. A series starts when a training process starts (its
+// ring opens: a new attempt, a restart in place, a standby activation), on Reset(), and
+// when the iteration tracker detects a new period (pattern_epoch changes). Its samples
+// are dropped until:
+//  - at least min_iterations (default 20) have been dropped, and
+//  - the level has settled: the median of the last `window` (8) dropped samples is within
+//    stable_fraction (5%, half of Falcon's 10% verification threshold) of the median of
+//    the `window` samples before them;
+//  - or max_iterations (100) have been dropped, so that a rank that never settles (heavy
+//    jitter) is still tracked.
+// The first accepted sample is the one that arrives once those hold. The detector then
+// calibrates on the accepted samples only, so its healthy level is the settled one.
+struct WarmupOptions {
+  int min_iterations = 20;
+  int window = 8;
+  double stable_fraction = 0.05;
+  int max_iterations = 100;
+};
+
+// The warm-up rule for one series. Pure: no clocks; thread-compatible value type.
+class IterationWarmup {
+ public:
+  // kInvalidArgument naming the field: min_iterations < 2 * window (the settling check
+  // needs two full windows), window < 1, stable_fraction <= 0, max_iterations <
+  // min_iterations.
+  static absl::StatusOr<IterationWarmup> Create(const WarmupOptions& options);
+
+  // One iteration time of the series (any unit). True: past warm-up, feed it to the
+  // detector; false: dropped as warm-up. Non-finite or non-positive samples are dropped
+  // while warming up and do not count.
+  bool Accept(double seconds);
+
+  bool done() const { return done_; }
+  int dropped() const { return dropped_; }
+
+ private:
+  explicit IterationWarmup(const WarmupOptions& options) : options_(options) {}
+  bool Settled() const;
+
+  WarmupOptions options_;
+  std::deque<double> recent_;  // the last 2 * window dropped samples
+  int dropped_ = 0;
+  bool done_ = false;
+};
+
 struct FailSlowMonitorOptions {
   std::string ring_dir;  // where the training processes' rings are (created if missing)
   IterationTrackerOptions tracker;
+  WarmupOptions warmup;
   FailSlowDetectorOptions detector;
   size_t profile_window = 64;       // recent collectives kept per communicator
   size_t max_records_per_poll = 65536;
@@ -61,6 +112,7 @@ struct FailSlowMonitorStats {
   uint64_t records = 0;
   uint64_t lost_records = 0;
   uint64_t iterations = 0;
+  uint64_t warmup_iterations = 0;  // dropped by the warm-up rule (in `iterations` too)
   uint64_t events = 0;
 };
 
@@ -70,13 +122,14 @@ struct RankTrackingState {
   int period = 0;                  // calls per iteration, 0 while unknown
   uint64_t iterations = 0;
   double last_iteration_seconds = 0;
+  bool warming_up = true;          // the current series is still in its warm-up
   bool in_slowdown = false;
 };
 
 class FailSlowMonitor {
  public:
-  // kInvalidArgument for tracker/detector options out of range; kInternal when ring_dir
-  // cannot be created.
+  // kInvalidArgument for tracker/warm-up/detector options out of range; kInternal when
+  // ring_dir cannot be created.
   static absl::StatusOr<std::unique_ptr<FailSlowMonitor>> Create(FailSlowMonitorOptions options);
   ~FailSlowMonitor();
 
@@ -86,7 +139,7 @@ class FailSlowMonitor {
   std::vector<v1::FailSlowEvent> Poll(int64_t unix_now_ns, int64_t monotonic_now_ns);
 
   // Forgets every rank's tracking (a new attempt starts): rings of live processes stay
-  // open but their series restart.
+  // open but their series restart, warm-up included.
   void Reset();
 
   // Switches profiling / trap in every ring, now and for rings opened later. Turning

@@ -59,6 +59,7 @@ void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
     obs->rank_steps.clear();
     obs->exits.clear();
     obs->mean_iteration_seconds = 0;
+    obs->rank_losses.clear();
     obs->fail_slow.clear();
     obs->comm_profiles.clear();
   }
@@ -137,7 +138,7 @@ std::vector<AgentObservation> AgentRegistry::Observe(const std::string& job_key)
   return out;
 }
 
-v1::Command AgentRegistry::ToWireCommand(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) const {
+v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) {
   v1::Command w;
   w.set_id(c.id);
   w.set_issued_at(now);
@@ -156,8 +157,83 @@ v1::Command AgentRegistry::ToWireCommand(const CommandToSend& c, const TrainingJ
       w.mutable_nccl_mode()->set_profiling(c.nccl_profiling);
       w.mutable_nccl_mode()->set_trap(c.nccl_trap);
       break;
+    case CommandKind::kPause:
+      w.mutable_pause();
+      break;
+    case CommandKind::kResume:
+      w.mutable_resume();
+      break;
+    case CommandKind::kCaptureStacks:
+      w.mutable_capture_stacks()->set_include_native(c.include_native);
+      break;
+    case CommandKind::kRunDiagnostic: {
+      v1::RunDiagnostic* d = w.mutable_run_diagnostic();
+      d->set_kind(c.diagnostic.kind);
+      for (const auto& [k, v] : c.diagnostic.params) (*d->mutable_params())[k] = v;
+      d->set_timeout_ms(c.diagnostic.timeout_ms);
+      break;
+    }
   }
   return w;
+}
+
+DiagnosticOutcome DiagnosticFromWire(const v1::DiagnosticResult& d) {
+  DiagnosticOutcome o;
+  o.kind = d.kind();
+  o.passed = d.passed();
+  o.detail = d.detail();
+  o.figures.insert(d.figures().begin(), d.figures().end());
+  for (uint32_t r : d.failed_ranks()) o.failed_ranks.push_back(static_cast<int>(r));
+  o.not_present = d.not_present();
+  o.digest = d.digest();
+  o.machine_id = d.machine_id();
+  o.seconds = d.seconds();
+  return o;
+}
+
+v1::DiagnosticResult DiagnosticToWire(const DiagnosticOutcome& o) {
+  v1::DiagnosticResult d;
+  d.set_kind(o.kind);
+  d.set_passed(o.passed);
+  d.set_detail(o.detail);
+  for (const auto& [k, v] : o.figures) (*d.mutable_figures())[k] = v;
+  for (int r : o.failed_ranks) d.add_failed_ranks(static_cast<uint32_t>(std::max(r, 0)));
+  d.set_not_present(o.not_present);
+  d.set_digest(o.digest);
+  d.set_machine_id(o.machine_id);
+  d.set_seconds(o.seconds);
+  return d;
+}
+
+CommandResultObservation CommandResultFromWire(const v1::CommandResult& r) {
+  CommandResultObservation o;
+  o.command_id = r.command_id();
+  o.code = r.status().code();
+  o.ok = o.code == 0;
+  o.message = r.status().message();
+  o.finished_at = r.finished_at();
+  if (r.has_diagnostic()) o.diagnostic = DiagnosticFromWire(r.diagnostic());
+  if (r.has_stacks()) {
+    o.has_stacks = true;
+    for (const v1::ProcessStacks& p : r.stacks().processes()) {
+      CapturedProcessStack c;
+      c.stack.pid = p.pid();
+      c.stack.command = p.command();
+      c.stack.tool = p.tool();
+      for (const v1::ThreadStack& t : p.threads()) {
+        ThreadStack ts;
+        ts.thread_id = t.thread_id();
+        ts.thread_name = t.thread_name();
+        for (const v1::StackFrame& f : t.frames()) {
+          ts.frames.push_back(StackFrame{f.function(), f.file(), static_cast<int>(f.line()), f.module(), f.address()});
+        }
+        c.stack.threads.push_back(std::move(ts));
+      }
+      c.raw = p.raw();
+      o.stacks[p.global_rank() < 0 ? -1 : p.global_rank()].push_back(std::move(c));
+    }
+  }
+  return o;
 }
 
 void AgentRegistry::Send(const std::string& job_key, const CommandToSend& command, int64_t now) {
@@ -170,7 +246,7 @@ void AgentRegistry::Send(const std::string& job_key, const CommandToSend& comman
     AgentRecord& rec = job->second.agents[command.pod];
     if (rec.obs.pod.empty()) rec.obs.pod = command.pod;
     if (rec.pending.count(command.id)) return;
-    v1::Command wire = ToWireCommand(command, job->second.binding.spec, now);
+    v1::Command wire = CommandToWire(command, job->second.binding.spec, now);
     rec.pending[command.id] = wire;
     rec.pending_sent_at[command.id] = now;
     if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
@@ -359,6 +435,10 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
         for (const v1::IterationSummary& it : hb.iterations()) {
           uint64_t& step = obs.rank_steps[static_cast<int>(it.global_rank())];
           step = std::max(step, it.last_completed_step());
+          RankLossObservation& loss = obs.rank_losses[static_cast<int>(it.global_rank())];
+          if (it.last_completed_step() >= loss.step) {
+            loss = RankLossObservation{it.last_completed_step(), it.last_loss(), it.last_grad_norm()};
+          }
           if (it.mean_iteration_seconds() > 0) {
             iter_sum += it.mean_iteration_seconds();
             ++iter_n;
@@ -441,6 +521,12 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           obs.failed_commands[r.command_id()] = r.status().message();
         } else {
           obs.failed_commands.erase(r.command_id());
+        }
+        if (!obs.command_results.count(r.command_id())) rec->result_order.push_back(r.command_id());
+        obs.command_results[r.command_id()] = CommandResultFromWire(r);
+        while (rec->result_order.size() > kMaxCommandResults) {
+          obs.command_results.erase(rec->result_order.front());
+          rec->result_order.erase(rec->result_order.begin());
         }
         break;
       }

@@ -43,6 +43,18 @@ std::string JobKey(const std::string& ns, const std::string& name);
 // Plain <-> wire translation of an assignment.
 v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec);
 
+// The wire command for a plan's command (every CommandKind; `now` is issued_at).
+v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now);
+
+// Plain forms of a CommandResult and its payloads. Stacks are grouped by global rank (-1
+// for processes that are not a rank); each keeps the tool's raw text.
+CommandResultObservation CommandResultFromWire(const v1::CommandResult& r);
+DiagnosticOutcome DiagnosticFromWire(const v1::DiagnosticResult& d);
+v1::DiagnosticResult DiagnosticToWire(const DiagnosticOutcome& d);
+
+// Command results kept per agent (the newest).
+inline constexpr size_t kMaxCommandResults = 64;
+
 class AgentRegistry {
  public:
   struct JobBinding {
@@ -93,6 +105,7 @@ class AgentRegistry {
     std::map<std::string, v1::Command> pending;  // id -> command
     std::map<std::string, int64_t> pending_sent_at;  // id -> when last sent
     std::vector<std::string> recent_exit_summaries;
+    std::vector<std::string> result_order;  // command_results ids, oldest first
   };
   struct JobRecord {
     JobBinding binding;
@@ -100,7 +113,6 @@ class AgentRegistry {
     std::map<std::string, AgentRecord> agents;  // by pod
   };
   AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Command ToWireCommand(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) const;
   void Notify(const std::string& job_key);
 
   const std::string controller_id_;

@@ -37,7 +37,9 @@ constexpr char kUsage[] =
     "  --local FILE        run the TrainingJob in FILE on the embedded local cluster\n"
     "  --state-dir DIR     persisted state (default .peregrine/<namespace>-<name>)\n"
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
-    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, xid, nic-flap, failslow-slow-rank\n"
+    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, xid, nic-flap,\n"
+    "                      failslow-slow-rank, failslow-congested-link, failslow-rank-and-link,\n"
+    "                      failslow-two-slow-ranks, failslow-jitter\n"
     "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"
     "  --grpc-port N       agents' port (default: the persisted one, or any free port)\n"
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"
@@ -154,9 +156,22 @@ int main(int argc, char** argv) {
     }
     if (scenario && !injected && st.phase == peregrine::JobPhase::kRunning && st.last_completed_step >= scenario->at_step) {
       auto result = mode.Inject(scenario->fault);
+      for (const peregrine::FaultRequest& more : scenario->more_faults) {
+        if (auto r = mode.Inject(more); r.ok() && result.ok()) *result = absl::StrCat(*result, "; ", *r);
+        else if (!r.ok()) result = r.status();
+      }
       injected = true;
       std::printf("  scenario %s at step %llu: %s\n", scenario->name.c_str(),
                   static_cast<unsigned long long>(st.last_completed_step),
+                  result.ok() ? result->c_str() : result.status().ToString().c_str());
+      std::fflush(stdout);
+    }
+    if (scenario && injected && scenario->clear_on_incident && !st.incidents.empty()) {
+      peregrine::FaultRequest clear = scenario->fault;
+      clear.kind = "clear";
+      auto result = mode.Inject(clear);
+      scenario->clear_on_incident = false;
+      std::printf("  scenario %s: one-off fault cleared: %s\n", scenario->name.c_str(),
                   result.ok() ? result->c_str() : result.status().ToString().c_str());
       std::fflush(stdout);
     }

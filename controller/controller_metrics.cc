@@ -35,7 +35,8 @@ ControllerMetrics::ControllerMetrics()
       last_step_(BuildGauge().Name("peregrine_job_last_completed_step").Help("The last step every rank completed.").Register(*registry_)),
       ettr_(BuildGauge().Name("peregrine_job_ettr_ratio").Help("Effective training time ratio (productive / elapsed).").Register(*registry_)),
       iteration_seconds_(BuildGauge().Name("peregrine_job_iteration_seconds").Help("Mean iteration time over the last heartbeats.").Register(*registry_)),
-      failslows_(BuildCounter().Name("peregrine_failslow_detected_total").Help("Fail-slows localized, by kind (compute, communication; unlocalized when one ended before it was).").Register(*registry_)),
+      failslows_(BuildCounter().Name("peregrine_failslow_detected_total").Help("Fail-slows localized, by kind (compute, communication, compute+communication; unlocalized when one ended before it was).").Register(*registry_)),
+      failslow_validations_(BuildCounter().Name("peregrine_failslow_validations_total").Help("Fail-slow validations while paused (GEMM + link rounds), by verdict (confirmed, not confirmed, failed).").Register(*registry_)),
       reconcile_duration_(BuildHistogram()
                               .Name("peregrine_reconcile_duration_seconds")
                               .Help("Time of one reconcile round.")
@@ -128,6 +129,13 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
       return b.id == f.id && (!b.kind.empty() || b.ended_at != 0);
     });
     if (!counted_before) Series(key, failslows_, with("kind", f.kind.empty() ? "unlocalized" : f.kind)).Increment();
+  }
+  for (const FailSlowFinding& f : after.fail_slows) {
+    if (f.validation.verdict.empty()) continue;
+    const bool judged_before = std::any_of(before.fail_slows.begin(), before.fail_slows.end(), [&](const FailSlowFinding& b) {
+      return b.id == f.id && !b.validation.verdict.empty();
+    });
+    if (!judged_before) failslow_validations_.Add(with("verdict", f.validation.verdict)).Increment();
   }
   if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
     Series(key, time_lost_, labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/loss_monitor.h"
 #include "controller/recovery_policy.h"
+#include "controller/stop_time_diagnosis.h"
 #include "controller/standby_pool_size.h"
 
 namespace peregrine {
@@ -70,9 +72,13 @@ class Decider {
       MaybeStartFirstAttempt();
     } else {
       TrackProgress();
-      DetectAndTriage();
+      if (st.diagnosis) {
+        AdvanceDiagnosis();
+      } else {
+        DetectAndTriage();
+      }
     }
-    if (st.attempt > 0 && st.triage_deadline == 0 && st.phase != JobPhase::kFailed) {
+    if (st.attempt > 0 && st.triage_deadline == 0 && !st.diagnosis && st.phase != JobPhase::kFailed) {
       HotUpdate();
       ConvergeAgents();
       DetectSuccess();
@@ -127,6 +133,9 @@ class Decider {
     a.master_port = st.master_port;
     a.code = st.code;
     return a;
+  }
+  std::string PodAddress(const std::string& pod) const {
+    return obs_.rendezvous_domain.empty() ? "127.0.0.1" : absl::StrCat(pod, ".", obs_.rendezvous_domain);
   }
   std::string MasterAddr() const {
     const JobStatus& st = plan_.status;
@@ -304,7 +313,12 @@ class Decider {
             absl::StrFormat("incident %d: training resumed at step %d (attempt %d); %.1f s of training time lost",
                             open->id, min_step, st.attempt, open->training_time_lost_seconds));
     }
-    if (st.reattempts > 0 && min_step > st.max_completed_step) st.reattempts = 0;
+    // Passing the last failure's step ends the escalation (reattempt -> rollback -> replay).
+    if ((st.reattempts > 0 || st.rollbacks > 0) && OpenIncident() == nullptr && !st.incidents.empty() &&
+        min_step > st.incidents.back().step_at_failure) {
+      st.reattempts = 0;
+      st.rollbacks = 0;
+    }
     if (!st.version_history.empty()) {
       VersionRecord& current = st.version_history.back();
       if (current.outcome == "Running" && current.code == st.code &&
@@ -383,7 +397,22 @@ class Decider {
       process_failed = true;
       signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
     }
-    const bool failure = process_failed || !lost_slots.empty();
+    // NaN / Inf or a loss spike on a running attempt (no other failure, no open incident).
+    std::optional<LossVerdict> numeric;
+    if (!process_failed && lost_slots.empty() && st.triage_deadline == 0 && OpenIncident() == nullptr &&
+        st.phase == JobPhase::kRunning) {
+      std::map<int, RankLossObservation> losses;
+      for (const SlotStatus& slot : st.slots) {
+        const AgentObservation* a = Agent(slot.pod);
+        if (a == nullptr || a->attempt != st.attempt) continue;
+        for (const auto& [rank, l] : a->rank_losses) {
+          if (l.step > st.resume_step) losses[rank] = l;
+        }
+      }
+      numeric = CheckLosses(losses, spec_.fault_tolerance.loss_spike_factor, &st.loss_reference);
+      if (numeric) signals.push_back(numeric->signal);
+    }
+    const bool failure = process_failed || !lost_slots.empty() || numeric.has_value();
     // A lost machine makes every peer's collectives fail: name the machine, count the rest.
     if (!lost_slots.empty()) {
       std::vector<std::string> machine_signals(signals.begin(), signals.begin() + static_cast<long>(lost_slots.size()));
@@ -403,7 +432,7 @@ class Decider {
     if (failure && st.triage_deadline == 0) {
       Incident inc;
       inc.id = st.next_incident_id++;
-      inc.kind = lost_slots.empty() ? "ProcessCrash" : lost_kind;
+      inc.kind = !lost_slots.empty() ? lost_kind : (numeric && !process_failed ? numeric->kind : "ProcessCrash");
       inc.signal = absl::StrJoin(signals, "; ");
       inc.detected_at = now_;
       inc.step_at_failure = st.max_completed_step;
@@ -431,7 +460,7 @@ class Decider {
       inc->kind = lost_kind;
       EvictAndActivate(lost_slots, inc);
       inc->decision = "evict the machine, activate a warm standby, restart the others in place";
-    } else if (process_failed) {
+    } else if (process_failed || inc->kind == "NaNLoss" || inc->kind == "LossSpike") {
       const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
       if (!user_errors.empty() && target) {
         inc->kind = "UserCodeError";
@@ -439,16 +468,18 @@ class Decider {
         inc->decision = "user-code error: roll back the code version";
         Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
         rolled_back = true;
-      } else if (st.reattempts >= spec_.fault_tolerance.max_reattempts && target) {
-        inc->decision = absl::StrFormat(
-            "failed again after %d reattempt(s) without passing the failure step: roll back the last code update",
-            st.reattempts);
-        Rollback(*target, inc, "failed again after a reattempt in place");
-        rolled_back = true;
       } else {
-        inc->decision = user_errors.empty() ? "no machine at fault: reattempt in place"
-                                            : "user-code error but no earlier version: reattempt in place";
-        ++st.reattempts;
+        // No culprit: stop training and diagnose (stop_time_diagnosis.h).
+        inc->decided_at = 0;
+        const bool numeric_incident = inc->kind == "NaNLoss" || inc->kind == "LossSpike";
+        st.diagnosis = BeginStopTimeDiagnosis(inc->id, numeric_incident, obs_.candidate_master_port, now_);
+        inc->actions.push_back(absl::StrFormat("stop training on %d machines for stop-time diagnosis (%s)",
+                                               st.slots.size(),
+                                               numeric_incident ? "alignment, EUD, all-to-all, neighbour all-gather"
+                                                                : "EUD, all-to-all, neighbour all-gather"));
+        Event("Warning", "Diagnosing", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+        AdvanceDiagnosis();
+        return;
       }
     } else {
       inc->decision = "signal not confirmed: no action";
@@ -456,6 +487,14 @@ class Decider {
       st.phase = JobPhase::kRunning;
       return;
     }
+    FinishRecovery(inc, rolled_back);
+  }
+
+  // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and
+  // restarts every machine in place.
+  void FinishRecovery(Incident* inc, bool rolled_back) {
+    JobStatus& st = plan_.status;
+    inc->decided_at = now_;
     ++st.recoveries;
     if (st.recoveries > spec_.fault_tolerance.max_recoveries) {
       st.phase = JobPhase::kFailed;
@@ -470,6 +509,103 @@ class Decider {
       inc->actions.push_back(absl::StrCat("apply the pending code update (revision ", st.code.revision, ")"));
     }
     StartNewAttempt(inc);
+  }
+
+  // One round of the stop-time diagnosis in progress; on its verdict, evict what failed or
+  // escalate: reattempt in place -> roll back the last code update -> dual-phase replay.
+  void AdvanceDiagnosis() {
+    JobStatus& st = plan_.status;
+    Incident* inc = nullptr;
+    for (Incident& i : st.incidents) {
+      if (i.id == st.diagnosis->incident_id) inc = &i;
+    }
+    if (inc == nullptr) {  // the incident fell out of the bounded history: start over cleanly
+      st.diagnosis.reset();
+      return;
+    }
+    // A machine lost meanwhile ends the diagnosis: it is the one to evict.
+    std::vector<int> lost;
+    for (const SlotStatus& slot : st.slots) {
+      std::string reason;
+      const AgentObservation* a = Agent(slot.pod);
+      std::optional<std::string> fault = a ? MachineAttributedFault(*a) : std::nullopt;
+      if (PodLost(slot.pod, slot.observed, &reason) || fault) {
+        lost.push_back(slot.index);
+        inc->signal = absl::StrCat(inc->signal, "; during diagnosis: machine ", slot.machine_id, " ",
+                                   fault ? absl::StrCat("inspection ", *fault) : reason);
+      }
+    }
+    if (!lost.empty()) {
+      st.diagnosis.reset();
+      inc->kind = "MachineLost";
+      inc->decision = "machine lost during stop-time diagnosis: evict it, activate a warm standby, restart the others in place";
+      EvictAndActivate(lost, inc);
+      FinishRecovery(inc, false);
+      return;
+    }
+    DiagnosisContext ctx;
+    ctx.id_prefix = absl::StrCat(job_.metadata.namespace_, "/", job_.metadata.name, "/incident-", inc->id);
+    for (const SlotStatus& slot : st.slots) {
+      ctx.machines.push_back(DiagnosisMachine{slot.index, slot.pod, slot.machine_id, PodAddress(slot.pod), Agent(slot.pod)});
+    }
+    ctx.gpus_per_machine = spec_.gpus_per_machine;
+    ctx.parallelism = spec_.parallelism;
+    ctx.stop_grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
+    ctx.now = now_;
+    const std::string stage_before = st.diagnosis->stage;
+    DiagnosisAdvance step = AdvanceStopTimeDiagnosis(ctx, &*st.diagnosis, &inc->diagnosis);
+    for (CommandToSend& c : step.commands) plan_.commands.push_back(std::move(c));
+    if (!step.finished) {
+      plan_.requeue_after_ns = step.requeue_after_ns;
+      if (st.diagnosis->stage != stage_before) {
+        Event("Normal", "DiagnosisStage", absl::StrCat("incident ", inc->id, ": stage ", st.diagnosis->stage));
+      }
+      return;
+    }
+    const bool was_replay = st.diagnosis->stage == "replay";
+    if (!step.failed_slots.empty()) {
+      st.diagnosis.reset();
+      const DiagnosisStageRecord& r = inc->diagnosis.back();
+      inc->decision = absl::StrFormat("stop-time diagnosis: %s failed on %s: evict, activate a warm standby, restart the others in place",
+                                      r.stage, absl::StrJoin(r.failed_machines, ", "));
+      if (was_replay) inc->kind = "SilentDataCorruption";
+      EvictAndActivate(step.failed_slots, inc);
+      FinishRecovery(inc, false);
+      return;
+    }
+    // Every stage passed: no machine at fault by the diagnostics.
+    const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
+    const int max_reattempts = spec_.fault_tolerance.max_reattempts;
+    if (was_replay) {
+      st.diagnosis.reset();
+      inc->decision = "stop-time diagnosis and dual-phase replay found no machine: reattempt in place";
+      ++st.reattempts;
+      FinishRecovery(inc, false);
+      return;
+    }
+    if (st.reattempts < max_reattempts && st.rollbacks == 0) {
+      st.diagnosis.reset();
+      inc->decision = "stop-time diagnosis passed on every machine: reattempt in place";
+      ++st.reattempts;
+      FinishRecovery(inc, false);
+      return;
+    }
+    if (target && st.rollbacks == 0) {
+      st.diagnosis.reset();
+      inc->decision = absl::StrFormat(
+          "stop-time diagnosis passed; failed again after %d reattempt(s) without passing the failure step: roll back "
+          "the last code update",
+          st.reattempts);
+      Rollback(*target, inc, "failed again after a reattempt in place");
+      st.rollbacks += 1;
+      FinishRecovery(inc, true);
+      return;
+    }
+    StartReplayStage(&*st.diagnosis, now_);
+    inc->actions.push_back(target ? "failed again after the rollback: dual-phase replay to locate the faulty machine"
+                                  : "failed again with no earlier version: dual-phase replay to locate the faulty machine");
+    Event("Warning", "DualPhaseReplay", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+    AdvanceDiagnosis();
   }
 
   // Makes `code` the running version (recorded in the bounded history) for the next attempt.
@@ -525,6 +661,7 @@ class Decider {
     st.master_addr = MasterAddr();
     st.master_port = obs_.candidate_master_port;
     st.reattempts = 0;
+    st.rollbacks = 0;
     Event("Normal", "HotUpdate",
           absl::StrFormat("code revision %s -> %s: restart %d machines in place from step %d (attempt %d)", from,
                           desired.revision, st.slots.size(), st.resume_step, st.attempt));
@@ -698,6 +835,10 @@ const char* CommandKindName(CommandKind kind) {
     case CommandKind::kActivate: return "activate";
     case CommandKind::kStop: return "stop";
     case CommandKind::kSetNcclMode: return "set_nccl_mode";
+    case CommandKind::kPause: return "pause";
+    case CommandKind::kResume: return "resume";
+    case CommandKind::kCaptureStacks: return "capture_stacks";
+    case CommandKind::kRunDiagnostic: return "run_diagnostic";
   }
   return "unknown";
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/failslow_validation.h"
 #include "diagnosis/group_comparison.h"
 
 namespace peregrine {
@@ -53,7 +54,8 @@ std::optional<CommGroup> MatchGroup(const ParallelLayout& layout, std::vector<in
 struct Localization {
   bool ready = false;  // enough profiles to compare
   std::string kind;    // "" when the comparison named no suspect
-  std::vector<int> ranks;
+  std::vector<int> ranks;          // the slow ranks (compute), else the slow groups' ranks
+  std::vector<int> machine_ranks;  // ranks whose machines are named (slow ranks and groups)
   std::string group;
   std::string detail;
 };
@@ -134,31 +136,34 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
   for (const CommunicationSuspect& s : suspects->communication) {
     if (s.mean_transfer_ns - s.median_of_kind_ns >= min_excess_ns) congested.push_back(s);
   }
-  if (!congested.empty()) {
-    out.kind = "communication";
-    std::vector<std::string> names;
-    std::set<int> ranks;
-    std::vector<std::string> numbers;
-    for (const CommunicationSuspect& s : congested) {
-      names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
-      ranks.insert(s.ranks.begin(), s.ranks.end());
-      numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
-                                        GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
-                                        s.median_of_kind_ns / 1e6));
-    }
-    out.group = absl::StrJoin(names, ", ");
-    out.ranks.assign(ranks.begin(), ranks.end());
-    out.detail = absl::StrJoin(numbers, "; ");
-    return out;
-  }
-  if (!suspects->compute.empty()) {
-    const ComputeSuspect& s = suspects->compute.front();
-    out.kind = "compute";
-    out.ranks = {s.rank};
-    out.detail = absl::StrFormat(
+  // Every compute suspect is named (two slow GPUs are two suspects), and so is every
+  // congested group: a slow GPU and a congested link at once make one finding naming both.
+  std::vector<std::string> numbers;
+  std::set<int> compute_ranks;
+  for (const ComputeSuspect& s : suspects->compute) {
+    compute_ranks.insert(s.rank);
+    numbers.push_back(absl::StrFormat(
         "rank %d arrives last in %.0f%% of its %d collectives (at least %.0f%% in each of its groups), "
         "imposing %.2f ms per collective",
-        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6);
+        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6));
+  }
+  std::vector<std::string> names;
+  std::set<int> group_ranks;
+  for (const CommunicationSuspect& s : congested) {
+    names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
+    group_ranks.insert(s.ranks.begin(), s.ranks.end());
+    numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
+                                      GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
+                                      s.median_of_kind_ns / 1e6));
+  }
+  if (!compute_ranks.empty() || !congested.empty()) {
+    out.kind = compute_ranks.empty() ? "communication" : congested.empty() ? "compute" : "compute+communication";
+    out.ranks.assign(compute_ranks.empty() ? group_ranks.begin() : compute_ranks.begin(),
+                     compute_ranks.empty() ? group_ranks.end() : compute_ranks.end());
+    out.group = absl::StrJoin(names, ", ");
+    out.machine_ranks = out.ranks;
+    out.machine_ranks.insert(out.machine_ranks.end(), group_ranks.begin(), group_ranks.end());
+    out.detail = absl::StrJoin(numbers, "; ");
     return out;
   }
   out.detail = absl::StrFormat("no group or rank stands out (%d collectives compared)",
@@ -236,9 +241,12 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
         absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
                         static_cast<double>(now - open->onset) / 1e9,
                         open->kind.empty() ? " (never localized)"
-                                           : absl::StrCat(" (", open->kind, ": ", open->kind == "compute"
-                                                                                      ? absl::StrCat("rank ", FormatRanks(open->ranks))
-                                                                                      : open->group,
+                                           : absl::StrCat(" (", open->kind, ": ",
+                                                          open->kind == "communication"
+                                                              ? open->group
+                                                              : absl::StrCat("rank ", FormatRanks(open->ranks),
+                                                                             open->group.empty() ? "" : ", ",
+                                                                             open->group),
                                                           ")"))});
     open = nullptr;
   }
@@ -251,13 +259,18 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
       open->kind = loc.kind;
       open->ranks = loc.ranks;
       open->group = loc.group;
-      open->machines = MachinesOfRanks(in, loc.ranks);
+      open->machines = MachinesOfRanks(in, loc.machine_ranks);
       open->localized_at = now;
       open->detail = loc.detail;
-      const std::string where =
-          loc.kind == "compute"
-              ? absl::StrCat("rank ", FormatRanks(loc.ranks), " on machine ", absl::StrJoin(open->machines, ","))
-              : absl::StrCat("group ", loc.group, " (machines ", absl::StrJoin(open->machines, ","), ")");
+      std::string where;
+      if (loc.kind != "communication") {
+        where = absl::StrCat("rank(s) ", FormatRanks(loc.ranks));
+        if (loc.kind == "compute") absl::StrAppend(&where, " on machine(s) ", absl::StrJoin(open->machines, ","));
+      }
+      if (loc.kind != "compute") {
+        absl::StrAppend(&where, where.empty() ? "" : " and ", "group ", loc.group, " (machines ",
+                        absl::StrJoin(open->machines, ","), ")");
+      }
       d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
                                   absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, loc.kind,
                                                   where, loc.detail, open->severity * 100, open->tier)});
@@ -267,6 +280,9 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   }
 
   // Profiling on while a finding is open, off otherwise (only agents that have it on).
+  // While a validation holds NCCL trapped (or is releasing it), the validation owns the
+  // NCCL mode: its set_nccl_mode commands carry the profiling flag too.
+  if (!d.findings.empty() && ValidationInProgress(d.findings.back().validation)) return d;
   const bool want = open != nullptr;
   const uint64_t id = want ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
   for (const AgentObservation& a : in.agents) {
@@ -287,12 +303,13 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   return d;
 }
 
-void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservation>& agents, int64_t now,
-                         JobPlan* plan, const FailSlowPolicyOptions& options) {
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options, const FailSlowValidationOptions& validation_options) {
   const TrainingJobSpec& spec = job.spec;
   absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(
       spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data, spec.gpus_per_machine);
   if (!layout.ok()) return;
+  const std::vector<AgentObservation>& agents = observation.agents;
   JobStatus& status = plan->status;
   FailSlowPolicyInput in;
   in.job_name = job.metadata.name;
@@ -302,8 +319,15 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservat
   in.findings = status.fail_slows;
   in.next_finding_id = status.next_fail_slow_id;
   in.slot_machines.resize(static_cast<size_t>(layout->machines()));
+  std::map<std::string, int> slot_of_pod;
+  std::vector<std::string> slot_addresses(static_cast<size_t>(layout->machines()), "127.0.0.1");
   for (const SlotStatus& slot : status.slots) {
-    if (slot.index >= 0 && slot.index < layout->machines()) in.slot_machines[slot.index] = slot.machine_id;
+    if (slot.index < 0 || slot.index >= layout->machines()) continue;
+    in.slot_machines[slot.index] = slot.machine_id;
+    slot_of_pod[slot.pod] = slot.index;
+    if (!observation.rendezvous_domain.empty()) {
+      slot_addresses[slot.index] = absl::StrCat(slot.pod, ".", observation.rendezvous_domain);
+    }
   }
   in.agents = agents;
   FailSlowDecision d = DecideFailSlow(in, now, options);
@@ -318,6 +342,58 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservat
     plan->commands.push_back(std::move(cmd));
   }
   for (JobEvent& e : d.events) plan->events.push_back(std::move(e));
+  if (status.fail_slows.empty()) return;
+
+  // Validation while paused, on the newest finding.
+  FailSlowValidationInput v;
+  v.job_name = job.metadata.name;
+  v.layout = &*layout;
+  v.spec = spec.fail_slow;
+  v.finding = status.fail_slows.back();
+  v.slot_machines = in.slot_machines;
+  v.slot_addresses = slot_addresses;
+  v.candidate_port = observation.candidate_master_port;
+  for (const AgentObservation& a : agents) {
+    ValidationAgent va;
+    va.pod = a.pod;
+    auto slot = slot_of_pod.find(a.pod);
+    va.slot = slot == slot_of_pod.end() ? -1 : slot->second;
+    va.active = CurrentActive(a, status.attempt);
+    va.profiling = a.nccl_profiling;
+    va.pending_command_ids = a.pending_command_ids;
+    for (const auto& [id, r] : a.command_results) {
+      ValidationCommandOutcome o;
+      o.ok = r.ok;
+      o.error = r.message;
+      if (r.diagnostic) {
+        o.passed = r.diagnostic->passed;
+        o.not_present = r.diagnostic->not_present;
+        o.detail = r.diagnostic->detail;
+        o.figures = r.diagnostic->figures;
+      }
+      va.results[id] = std::move(o);
+    }
+    v.agents.push_back(std::move(va));
+  }
+  FailSlowValidationDecision vd = DecideFailSlowValidation(v, now, validation_options);
+  status.fail_slows.back().validation = vd.validation;
+  for (const ValidationCommand& c : vd.commands) {
+    CommandToSend cmd;
+    cmd.pod = c.pod;
+    cmd.id = c.id;
+    if (c.kind == ValidationCommand::Kind::kSetNcclMode) {
+      cmd.kind = CommandKind::kSetNcclMode;
+      cmd.nccl_profiling = c.profiling;
+      cmd.nccl_trap = c.trap;
+    } else {
+      cmd.kind = CommandKind::kRunDiagnostic;
+      cmd.diagnostic.kind = c.diagnostic;
+      cmd.diagnostic.params = c.params;
+      cmd.diagnostic.timeout_ms = c.timeout_ms;
+    }
+    plan->commands.push_back(std::move(cmd));
+  }
+  for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
 }
 
 }  // namespace peregrine

@@ -13,10 +13,12 @@
 //    collectives are joined across ranks by (communicator, sequence) and compared
 //    (CompareGroups, diagnosis/group_comparison.h). Communication suspects (a group whose
 //    transfer time exceeds suspiciousGroupRatio x the median of its kind, by at least
-//    min_excess_transfer_fraction of a healthy iteration) make a
-//    communication finding naming the group(s) and their machines; otherwise the top compute
-//    suspect makes a compute finding naming the rank and its machine. Without a verdict the
-//    comparison is retried on the next profiles;
+//    min_excess_transfer_fraction of a healthy iteration) and compute suspects (ranks that
+//    arrive last in every group they belong to) are all named: only suspect groups make a
+//    "communication" finding (ranks = the groups' ranks), only suspect ranks a "compute"
+//    finding (ranks = every slow rank), both a "compute+communication" finding (ranks =
+//    the slow ranks, group = the congested groups); machines = the machines of the slow
+//    ranks and groups. Without a verdict the comparison is retried on the next profiles;
 //  - recovery: when no rank is slow any more the finding ends (Recovered, ended_at) and
 //    profiling is switched off.
 // The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/failslow_validation.h"
 #include "controller/job_spec.h"
 #include "controller/job_state.h"
 #include "diagnosis/parallel_layout.h"
@@ -84,10 +87,14 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
                                 const FailSlowPolicyOptions& options = {});
 
 // The job controller's entry point: runs DecideFailSlow on the plan's new status and the
-// round's agent observations and merges the result into the plan (status findings,
-// set_nccl_mode commands, events). A spec whose layout is invalid leaves the plan as is.
-void ApplyFailSlowPolicy(const TrainingJob& job, const std::vector<AgentObservation>& agents, int64_t now,
-                         JobPlan* plan, const FailSlowPolicyOptions& options = {});
+// round's agent observations, then DecideFailSlowValidation (controller/failslow_validation.h)
+// on the newest finding, and merges both into the plan (status findings with their
+// validation, set_nccl_mode and run_diagnostic commands, events). The link rounds'
+// rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at
+// the observation's candidate port. A spec whose layout is invalid leaves the plan as is.
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options = {},
+                         const FailSlowValidationOptions& validation_options = {});
 
 }  // namespace peregrine
 

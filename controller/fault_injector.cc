@@ -92,6 +92,7 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
     r.machine = j.value("machine", "");
     r.local_rank = j.value("localRank", -1);
     r.factor = j.value("factor", 1.0);
+    r.fraction = j.value("fraction", 0.0);
     r.peer_slot = j.value("peerSlot", -1);
     r.peer_machine = j.value("peerMachine", "");
     r.delay_us = j.value("delayUs", int64_t{0});
@@ -100,13 +101,17 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
   }
-  static const char* kKinds[] = {"kill", "crash", "hang", "slow", "nan", "corrupt", "link", "xid", "nic-flap", "clear"};
+  static const char* kKinds[] = {"kill", "crash",   "hang", "slow", "jitter",  "nan",
+                                 "corrupt", "link", "xid",  "nic-flap", "clear"};
   if (std::find(std::begin(kKinds), std::end(kKinds), r.kind) == std::end(kKinds)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kind: unknown fault '", r.kind,
-        "' (expected kill, crash, hang, slow, nan, corrupt, link, xid, nic-flap or clear)"));
+        "' (expected kill, crash, hang, slow, jitter, nan, corrupt, link, xid, nic-flap or clear)"));
   }
   if (r.kind == "slow" && !(r.factor > 1.0)) return absl::InvalidArgumentError("factor: a slowdown must be > 1");
+  if (r.kind == "jitter" && !(r.fraction > 0.0 && r.fraction < 1.0)) {
+    return absl::InvalidArgumentError("fraction: a jitter fraction must be in (0, 1), e.g. 0.05 for +-5%");
+  }
   if (r.kind == "link" && r.delay_us <= 0 && r.bandwidth_bytes_per_second <= 0) {
     return absl::InvalidArgumentError("delayUs or bandwidthBytesPerSecond: a link fault needs one of them > 0");
   }
@@ -122,6 +127,7 @@ std::string FaultRequestToJson(const FaultRequest& r) {
   if (r.slot >= 0) j["slot"] = r.slot;
   if (!r.machine.empty()) j["machine"] = r.machine;
   if (r.kind == "slow") j["factor"] = r.factor;
+  if (r.kind == "jitter") j["fraction"] = r.fraction;
   if (r.peer_slot >= 0) j["peerSlot"] = r.peer_slot;
   if (!r.peer_machine.empty()) j["peerMachine"] = r.peer_machine;
   if (r.delay_us > 0) j["delayUs"] = r.delay_us;
@@ -186,9 +192,13 @@ absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const J
   if (r.kind == "nan") f.nan = true;
   if (r.kind == "corrupt") f.corrupt = true;
   if (r.kind == "slow") f.compute_slowdown = r.factor;
+  if (r.kind == "jitter") f.jitter_fraction = r.fraction;
   if (auto s = sim::SetRankFault(fault_table_path_, *id, r.local_rank, f); !s.ok()) return s;
-  return r.kind == "slow" ? absl::StrFormat("%s computes %.2fx slower", target, r.factor)
-                          : absl::StrCat(target, ": ", r.kind);
+  if (r.kind == "slow") return absl::StrFormat("%s computes %.2fx slower", target, r.factor);
+  if (r.kind == "jitter") {
+    return absl::StrFormat("%s: compute time jitters by up to +-%.1f%% per iteration", target, r.fraction * 100);
+  }
+  return absl::StrCat(target, ": ", r.kind);
 }
 
 }  // namespace peregrine

@@ -4,10 +4,11 @@
 // (sim/fault/fault_control.h), which the training processes follow while they run.
 //
 // Request grammar (also the JSON body of POST /api/v1/jobs/{ns}/{name}/faults):
-//   kind: kill | crash | hang | slow | nan | corrupt | link | xid | nic-flap | clear
+//   kind: kill | crash | hang | slow | jitter | nan | corrupt | link | xid | nic-flap | clear
 //   slot: the machine slot (0..machines-1) whose current machine is targeted, or
 //   machine: a machine id; localRank: the GPU (-1 = the whole machine);
-//   factor (slow, > 1); peerSlot / peerMachine, delayUs, bandwidthBytesPerSecond (link).
+//   factor (slow, > 1); fraction (jitter, in (0, 1): each iteration's compute of the
+//   target GPU(s) is stretched by a random factor in [1 - fraction, 1 + fraction]); peerSlot / peerMachine, delayUs, bandwidthBytesPerSecond (link).
 //   xid (default 79): xid appends a real-format NVRM Xid record for GPU localRank (0 when
 //   -1) to the stand-in machine's kernel log <simMachineRoot>/<machine>/kmsg; nic-flap bumps
 //   carrier_changes (+2) and carrier_down_count (+1) of its NIC sim0 under
@@ -33,6 +34,7 @@ struct FaultRequest {
   std::string machine;
   int local_rank = -1;
   double factor = 1.0;
+  double fraction = 0.0;  // jitter
   int peer_slot = -1;
   std::string peer_machine;
   int64_t delay_us = 0;

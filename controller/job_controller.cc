@@ -191,7 +191,7 @@ int64_t JobController::ReconcileOnce() {
   }
 
   JobPlan plan = DecideJob(current, before, obs, now, options_.decision);
-  ApplyFailSlowPolicy(current, obs.agents, now, &plan);  // Falcon-Detect: profile, localize, report
+  ApplyFailSlowPolicy(current, obs, now, &plan);  // Falcon-Detect: profile, localize, validate, report
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
     if (auto s = cluster_->CreatePod(current, c); !s.ok()) error = s.ToString();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "controller/job_spec.h"
+#include "diagnosis/stack_parse.h"
 
 namespace peregrine {
 
@@ -45,6 +46,17 @@ struct StandbyStatus {
   bool observed = false;
 };
 
+// One stage of a stop-time diagnosis (stop_time_diagnosis.h) as recorded in its incident.
+struct DiagnosisStageRecord {
+  std::string stage;   // stop, alignment, eud, all_to_all, all_gather, replay
+  int64_t started_at = 0;
+  int64_t finished_at = 0;  // 0 while running
+  std::string verdict;      // passed | failed | no-verdict ("" while running)
+  std::vector<std::string> failed_machines;  // machine ids
+  std::vector<std::string> results;          // one line per machine / pair / group, with figures
+  std::string note;                          // why no verdict, the digest majority, ...
+};
+
 // One incident: a failure signal, what was decided and what it cost.
 struct Incident {
   uint64_t id = 0;
@@ -59,6 +71,22 @@ struct Incident {
   uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure
   uint64_t resume_step = 0;      // the step training resumed after
   double training_time_lost_seconds = 0;
+  std::vector<DiagnosisStageRecord> diagnosis;  // the stop-time diagnosis it ran, in order
+};
+
+// A stop-time diagnosis in progress (stop_time_diagnosis.h): persisted so a restarted
+// controller resumes it at the same stage and round (command ids are deterministic, agents
+// answer a known id with the stored result).
+struct StopTimeDiagnosis {
+  uint64_t incident_id = 0;
+  bool numeric = false;     // NaN / loss spike: the alignment stage runs first
+  std::string stage;        // the current stage
+  int round = 0;            // the round inside it (all_gather pair rounds, replay phases)
+  int64_t stage_started_at = 0;  // when the current round's commands went out
+  uint32_t port_base = 0;   // rendezvous ports: port_base + 1 + pair / group index
+  // Outcomes of the finished rounds of a multi-round stage: all_gather "<edge>" ->
+  // passed | failed | excluded; replay "<round>/<group>" -> digest | failed | unavailable.
+  std::map<std::string, std::string> outcomes;
 };
 
 struct Eviction {
@@ -86,13 +114,32 @@ struct NetworkAlarmRecord {
 // A fail-slow of the job (Falcon-Detect): detected from the ranks' verified iteration-time
 // changes, localized by comparing the communication groups' profiles, ended when the
 // ranks' iteration time came back.
+// Validation while paused (Falcon section 4.3; controller/failslow_validation.h): NCCL
+// trapped on every agent, GEMM on the suspects' machines, the O(1) link rounds over the
+// ring links of the suspect groups' kinds, then NCCL released.
+struct FailSlowValidation {
+  std::string state;                  // "" not started; Pausing, Gemm, Links, Resuming, Done
+  int pass = 0;                       // Gemm / Links: which pass of the measurement (from 1)
+  std::string verdict;                // confirmed | not confirmed | failed (set once judged)
+  int64_t started_at = 0;
+  int64_t phase_started_at = 0;       // when the current state began (timeouts)
+  int64_t ended_at = 0;               // training released (Done)
+  std::vector<std::string> machines;  // machines whose GPUs ran GEMM
+  std::string link_kinds;             // group kinds whose ring links were measured ("dp,pp")
+  std::string master_addr;            // the link rounds' rendezvous (the current pass's port)
+  uint32_t master_port = 0;
+  std::vector<int> slow_gpus;         // global ranks whose GEMM is slower than their peers
+  std::vector<std::string> slow_links;  // "dp 0->2": kind, sender and receiver global ranks
+  std::string detail;                 // the figures behind the verdict, or why it failed
+};
+
 struct FailSlowFinding {
   uint64_t id = 0;
   std::string state;            // Profiling (locating), Localized, Recovered
-  std::string kind;             // compute | communication | "" while not localized
-  std::vector<int> ranks;       // the slow rank (compute) or the slow group's ranks
+  std::string kind;             // compute | communication | compute+communication | "" while not localized
+  std::vector<int> ranks;       // the slow rank(s) (compute, compute+communication) or the slow groups' ranks
   std::string group;            // "dp 1", "pp 0", "tp 3" (communication); "" for compute
-  std::vector<std::string> machines;  // machine ids of `ranks`
+  std::vector<std::string> machines;  // machine ids of the slow ranks and groups
   double severity = 0;          // iteration time / healthy - 1 (largest reported)
   std::string tier;             // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
   double healthy_iteration_seconds = 0;
@@ -102,6 +149,15 @@ struct FailSlowFinding {
   int64_t localized_at = 0;
   int64_t ended_at = 0;         // 0 while ongoing
   std::string detail;           // the numbers behind the verdict
+  FailSlowValidation validation;
+};
+
+// The loss monitor's running reference (loss_monitor.h): recent per-step medians over the
+// ranks, newest last, and the last step folded in.
+struct LossReference {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  uint64_t step = 0;
 };
 
 struct JobStatus {
@@ -140,6 +196,9 @@ struct JobStatus {
   // A non-urgent hot update waiting for the next failure-triggered restart or its window.
   std::optional<CodeVersionSpec> pending_code;
   int64_t pending_code_since = 0;
+  LossReference loss_reference;
+  std::optional<StopTimeDiagnosis> diagnosis;  // set while training is stopped for diagnosis
+  int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
 };
 
 // ---------------------------------------------------------------------------
@@ -201,6 +260,45 @@ struct CommProfileObservation {
   std::vector<CollectiveObservation> collectives;
 };
 
+// The plain form of peregrine.v1.DiagnosticResult (every field of the proto).
+struct DiagnosticOutcome {
+  std::string kind;
+  bool passed = false;
+  std::string detail;
+  std::map<std::string, double> figures;
+  std::vector<int> failed_ranks;  // global ranks
+  bool not_present = false;       // tool and stand-in absent: never a fault (passed is true)
+  std::string digest;             // alignment / replay
+  std::string machine_id;
+  double seconds = 0;
+};
+
+// One process's captured stacks (peregrine.v1.ProcessStacks): parsed frames plus the
+// tool's raw text.
+struct CapturedProcessStack {
+  ProcessStack stack;
+  std::string raw;
+};
+
+// The result of one command as the agent reported it (peregrine.v1.CommandResult).
+struct CommandResultObservation {
+  std::string command_id;
+  bool ok = false;
+  int code = 0;              // absl::StatusCode numbering; 0 is OK
+  std::string message;       // the error message (or a note on success)
+  int64_t finished_at = 0;
+  std::optional<DiagnosticOutcome> diagnostic;  // RunDiagnostic
+  bool has_stacks = false;                      // CaptureStacks
+  std::map<int, std::vector<CapturedProcessStack>> stacks;  // by global rank; -1: not a rank
+};
+
+// The latest loss and grad-norm one rank printed, with the step they belong to.
+struct RankLossObservation {
+  uint64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -221,6 +319,9 @@ struct AgentObservation {
   bool nccl_profiling = false;  // the agent acknowledged profiling on (set_nccl_mode)
   std::vector<InspectionObservation> inspections;  // latest non-OK result per component
   std::vector<InspectionObservation> alarms;       // bounded, newest last
+  // Results of the commands sent to it, by command id (bounded: the newest 64).
+  std::map<std::string, CommandResultObservation> command_results;
+  std::map<int, RankLossObservation> rank_losses;  // by global rank (for `attempt`)
 };
 
 struct JobObservation {
@@ -261,8 +362,26 @@ struct AssignmentSpec {
   CodeVersionSpec code;
 };
 
-enum class CommandKind { kRestartInPlace, kActivate, kStop, kSetNcclMode };
+enum class CommandKind {
+  kRestartInPlace,
+  kActivate,
+  kStop,
+  kSetNcclMode,
+  kPause,          // SIGSTOP the training processes
+  kResume,         // SIGCONT them
+  kCaptureStacks,  // stacks of every training-related process (result: stacks)
+  kRunDiagnostic,  // one diagnostic (result: a DiagnosticOutcome)
+};
 const char* CommandKindName(CommandKind kind);
+
+// peregrine.v1.RunDiagnostic: kind (eud, all_to_all, all_gather, alignment, replay, gemm,
+// p2p_rounds), string params (agent/diagnostics/README.md) and a timeout (0: the kind's default).
+struct DiagnosticRequest {
+  std::string kind;
+  std::map<std::string, std::string> params;
+  uint32_t timeout_ms = 0;
+  bool operator==(const DiagnosticRequest&) const = default;
+};
 
 struct CommandToSend {
   std::string pod;
@@ -272,6 +391,8 @@ struct CommandToSend {
   int grace_ms = 0;
   bool nccl_profiling = false;  // kSetNcclMode
   bool nccl_trap = false;       // kSetNcclMode
+  bool include_native = false;  // kCaptureStacks
+  DiagnosticRequest diagnostic;  // kRunDiagnostic
 };
 
 struct JobEvent {

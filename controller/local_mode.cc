@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
 #include "controller/controller_metrics.h"
@@ -198,6 +199,52 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.at_step = 60;
     return s;
   }
+  if (name == "failslow-congested-link") {  // 20 ms per message between the machines of DP groups 0 and 1
+    s.fault.kind = "link";
+    s.fault.slot = 0;
+    s.fault.peer_slot = machines > 1 ? 1 : 0;
+    s.fault.delay_us = 20000;
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-rank-and-link") {  // a 3x slower GPU and a congested link at once: both named
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 2 ? 2 : 0;
+    s.fault.local_rank = 1;
+    s.fault.factor = 3;
+    FaultRequest link;
+    link.kind = "link";
+    link.slot = 0;
+    link.peer_slot = machines > 1 ? 1 : 0;
+    link.delay_us = 20000;
+    s.more_faults.push_back(link);
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-two-slow-ranks") {  // two GPUs on different machines, sharing no group, 3x slower
+    s.fault.kind = "slow";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = 1;
+    s.fault.factor = 3;
+    FaultRequest second = s.fault;
+    second.slot = machines > 2 ? 2 : 0;
+    second.local_rank = 0;
+    s.more_faults.push_back(second);
+    s.at_step = 60;
+    return s;
+  }
+  if (name == "failslow-jitter") {  // every GPU's compute +-5% per iteration: no fail-slow may be reported
+    s.fault.kind = "jitter";
+    s.fault.slot = 0;
+    s.fault.fraction = 0.05;
+    for (int m = 1; m < machines; ++m) {
+      FaultRequest more = s.fault;
+      more.slot = m;
+      s.more_faults.push_back(more);
+    }
+    s.at_step = 10;
+    return s;
+  }
   if (name == "xid") {  // a fatal Xid (79, GPU fallen off the bus) on one machine's GPU 0
     s.fault.kind = "xid";
     s.fault.slot = machines > 1 ? 1 : 0;
@@ -210,14 +257,23 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.slot = machines > 2 ? 2 : machines - 1;
     return s;
   }
-  if (name == "crash") {
+  if (name == "crash" || name == "crash-once") {
     s.fault.kind = "crash";
     s.fault.slot = machines > 1 ? 1 : 0;
     s.fault.local_rank = 0;
+    s.clear_on_incident = name == "crash-once";
     return s;
   }
-  return absl::InvalidArgumentError(absl::StrCat("--scenario: unknown scenario '", name,
-                                                 "' (known: kill-machine, crash, xid, nic-flap, failslow-slow-rank)"));
+  if (name == "nan") {  // one machine's GPUs contribute NaN to every collective
+    s.fault.kind = "nan";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = -1;
+    return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scenario: unknown scenario '", name,
+                   "' (known: kill-machine, crash, crash-once, nan, xid, nic-flap, failslow-slow-rank, "
+                   "failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter)"));
 }
 
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {
@@ -233,6 +289,14 @@ std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const Job
                           static_cast<double>(inc.decided_at - origin) / 1e9, inc.decision,
                           inc.resumed_at ? static_cast<double>(inc.resumed_at - origin) / 1e9 : 0.0);
     for (const std::string& a : inc.actions) absl::StrAppendFormat(&out, "     - %s\n", a);
+    for (const DiagnosisStageRecord& r : inc.diagnosis) {
+      absl::StrAppendFormat(&out, "     diagnosis %s +%.2fs..+%.2fs: %s%s%s\n", r.stage,
+                            static_cast<double>(r.started_at - origin) / 1e9,
+                            static_cast<double>(r.finished_at - origin) / 1e9, r.verdict.empty() ? "running" : r.verdict,
+                            r.failed_machines.empty() ? "" : absl::StrCat(" (", absl::StrJoin(r.failed_machines, ", "), ")"),
+                            r.note.empty() ? "" : absl::StrCat("; ", r.note));
+      for (const std::string& line : r.results) absl::StrAppendFormat(&out, "       %s\n", line);
+    }
     absl::StrAppendFormat(&out, "     training time lost: %.2f s (resumed after step %d; failure at step %d)\n",
                           inc.training_time_lost_seconds, inc.resume_step, inc.step_at_failure);
   }

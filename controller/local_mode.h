@@ -49,12 +49,20 @@ class LocalMode {
 };
 
 // A demo scenario by name: what to inject and when. Names: kill-machine (a machine dies
-// mid-training), crash (a rank crashes with no machine at fault), xid (a fatal Xid on one
-// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower).
+// mid-training), crash (a rank keeps crashing with no machine at fault: diagnosis,
+// reattempt, rollback, replay), crash-once (one crash with no culprit: diagnosis passes, a
+// reattempt fixes it), nan (one machine contributes NaN: the alignment stage of the
+// stop-time diagnosis isolates it; needs the agents' diagnostics), xid (a fatal Xid on one
+// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower),
+// failslow-congested-link (20 ms per message between two machines), failslow-rank-and-link
+// (both at once), failslow-two-slow-ranks (two GPUs on different machines 3x slower),
+// failslow-jitter (every GPU's compute +-5% per iteration: nothing must be reported).
 struct Scenario {
   std::string name;
   uint64_t at_step = 30;
   FaultRequest fault;
+  std::vector<FaultRequest> more_faults;  // injected right after `fault`
+  bool clear_on_incident = false;  // one-off: the driver clears the fault once the incident opened
 };
 absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines);
 

@@ -25,8 +25,9 @@ constexpr char kUsage[] =
     "  status [NAMESPACE/]NAME\n"
     "      phase, attempt, step, ETTR, standbys, machines and incidents of a job\n"
     "  inject KIND [NAMESPACE/]NAME (--slot N | --machine ID) [--local-rank R]\n"
-    "         [--factor F] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
-    "      KIND: kill (the machine dies), crash, hang, slow (--factor), nan, corrupt (silent\n"
+    "         [--factor F] [--fraction J] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
+    "      KIND: kill (the machine dies), crash, hang, slow (--factor), jitter (--fraction: each\n"
+    "      iteration's compute stretched by a random factor in [1-J, 1+J]), nan, corrupt (silent\n"
     "      wrong values), link (--peer-*, --delay-us and/or --bandwidth bytes/s), clear\n"
     "  update [NAMESPACE/]NAME --revision R [--image I] [--command 'ARGV...'] [--urgent]\n"
     "      hot code update of a running job: --urgent restarts training in place with it\n"
@@ -282,7 +283,7 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   };
   int delay = 0;
   if (!int_flag("slot", &r.slot) || !int_flag("local-rank", &r.local_rank) || !int_flag("peer-slot", &r.peer_slot) ||
-      !int_flag("delay-us", &delay) || !double_flag("factor", &r.factor) ||
+      !int_flag("delay-us", &delay) || !double_flag("factor", &r.factor) || !double_flag("fraction", &r.fraction) ||
       !double_flag("bandwidth", &r.bandwidth_bytes_per_second)) {
     return 2;
   }
@@ -290,7 +291,7 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   if (auto it = a.flags.find("machine"); it != a.flags.end()) r.machine = it->second;
   if (auto it = a.flags.find("peer-machine"); it != a.flags.end()) r.peer_machine = it->second;
   for (const auto& [flag, value] : a.flags) {
-    static const char* kKnown[] = {"slot", "local-rank", "peer-slot", "delay-us", "factor", "bandwidth", "machine", "peer-machine"};
+    static const char* kKnown[] = {"slot", "local-rank", "peer-slot", "delay-us", "factor", "fraction", "bandwidth", "machine", "peer-machine"};
     if (std::find(std::begin(kKnown), std::end(kKnown), flag) == std::end(kKnown)) {
       err << "peregrinectl: unknown flag --" << flag << "\n" << kUsage;
       return 2;

@@ -45,6 +45,32 @@ JobPhase PhaseFromName(const std::string& s) {
   throw std::invalid_argument(absl::StrCat("phase: unknown value '", s, "'"));
 }
 
+json StagesToJson(const std::vector<DiagnosisStageRecord>& stages) {
+  json out = json::array();
+  for (const DiagnosisStageRecord& r : stages) {
+    out.push_back({{"stage", r.stage}, {"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)},
+                   {"verdict", r.verdict}, {"failedMachines", r.failed_machines}, {"results", r.results},
+                   {"note", r.note}});
+  }
+  return out;
+}
+
+std::vector<DiagnosisStageRecord> StagesFromJson(const json& j) {
+  std::vector<DiagnosisStageRecord> out;
+  for (const json& r : j) {
+    DiagnosisStageRecord x;
+    x.stage = r.at("stage").get<std::string>();
+    x.started_at = ParseTime(r, "startedAt");
+    x.finished_at = ParseTime(r, "finishedAt");
+    x.verdict = r.value("verdict", "");
+    x.failed_machines = r.value("failedMachines", std::vector<std::string>{});
+    x.results = r.value("results", std::vector<std::string>{});
+    x.note = r.value("note", "");
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatRfc3339(int64_t unix_nanos) {
@@ -105,7 +131,8 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
                          {"machines", i.machines}, {"decision", i.decision}, {"actions", i.actions},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
-                         {"trainingTimeLostSeconds", i.training_time_lost_seconds}});
+                         {"trainingTimeLostSeconds", i.training_time_lost_seconds},
+                         {"diagnosis", StagesToJson(i.diagnosis)}});
   }
   j["incidents"] = incidents;
   json evicted = json::array();
@@ -118,6 +145,17 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["recoveries"] = s.recoveries;
   j["reattempts"] = s.reattempts;
   j["triageDeadline"] = Time(s.triage_deadline);
+  j["rollbacks"] = s.rollbacks;
+  j["lossReference"] = {{"losses", s.loss_reference.losses},
+                        {"gradNorms", s.loss_reference.grad_norms},
+                        {"step", s.loss_reference.step}};
+  if (s.diagnosis) {
+    const StopTimeDiagnosis& d = *s.diagnosis;
+    j["diagnosis"] = {{"incidentId", d.incident_id}, {"numeric", d.numeric},
+                      {"stage", d.stage},            {"round", d.round},
+                      {"stageStartedAt", Time(d.stage_started_at)}, {"portBase", d.port_base},
+                      {"outcomes", d.outcomes}};
+  }
   json fail_slows = json::array();
   for (const FailSlowFinding& f : s.fail_slows) {
     fail_slows.push_back({{"id", f.id}, {"state", f.state}, {"kind", f.kind}, {"ranks", f.ranks},
@@ -126,6 +164,16 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
                           {"slowIterationSeconds", f.slow_iteration_seconds}, {"onset", Time(f.onset)},
                           {"detectedAt", Time(f.detected_at)}, {"localizedAt", Time(f.localized_at)},
                           {"endedAt", Time(f.ended_at)}, {"detail", f.detail}});
+    if (!f.validation.state.empty()) {
+      const FailSlowValidation& v = f.validation;
+      fail_slows.back()["validation"] = {
+          {"state", v.state},           {"pass", v.pass},             {"verdict", v.verdict},
+          {"startedAt", Time(v.started_at)}, {"phaseStartedAt", Time(v.phase_started_at)},
+          {"endedAt", Time(v.ended_at)}, {"machines", v.machines},
+          {"linkKinds", v.link_kinds},  {"masterAddr", v.master_addr},
+          {"masterPort", v.master_port}, {"slowGpus", v.slow_gpus},
+          {"slowLinks", v.slow_links},  {"detail", v.detail}};
+    }
   }
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
@@ -195,6 +243,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       inc.step_at_failure = i.value("stepAtFailure", uint64_t{0});
       inc.resume_step = i.value("resumeStep", uint64_t{0});
       inc.training_time_lost_seconds = i.value("trainingTimeLostSeconds", 0.0);
+      if (i.contains("diagnosis")) inc.diagnosis = StagesFromJson(i["diagnosis"]);
       s.incidents.push_back(std::move(inc));
     }
     for (const json& e : j.value("evictedMachines", json::array())) {
@@ -205,6 +254,25 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.recoveries = j.value("recoveries", 0);
     s.reattempts = j.value("reattempts", 0);
     s.triage_deadline = ParseTime(j, "triageDeadline");
+    s.rollbacks = j.value("rollbacks", 0);
+    if (j.contains("lossReference")) {
+      const json& l = j["lossReference"];
+      s.loss_reference.losses = l.value("losses", std::vector<double>{});
+      s.loss_reference.grad_norms = l.value("gradNorms", std::vector<double>{});
+      s.loss_reference.step = l.value("step", uint64_t{0});
+    }
+    if (j.contains("diagnosis")) {
+      const json& d = j["diagnosis"];
+      StopTimeDiagnosis x;
+      x.incident_id = d.at("incidentId").get<uint64_t>();
+      x.numeric = d.value("numeric", false);
+      x.stage = d.at("stage").get<std::string>();
+      x.round = d.value("round", 0);
+      x.stage_started_at = ParseTime(d, "stageStartedAt");
+      x.port_base = d.value("portBase", uint32_t{0});
+      x.outcomes = d.value("outcomes", std::map<std::string, std::string>{});
+      s.diagnosis = std::move(x);
+    }
     for (const json& f : j.value("failSlows", json::array())) {
       FailSlowFinding x;
       x.id = f.at("id");
@@ -222,6 +290,23 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       x.localized_at = ParseTime(f, "localizedAt");
       x.ended_at = ParseTime(f, "endedAt");
       x.detail = f.value("detail", "");
+      if (f.contains("validation")) {
+        const json& v = f.at("validation");
+        FailSlowValidation& y = x.validation;
+        y.state = v.value("state", "");
+        y.pass = v.value("pass", 0);
+        y.verdict = v.value("verdict", "");
+        y.started_at = ParseTime(v, "startedAt");
+        y.phase_started_at = ParseTime(v, "phaseStartedAt");
+        y.ended_at = ParseTime(v, "endedAt");
+        y.machines = v.value("machines", std::vector<std::string>{});
+        y.link_kinds = v.value("linkKinds", "");
+        y.master_addr = v.value("masterAddr", "");
+        y.master_port = v.value("masterPort", uint32_t{0});
+        y.slow_gpus = v.value("slowGpus", std::vector<int>{});
+        y.slow_links = v.value("slowLinks", std::vector<std::string>{});
+        y.detail = v.value("detail", "");
+      }
       s.fail_slows.push_back(std::move(x));
     }
     s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});

@@ -185,6 +185,10 @@ absl::Status SetRankFault(const std::string& path, int machine_id, int local_ran
     return absl::InvalidArgumentError(
         absl::StrCat("compute_slowdown must be in [1, 1e6], got ", fault.compute_slowdown));
   }
+  if (!(fault.jitter_fraction >= 0.0 && fault.jitter_fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jitter_fraction must be in [0, 1), got ", fault.jitter_fraction));
+  }
   return Mutate(path, [&](FaultTableSnapshot& s) {
     for (auto it = s.ranks.begin(); it != s.ranks.end(); ++it) {
       if (it->machine_id == machine_id && it->local_rank == local_rank) {

@@ -6,10 +6,11 @@
 // change, bumps the generation seqlock around it and unmaps again, so concurrent writers in
 // different processes are serialised. Thread-safe (no shared state in the process).
 //
-// Errors: kInvalidArgument for bad arguments (negative machine id, slowdown < 1, negative
-// delay or bandwidth), kNotFound when the table file is missing, kDataLoss when it is not a
-// valid version-1 table, kResourceExhausted when a table of entries is full, kInternal for
-// system-call failures (the message names the path and errno text).
+// Errors: kInvalidArgument for bad arguments (negative machine id, slowdown < 1, jitter
+// outside [0, 1), negative delay or bandwidth), kNotFound when the table file is missing,
+// kDataLoss when it is not a valid table of this build's version (fault_table.h; the
+// message names both versions), kResourceExhausted when a table of entries is full,
+// kInternal for system-call failures (the message names the path and errno text).
 #ifndef PEREGRINE_SIM_FAULT_FAULT_CONTROL_H_
 #define PEREGRINE_SIM_FAULT_FAULT_CONTROL_H_
 

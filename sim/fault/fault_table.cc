@@ -56,6 +56,7 @@ RankFault FaultTableSnapshot::RankFaultFor(int machine_id, int local_rank) const
     merged.crash |= e.fault.crash;
     merged.nan |= e.fault.nan;
     merged.corrupt |= e.fault.corrupt;
+    merged.jitter_fraction = std::max(merged.jitter_fraction, e.fault.jitter_fraction);
   }
   return merged;
 }
@@ -68,6 +69,20 @@ LinkFault FaultTableSnapshot::LinkFaultFor(int src_machine, int dst_machine) con
   return {};
 }
 
+double JitterFactor(double fraction, uint64_t seed, uint64_t draw) {
+  if (!(fraction > 0.0)) return 1.0;
+  // splitmix64 of (seed, draw): 53 uniform bits -> [0, 1] -> [1 - f, 1 + f].
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t h = mix(mix(seed) ^ draw);
+  const double u = static_cast<double>(h >> 11) / 9007199254740991.0;  // [0, 1]
+  return 1.0 - fraction + 2.0 * fraction * u;
+}
+
 RankFaultRecord EncodeRankFault(const RankFaultEntry& entry) {
   RankFaultRecord r{};
   r.machine_id = entry.machine_id;
@@ -75,6 +90,7 @@ RankFaultRecord EncodeRankFault(const RankFaultEntry& entry) {
   r.flags = (entry.fault.hang ? kFaultFlagHang : 0) | (entry.fault.crash ? kFaultFlagCrash : 0) |
             (entry.fault.nan ? kFaultFlagNan : 0) | (entry.fault.corrupt ? kFaultFlagCorrupt : 0);
   r.compute_slowdown = entry.fault.compute_slowdown;
+  r.jitter_fraction = entry.fault.jitter_fraction;
   return r;
 }
 
@@ -87,6 +103,7 @@ RankFaultEntry DecodeRankFault(const RankFaultRecord& r) {
   e.fault.nan = (r.flags & kFaultFlagNan) != 0;
   e.fault.corrupt = (r.flags & kFaultFlagCorrupt) != 0;
   e.fault.compute_slowdown = r.compute_slowdown;
+  e.fault.jitter_fraction = r.jitter_fraction;
   return e;
 }
 
@@ -121,8 +138,14 @@ bool ReadMappedFaultTable(const void* base, size_t bytes, FaultTableSnapshot* ou
     *error = "fault table has a bad magic";
     return false;
   }
-  if (fixed.version != kFaultTableVersion || fixed.header_bytes != sizeof(FaultTableHeader)) {
-    *error = "fault table has an unsupported version";
+  if (fixed.version != kFaultTableVersion) {
+    *error = "fault table has version " + std::to_string(fixed.version) + ", this build reads version " +
+             std::to_string(kFaultTableVersion) + " only (re-create the table)";
+    return false;
+  }
+  if (fixed.header_bytes != sizeof(FaultTableHeader)) {
+    *error = "fault table header is " + std::to_string(fixed.header_bytes) + " bytes, expected " +
+             std::to_string(sizeof(FaultTableHeader));
     return false;
   }
   const size_t need = sizeof(FaultTableHeader) + fixed.rank_capacity * sizeof(RankFaultRecord) +

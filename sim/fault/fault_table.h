@@ -7,10 +7,13 @@
 // rank (env LOCAL_RANK; -1 in a fault = every GPU of that machine), so a fault disappears
 // when its machine is replaced by a standby.
 //
-// File layout (version 1, little-endian, all fields naturally aligned, 8-byte words):
+// File layout (version 2, little-endian, all fields naturally aligned, 8-byte words).
+// Version history: 1 had 24-byte rank records without jitter_fraction; 2 added it. A
+// reader accepts exactly its own version and names both versions when it rejects a file
+// (a table left by an older build is re-created by CreateFaultTable).
 //   offset 0, 64 bytes: FaultTableHeader
 //     char     magic[8]        "PRGFLT\0\1"
-//     uint32_t version         1
+//     uint32_t version         2
 //     uint32_t header_bytes    64
 //     uint32_t rank_capacity   kRankFaultCapacity
 //     uint32_t link_capacity   kLinkFaultCapacity
@@ -19,10 +22,12 @@
 //     uint32_t rank_count      live RankFaultRecords
 //     uint32_t link_count      live LinkFaultRecords
 //     uint8_t  reserved[24]
-//   offset 64: RankFaultRecord[rank_capacity], 24 bytes each
+//   offset 64: RankFaultRecord[rank_capacity], 32 bytes each
 //     int32_t machine_id; int32_t local_rank (-1 = whole machine);
 //     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt); uint32_t reserved;
 //     double compute_slowdown (>= 1)
+//     double jitter_fraction (in [0, 1): each iteration's compute is stretched by a
+//            factor drawn uniformly from [1 - j, 1 + j], see JitterFactor)
 //   then: LinkFaultRecord[link_capacity], 24 bytes each (directional src -> dst)
 //     int32_t src_machine; int32_t dst_machine; int64_t delay_us;
 //     double bandwidth_bytes_per_s (0 = unlimited)
@@ -44,7 +49,7 @@
 namespace peregrine::sim {
 
 inline constexpr char kFaultTableMagic[8] = {'P', 'R', 'G', 'F', 'L', 'T', '\0', '\1'};
-inline constexpr uint32_t kFaultTableVersion = 1;
+inline constexpr uint32_t kFaultTableVersion = 2;
 inline constexpr uint32_t kRankFaultCapacity = 256;
 inline constexpr uint32_t kLinkFaultCapacity = 256;
 
@@ -72,8 +77,9 @@ struct RankFaultRecord {
   uint32_t flags;
   uint32_t reserved;
   double compute_slowdown;
+  double jitter_fraction;
 };
-static_assert(sizeof(RankFaultRecord) == 24);
+static_assert(sizeof(RankFaultRecord) == 32);
 
 struct LinkFaultRecord {
   int32_t src_machine;
@@ -95,7 +101,13 @@ struct RankFault {
   bool crash = false;             // the trainer prints a CUDA-style error and aborts
   bool nan = false;               // the rank contributes NaN (floating types) to NCCL ops
   bool corrupt = false;           // the rank contributes values scaled by (1 + 1e-3)
-  bool Any() const { return compute_slowdown != 1.0 || hang || crash || nan || corrupt; }
+  // Random per-iteration noise: the trainer stretches each iteration's compute by a
+  // factor uniform in [1 - jitter_fraction, 1 + jitter_fraction] (JitterFactor), on top
+  // of compute_slowdown. In [0, 1); 0 = none.
+  double jitter_fraction = 0.0;
+  bool Any() const {
+    return compute_slowdown != 1.0 || hang || crash || nan || corrupt || jitter_fraction != 0.0;
+  }
   bool operator==(const RankFault&) const = default;
 };
 
@@ -128,12 +140,19 @@ struct FaultTableSnapshot {
   std::vector<LinkFaultEntry> links;
 
   // The fault that applies to GPU (machine_id, local_rank): the machine-wide entry
-  // (local_rank -1) merged with the GPU's own entry (flags OR-ed, largest slowdown).
+  // (local_rank -1) merged with the GPU's own entry (flags OR-ed, largest slowdown,
+  // largest jitter).
   // machine_id < 0 (identity unknown) never matches.
   RankFault RankFaultFor(int machine_id, int local_rank) const;
   // The fault on the directional link src -> dst; healthy when absent or unknown (< 0).
   LinkFault LinkFaultFor(int src_machine, int dst_machine) const;
 };
+
+// The compute stretch of a jittering GPU for one draw: uniform in
+// [1 - fraction, 1 + fraction], a pure function of (seed, draw) (the trainer uses its
+// global rank as the seed and the step as the draw, so a rank's noise is reproducible and
+// ranks are independent). fraction <= 0 gives exactly 1.
+double JitterFactor(double fraction, uint64_t seed, uint64_t draw);
 
 // Encodes/decodes one record (shared by reader and writer).
 RankFaultRecord EncodeRankFault(const RankFaultEntry& entry);
@@ -142,7 +161,8 @@ LinkFaultRecord EncodeLinkFault(const LinkFaultEntry& entry);
 LinkFaultEntry DecodeLinkFault(const LinkFaultRecord& record);
 
 // Copies a consistent snapshot out of a mapped table (seqlock read). Returns false with
-// *error set when the mapping is not a valid version-1 table.
+// *error set when the mapping is not a valid table of kFaultTableVersion (the error names
+// the file's version and the supported one).
 bool ReadMappedFaultTable(const void* base, size_t bytes, FaultTableSnapshot* out,
                           std::string* error);
 

@@ -87,7 +87,9 @@ class ComputeFaults {
       SleepMs(20);
       f = reader_.Poll().RankFaultFor(machine_id_, local_rank_);
     }
-    SleepMs((measured_ms + extra_ms) * f.compute_slowdown - measured_ms);
+    // Jitter (if injected): this iteration's stretch, drawn per (rank, step).
+    const double stretch = f.compute_slowdown * JitterFactor(f.jitter_fraction, rank_, step);
+    SleepMs((measured_ms + extra_ms) * stretch - measured_ms);
   }
 
  private:

@@ -1,8 +1,12 @@
 #include "controller/decision_engine.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <set>
 
 #include "controller/job_parser.h"
+#include "controller/status_json.h"
 
 namespace peregrine {
 namespace {
@@ -33,6 +37,13 @@ struct World {
   JobObservation obs;
   int64_t now = 1000 * kSecond;
   int next_machine = 0;
+  // Stand-in diagnostics: what each machine's agent answers. Unless rigged, every diagnostic
+  // passes (alignment and replay with digest "good").
+  std::map<std::string, DiagnosticOutcome> rigged;  // "<machine>/<kind>" -> answer
+  std::string corrupt_machine;  // replay groups holding it print another digest
+  std::string all_gather_culprit;  // every all_gather pair holding it fails
+  std::set<std::string> silent;  // machines whose agents never answer diagnostics
+  std::vector<CommandToSend> diagnostics_seen;
 
   PodObservation* Pod(const std::string& name) {
     for (auto& p : obs.pods) if (p.name == name) return &p;
@@ -63,11 +74,46 @@ struct World {
       std::erase_if(obs.pods, [&](const PodObservation& p) { return p.name == d.name; });
       std::erase_if(obs.agents, [&](const AgentObservation& a) { return a.pod == d.name; });
     }
+    std::map<std::string, std::set<std::string>> replay_groups;  // group label -> machines
+    std::map<std::string, std::set<std::string>> pairs;          // all_gather port -> machines
+    for (const CommandToSend& c : plan.commands) {
+      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == "replay") {
+        replay_groups[c.diagnostic.params.at("group")].insert(Agent(c.pod)->machine_id);
+      }
+      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == "all_gather") {
+        pairs[c.diagnostic.params.at("master_port")].insert(Agent(c.pod)->machine_id);
+      }
+    }
     for (const CommandToSend& c : plan.commands) {
       AgentObservation* a = Agent(c.pod);
       REQUIRE(a != nullptr);
       if (c.kind == CommandKind::kStop) {
         a->phase = AgentTrainingPhase::kIdle;
+        a->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, std::nullopt, false, {}};
+        continue;
+      }
+      if (c.kind == CommandKind::kRunDiagnostic) {
+        diagnostics_seen.push_back(c);
+        if (silent.count(a->machine_id)) {
+          a->pending_command_ids.push_back(c.id);
+          continue;
+        }
+        DiagnosticOutcome d;
+        d.kind = c.diagnostic.kind;
+        d.passed = true;
+        d.machine_id = a->machine_id;
+        if (d.kind == "alignment") d.digest = "good";
+        if (d.kind == "replay") {
+          d.digest = replay_groups[c.diagnostic.params.at("group")].count(corrupt_machine)
+                         ? "bad-" + c.diagnostic.params.at("group")
+                         : "good";
+        }
+        if (auto it = rigged.find(a->machine_id + "/" + d.kind); it != rigged.end()) d = it->second;
+        if (d.kind == "all_gather" && pairs[c.diagnostic.params.at("master_port")].count(all_gather_culprit)) {
+          d.passed = false;  // both members of a pair with the culprit see wrong contributions
+          d.detail = "contributions arrived wrong";
+        }
+        a->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, d, false, {}};
         continue;
       }
       a->attempt = c.assignment.attempt;
@@ -76,6 +122,16 @@ struct World {
       a->exits.clear();
       a->rank_steps.clear();
     }
+    return plan;
+  }
+  // Steps until a running stop-time diagnosis has its verdict; returns the last plan.
+  JobPlan Settle() {
+    JobPlan plan = Step();
+    for (int i = 0; i < 40 && status.diagnosis; ++i) {
+      now += kSecond;
+      plan = Step();
+    }
+    REQUIRE_FALSE(status.diagnosis.has_value());
     return plan;
   }
   void Progress(uint64_t step) {
@@ -185,7 +241,7 @@ TEST_CASE("A crash with no machine at fault is reattempted in place", "[unit]") 
   a->exits = {RankExit{2, 1, 0, {"RuntimeError: boom"}}};
   w.Step();
   w.now += 2 * kSecond;
-  JobPlan plan = w.Step();
+  JobPlan plan = w.Settle();
   CHECK(w.status.incidents.back().kind == "ProcessCrash");
   CHECK(w.status.incidents.back().decision.find("reattempt") != std::string::npos);
   CHECK(w.status.evicted.empty());
@@ -203,7 +259,7 @@ TEST_CASE("An attempt that never completes a step is one incident, then a reatte
   REQUIRE(w.status.incidents.size() == 1);
   CHECK(w.status.incidents[0].signal.find("made no step") != std::string::npos);
   w.now += 2 * kSecond;
-  JobPlan plan = w.Step();
+  JobPlan plan = w.Settle();
   CHECK(w.status.incidents.size() == 1);
   CHECK(w.status.attempt == 2);
   CHECK(plan.commands.size() == 4);
@@ -250,7 +306,7 @@ TEST_CASE("A job gives up after maxRecoveries", "[unit]") {
     a->exits = {RankExit{0, 1, 0, {}}};
     w.Step();
     w.now += 2 * kSecond;
-    w.Step();
+    w.Settle();
   }
   CHECK(w.status.phase == JobPhase::kFailed);
 }
@@ -274,7 +330,7 @@ World RunningWorld(uint64_t step) {
 JobPlan Triage(World& w) {
   w.Step();
   w.now += 2 * kSecond;
-  return w.Step();
+  return w.Settle();
 }
 
 InspectionObservation Inspection(std::string kind, std::string status, bool machine, int64_t at,
@@ -489,6 +545,290 @@ TEST_CASE("A user-code error with no earlier version is reattempted", "[unit]") 
   Triage(w);
   CHECK(w.status.incidents.back().decision.find("reattempt") != std::string::npos);
   CHECK(w.status.attempt == 2);
+}
+
+
+// ---------------------------------------------------------------------------
+// Stop-time diagnosis (stop_time_diagnosis.h) and the escalation ladder
+// ---------------------------------------------------------------------------
+
+void Crash(World& w, int slot) {
+  AgentObservation* a = w.Agent(w.status.slots[static_cast<size_t>(slot)].pod);
+  a->phase = AgentTrainingPhase::kExited;
+  a->exits = {RankExit{slot * 2, 1, 0, {"Segmentation fault (core dumped)"}}};
+}
+
+std::vector<std::string> StageNames(const Incident& inc) {
+  std::vector<std::string> out;
+  for (const DiagnosisStageRecord& r : inc.diagnosis) out.push_back(r.stage);
+  return out;
+}
+
+DiagnosticOutcome Failing(const std::string& kind, const std::string& machine, std::string detail) {
+  DiagnosticOutcome d;
+  d.kind = kind;
+  d.passed = false;
+  d.detail = std::move(detail);
+  d.machine_id = machine;
+  return d;
+}
+
+TEST_CASE("A crash with no culprit stops training and runs EUD, all-to-all and neighbour all-gather, then reattempts",
+          "[unit]") {
+  World w = RunningWorld(20);
+  Crash(w, 1);
+  w.Step();
+  w.now += 2 * kSecond;
+  JobPlan first = w.Step();  // triage over: stop every machine
+  REQUIRE(w.status.diagnosis.has_value());
+  CHECK(w.status.diagnosis->stage == "stop");
+  int stops = 0;
+  for (const CommandToSend& c : first.commands) {
+    CHECK(c.kind == CommandKind::kStop);
+    CHECK(c.id.find("/incident-1/stop/") != std::string::npos);
+    ++stops;
+  }
+  CHECK(stops == 4);
+  CHECK(w.status.incidents.back().decided_at == 0);
+  JobPlan plan = w.Settle();
+  const Incident& inc = w.status.incidents.back();
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather"});
+  for (const DiagnosisStageRecord& r : inc.diagnosis) CHECK(r.verdict == "passed");
+  CHECK(inc.diagnosis[3].results.size() == 8);  // 2 rounds x 2 pairs x 2 machines
+  CHECK_THAT(inc.decision, Catch::Contains("reattempt"));
+  CHECK(w.status.evicted.empty());
+  CHECK(w.status.attempt == 2);
+  CHECK(plan.commands.size() == 4);
+  // Deterministic ids, each diagnostic once per machine, all-gather in neighbour pairs.
+  std::set<std::string> ids;
+  for (const CommandToSend& c : w.diagnostics_seen) CHECK(ids.insert(c.id).second);
+  CHECK(w.diagnostics_seen.size() == 4 + 4 + 8);
+  CHECK(w.Step().Empty());
+}
+
+TEST_CASE("The machine failing EUD is evicted; a standby takes its slot; nothing else is evicted", "[unit]") {
+  World w = RunningWorld(20);
+  const std::string bad = w.status.slots[2].machine_id;
+  const std::vector<std::string> before = {w.status.slots[0].machine_id, w.status.slots[1].machine_id,
+                                           w.status.slots[3].machine_id};
+  w.rigged[bad + "/eud"] = Failing("eud", bad, "gpu1: self-test digest differs");
+  Crash(w, 0);
+  Triage(w);
+  const Incident& inc = w.status.incidents.back();
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud"});
+  CHECK(inc.diagnosis.back().verdict == "failed");
+  CHECK(inc.diagnosis.back().failed_machines == std::vector<std::string>{bad});
+  CHECK(inc.machines == std::vector<std::string>{bad});
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == bad);
+  CHECK(w.status.slots[2].machine_id != bad);
+  CHECK(w.status.slots[0].machine_id == before[0]);
+  CHECK(w.status.slots[1].machine_id == before[1]);
+  CHECK(w.status.slots[3].machine_id == before[2]);
+}
+
+TEST_CASE("Neighbour all-gather: the machine failing both its pairs is evicted, its neighbours are not", "[unit]") {
+  World w = RunningWorld(20);
+  w.all_gather_culprit = w.status.slots[1].machine_id;
+  Crash(w, 3);
+  Triage(w);
+  const Incident& inc = w.status.incidents.back();
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather"});
+  CHECK(inc.diagnosis.back().failed_machines == std::vector<std::string>{w.all_gather_culprit});
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == w.all_gather_culprit);
+}
+
+TEST_CASE("A NaN loss runs the alignment test first and isolates the machine with the minority digest", "[unit]") {
+  World w = RunningWorld(20);
+  for (const SlotStatus& slot : w.status.slots) {
+    AgentObservation* a = w.Agent(slot.pod);
+    for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) {
+      a->rank_losses[r] = RankLossObservation{21, std::numeric_limits<double>::quiet_NaN(), 1.0};
+    }
+  }
+  const std::string bad = w.status.slots[3].machine_id;
+  DiagnosticOutcome odd;
+  odd.kind = "alignment";
+  odd.passed = true;
+  odd.digest = "other";
+  w.rigged[bad + "/alignment"] = odd;
+  w.Step();
+  REQUIRE(w.status.incidents.size() == 1);
+  CHECK(w.status.incidents[0].kind == "NaNLoss");
+  CHECK_THAT(w.status.incidents[0].signal, Catch::Contains("non-finite loss"));
+  w.now += 2 * kSecond;
+  w.Settle();
+  const Incident& inc = w.status.incidents.back();
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "alignment"});
+  CHECK_THAT(inc.diagnosis.back().note, Catch::Contains("majority digest good (3 of 4 machines)"));
+  CHECK(inc.machines == std::vector<std::string>{bad});
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == bad);
+}
+
+TEST_CASE("Alignment digests without a majority give no verdict; the other stages still run", "[unit]") {
+  World w = RunningWorld(20);
+  for (int i = 0; i < 4; ++i) {
+    DiagnosticOutcome d;
+    d.kind = "alignment";
+    d.passed = true;
+    d.digest = i < 2 ? "a" : "b";
+    w.rigged[w.status.slots[static_cast<size_t>(i)].machine_id + "/alignment"] = d;
+  }
+  AgentObservation* a = w.Agent(w.status.slots[0].pod);
+  a->rank_losses[0] = RankLossObservation{21, 1.0, std::numeric_limits<double>::infinity()};
+  Triage(w);
+  const Incident& inc = w.status.incidents.back();
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
+  CHECK(inc.diagnosis[1].verdict == "no-verdict");
+  CHECK(w.status.evicted.empty());
+  CHECK_THAT(inc.decision, Catch::Contains("reattempt"));
+}
+
+TEST_CASE("Escalation: reattempt, then roll back the update, then dual-phase replay locates the corrupt machine",
+          "[unit]") {
+  World w = UpdatedWorld(/*urgent=*/true);
+  w.Step();  // v2 runs
+  REQUIRE(w.status.code.revision == "v2");
+  const std::string corrupt = w.status.slots[2].machine_id;
+  w.corrupt_machine = corrupt;
+  Crash(w, 0);
+  Triage(w);
+  CHECK_THAT(w.status.incidents.back().decision, Catch::Contains("reattempt"));
+  Crash(w, 0);  // again, before passing the failure step
+  Triage(w);
+  CHECK_THAT(w.status.incidents.back().decision, Catch::Contains("roll back"));
+  CHECK(w.status.code.revision == "");
+  CHECK(w.status.rollbacks == 1);
+  Crash(w, 0);  // and again on the old version
+  Triage(w);
+  const Incident& inc = w.status.incidents.back();
+  CHECK(inc.kind == "SilentDataCorruption");
+  CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather", "replay"});
+  CHECK_THAT(inc.diagnosis.back().note, Catch::Contains("intersect in slot 2"));
+  CHECK(inc.machines == std::vector<std::string>{corrupt});
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == corrupt);
+  // Replay commands: one rendezvous per group at its first machine, a distinct port per group.
+  std::set<std::string> ports;
+  for (const CommandToSend& c : w.diagnostics_seen) {
+    if (c.diagnostic.kind != "replay") continue;
+    CHECK(c.diagnostic.params.at("tp") == "2");
+    CHECK(c.diagnostic.params.at("pp") == "2");
+    ports.insert(c.diagnostic.params.at("master_port"));
+  }
+  CHECK(ports.size() == 4);
+}
+
+TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the same command ids", "[unit]") {
+  World w = RunningWorld(20);
+  w.silent.insert(w.status.slots[1].machine_id);  // its EUD never answers: the stage waits
+  Crash(w, 0);
+  w.Step();
+  w.now += 2 * kSecond;
+  w.Step();  // stop
+  w.now += kSecond;
+  w.Step();  // eud goes out
+  REQUIRE(w.status.diagnosis.has_value());
+  REQUIRE(w.status.diagnosis->stage == "eud");
+  const size_t sent = w.diagnostics_seen.size();
+  // Persist and reload the status; the new controller's registry has no pending commands.
+  auto reloaded = JobStatusFromJson(JobStatusToJson(w.status));
+  REQUIRE(reloaded.ok());
+  CHECK(JobStatusToJson(*reloaded) == JobStatusToJson(w.status));
+  w.status = *reloaded;
+  for (auto& a : w.obs.agents) a.pending_command_ids.clear();
+  w.now += kSecond;
+  JobPlan plan = w.Step();
+  CHECK(w.status.diagnosis->stage == "eud");
+  REQUIRE(plan.commands.size() == 1);  // only the unanswered one goes out again, same id
+  CHECK(plan.commands[0].pod == w.status.slots[1].pod);
+  bool same = false;
+  for (size_t i = 0; i < sent; ++i) same = same || w.diagnostics_seen[i].id == plan.commands[0].id;
+  CHECK(same);
+  CHECK(w.status.incidents.back().diagnosis.size() == 2);  // stop recorded once, eud running
+}
+
+TEST_CASE("A live agent that never answers fails the stage at the deadline; a disconnected one gets no verdict",
+          "[unit]") {
+  World w = RunningWorld(20);
+  const std::string mute = w.status.slots[1].machine_id;
+  const std::string gone = w.status.slots[3].machine_id;
+  w.silent.insert(mute);
+  w.silent.insert(gone);
+  w.Agent(w.status.slots[3].pod)->connected = false;
+  Crash(w, 0);
+  w.Step();
+  w.now += 2 * kSecond;
+  w.Step();
+  w.now += kSecond;
+  w.Step();
+  REQUIRE(w.status.diagnosis->stage == "eud");
+  w.now += 119 * kSecond;
+  w.Step();
+  CHECK(w.status.diagnosis.has_value());  // deadline = timeout + margin not reached
+  w.now += 60 * kSecond;
+  w.Settle();
+  const Incident& inc = w.status.incidents.back();
+  CHECK(inc.diagnosis.back().stage == "eud");
+  CHECK(inc.diagnosis.back().failed_machines == std::vector<std::string>{mute});
+  bool excluded = false;
+  for (const std::string& line : inc.diagnosis.back().results) excluded = excluded || line.find(gone + ": agent disconnected") == 0;
+  CHECK(excluded);
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == mute);
+}
+
+TEST_CASE("Agents without the diagnostic (UNIMPLEMENTED) give no evidence: the diagnosis passes and reattempts",
+          "[unit]") {
+  World w = RunningWorld(20);
+  Crash(w, 2);
+  w.Step();
+  w.now += 2 * kSecond;
+  JobPlan plan = w.Step();
+  for (int i = 0; i < 10 && w.status.diagnosis; ++i) {
+    // Answer every diagnostic with an error status, as an agent without the kind does.
+    for (const CommandToSend& c : plan.commands) {
+      AgentObservation* a = w.Agent(c.pod);
+      if (c.kind == CommandKind::kRunDiagnostic) {
+        a->command_results[c.id] = CommandResultObservation{c.id, false, 12, "diagnostic not available", w.now,
+                                                            std::nullopt, false, {}};
+      }
+    }
+    w.now += kSecond;
+    plan = DecideJob(w.job, w.status, w.obs, w.now);
+    w.status = plan.status;
+    for (const CommandToSend& c : plan.commands) {
+      if (c.kind == CommandKind::kStop) {
+        w.Agent(c.pod)->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", w.now, std::nullopt, false, {}};
+      }
+    }
+  }
+  REQUIRE_FALSE(w.status.diagnosis.has_value());
+  CHECK(w.status.evicted.empty());
+  CHECK_THAT(w.status.incidents.back().diagnosis[1].results[0], Catch::Contains("unavailable"));
+  CHECK_THAT(w.status.incidents.back().decision, Catch::Contains("reattempt"));
+}
+
+TEST_CASE("A loss spike against the running reference opens a LossSpike incident", "[unit]") {
+  World w = RunningWorld(20);
+  for (uint64_t step = 21; step <= 30; ++step) {
+    for (const SlotStatus& slot : w.status.slots) {
+      AgentObservation* a = w.Agent(slot.pod);
+      for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) a->rank_losses[r] = RankLossObservation{step, 2.0, 1.0};
+    }
+    w.now += kSecond;
+    w.Step();
+  }
+  CHECK(w.status.incidents.empty());
+  CHECK(w.status.loss_reference.step == 30);
+  w.Agent(w.status.slots[1].pod)->rank_losses[2] = RankLossObservation{31, 11.0, 1.0};
+  w.now += kSecond;
+  w.Step();
+  REQUIRE(w.status.incidents.size() == 1);
+  CHECK(w.status.incidents[0].kind == "LossSpike");
+  CHECK_THAT(w.status.incidents[0].signal, Catch::Contains("rank 2 step 31 loss 11"));
 }
 
 }  // namespace

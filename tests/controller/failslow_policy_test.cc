@@ -1,6 +1,8 @@
 #include "controller/failslow_policy.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <optional>
 #include <set>
 
 namespace peregrine {
@@ -52,8 +54,8 @@ void MarkSlow(std::vector<AgentObservation>& agents, const ParallelLayout& layou
 // Profiles of `n` collectives on every TP/PP/DP group and the world: members enter at
 // the same time except `late_rank` (late by 5 ms); transfers take 1 ms, or 5 ms in
 // `slow_group` (kind, index).
-void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int n, int late_rank,
-                 std::optional<std::pair<GroupKind, int>> slow_group) {
+void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int n,
+                 const std::set<int>& late_ranks, std::optional<std::pair<GroupKind, int>> slow_group) {
   std::vector<CommGroup> groups;
   for (GroupKind k : {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData}) {
     for (const CommGroup& g : layout.Groups(k)) groups.push_back(g);
@@ -75,15 +77,20 @@ void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& la
       p.comm_size = static_cast<int>(g.ranks.size());
       for (int s = 0; s < n; ++s) {
         const int64_t t = kNow - 10'000 * kMs + s * 100 * kMs + static_cast<int64_t>(gi) * 7 * kMs;
-        bool has_late = std::find(g.ranks.begin(), g.ranks.end(), late_rank) != g.ranks.end();
+        bool has_late = std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return late_ranks.count(r) > 0; });
         const int64_t last = t + (has_late ? 5 * kMs : 20'000 * static_cast<int64_t>(g.ranks.size()));
-        const int64_t enter = rank == late_rank ? last : t + 20'000 * static_cast<int64_t>(m);
+        const int64_t enter = late_ranks.count(rank) ? last : t + 20'000 * static_cast<int64_t>(m);
         const int64_t exit = last + (slow ? 5 : 1) * kMs;
         p.collectives.push_back(CollectiveObservation{static_cast<uint64_t>(s), "allreduce", enter, exit});
       }
       agents[layout.MachineOf(rank)].comm_profiles.push_back(p);
     }
   }
+}
+
+void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int n, int late_rank,
+                 std::optional<std::pair<GroupKind, int>> slow_group) {
+  AddProfiles(agents, layout, n, late_rank >= 0 ? std::set<int>{late_rank} : std::set<int>{}, slow_group);
 }
 
 TEST_CASE("FailSlowPolicy: nothing slow, nothing done", "[unit]") {
@@ -206,6 +213,49 @@ TEST_CASE("FailSlowPolicy: profiles localize a congested group", "[unit]") {
   std::set<std::string> machines;
   for (int m : layout.MachinesOfGroup(slow)) machines.insert(std::to_string(10 + m));
   CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == machines);
+}
+
+TEST_CASE("FailSlowPolicy: two slow ranks are both named", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 3, 0.8);
+  MarkSlow(agents, layout, 4, 0.8);
+  FailSlowPolicyInput in = Input(layout, agents);
+  in.findings = DecideFailSlow(in, kNow).findings;
+  // Ranks 3 (slot 1) and 4 (slot 2) share no TP, PP or DP group.
+  AddProfiles(in.agents, layout, 12, std::set<int>{3, 4}, std::nullopt);
+  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowFinding& f = d.findings[0];
+  INFO(f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "compute");
+  CHECK(f.ranks == std::vector<int>{3, 4});
+  CHECK(f.group.empty());
+  CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == std::set<std::string>{"11", "12"});
+  REQUIRE(d.events.size() == 1);
+  CHECK_THAT(d.events[0].message, Catch::Contains("rank(s) 3,4"));
+}
+
+TEST_CASE("FailSlowPolicy: a slow rank and a congested group at once are both named", "[unit]") {
+  const ParallelLayout layout = Layout();
+  auto agents = Agents(layout);
+  MarkSlow(agents, layout, 5, 0.9);
+  FailSlowPolicyInput in = Input(layout, agents);
+  in.findings = DecideFailSlow(in, kNow).findings;
+  // DP group 0 ({0, 2}: machines 10 and 11) is congested; rank 5 (machine 12) is in none of its groups.
+  REQUIRE(layout.GroupIndexOf(GroupKind::kData, 5) != 0);
+  AddProfiles(in.agents, layout, 12, std::set<int>{5}, std::make_pair(GroupKind::kData, 0));
+  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowFinding& f = d.findings[0];
+  INFO(f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "compute+communication");
+  CHECK(f.ranks == std::vector<int>{5});
+  CHECK(f.group == "dp 0");
+  CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == std::set<std::string>{"10", "11", "12"});
+  CHECK_THAT(f.detail, Catch::Contains("rank 5") && Catch::Contains("dp 0"));
+  REQUIRE(d.events.size() == 1);
+  CHECK_THAT(d.events[0].message, Catch::Contains("rank(s) 5 and group dp 0"));
 }
 
 TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off", "[unit]") {

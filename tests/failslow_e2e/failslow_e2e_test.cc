@@ -5,7 +5,11 @@
 //  - a GPU computing 3x slower is named as a compute fail-slow (rank and machine), and its
 //    recovery is reported once the fault is cleared;
 //  - a congested inter-machine link is named as the communication group(s) crossing it;
-//  - a run without faults reports no fail-slow.
+//  - a slow GPU and a congested link at once are both named in one finding;
+//  - two slow GPUs sharing no group: the profile names one or both, the validation both;
+//  - after localization, validation while paused (NCCL trapped): GEMM names the slow
+//    GPU(s), the link rounds the slow links; training resumes without a restart;
+//  - +-5% jitter per iteration on every GPU, and a run without faults, report no fail-slow.
 // Each case prints its measured detection latency (in iterations) on stdout.
 #include <algorithm>
 #include <chrono>
@@ -14,7 +18,9 @@
 
 #include <httplib.h>
 
+#include "absl/strings/str_cat.h"
 #include "diagnosis/parallel_layout.h"
+#include "sim/fault/fault_control.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {
@@ -50,6 +56,30 @@ std::string TimelineText(LocalMode& mode) {
   std::string out;
   for (const TimelineEntry& e : mode.controller().Timeline()) out += e.what + "\n";
   return out;
+}
+
+// Waits until the newest finding's validation released training, then until training
+// made progress past that point; returns the status then.
+JobStatus WaitValidated(LocalMode& mode) {
+  REQUIRE(WaitForStatus(mode, [](const JobStatus& s) {
+    return Latest(s) != nullptr && Latest(s)->validation.state == "Done";
+  }, 240));
+  const JobStatus done = mode.controller().Snapshot();
+  const uint64_t step = done.last_completed_step;
+  REQUIRE(WaitForStatus(mode, [step](const JobStatus& s) { return s.last_completed_step >= step + 5; }, 120));
+  return mode.controller().Snapshot();
+}
+
+// The validation names what was injected. (It may name more: on the stand-in cluster a
+// loaded host makes healthy GPUs and links measure up to 1.4x / 3x apart; the verdict
+// thresholds are 1.2x and 1.5x the median.)
+bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+void PrintValidation(const char* what, const FailSlowFinding& f) {
+  std::printf("[failslow_e2e] %s: validation %s in %.2f s (training paused): %s\n", what,
+              f.validation.verdict.c_str(),
+              static_cast<double>(f.validation.ended_at - f.validation.started_at) / 1e9, f.validation.detail.c_str());
+  std::fflush(stdout);
 }
 
 void PrintLatency(const char* what, const FailSlowFinding& f, uint64_t step_at_injection, uint64_t step_at_detection) {
@@ -110,6 +140,16 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   CHECK(f.detected_at <= f.localized_at);
   PrintLatency("compute, rank slowed 3x", f, before.last_completed_step, found.last_completed_step);
 
+  // Validation while paused: GEMM names the slow GPU; training resumes without a restart.
+  const JobStatus validated = WaitValidated(*mode.mode);
+  const FailSlowFinding& v = *Latest(validated);
+  INFO(TimelineText(*mode.mode) << "validation: " << v.validation.detail);
+  CHECK(v.validation.verdict == "confirmed");
+  CHECK(Contains(v.validation.slow_gpus, slow_rank));
+  CHECK(validated.attempt == before.attempt);
+  CHECK(validated.incidents.empty());
+  PrintValidation("compute, rank slowed 3x", v);
+
   FaultRequest clear;
   clear.kind = "clear";
   const int64_t cleared_at = UnixNow();
@@ -129,12 +169,15 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   CHECK_THAT(timeline, Catch::Contains("FailSlowDetected"));
   CHECK_THAT(timeline, Catch::Contains("FailSlowLocalized"));
   CHECK_THAT(timeline, Catch::Contains("FailSlowRecovered"));
+  CHECK_THAT(timeline, Catch::Contains("FailSlowValidated"));
   // The metric counts the localized fail-slow by kind.
   httplib::Client http("127.0.0.1", mode->http_port());
   auto metrics = http.Get("/metrics");
   REQUIRE(metrics);
   CHECK_THAT(metrics->body, Catch::Contains("peregrine_failslow_detected_total{job=\"demo\",kind=\"compute\","
                                             "namespace=\"default\"} 1"));
+  CHECK_THAT(metrics->body, Catch::Contains("peregrine_failslow_validations_total{job=\"demo\",namespace=\"default\","
+                                            "verdict=\"confirmed\"} 1"));
   // Training went on throughout: no incident, no restart.
   CHECK(after.incidents.empty());
   CHECK(after.attempt == before.attempt);
@@ -179,6 +222,173 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == want);
   PrintLatency("communication, link delayed 20 ms per message", f, before.last_completed_step,
                found.last_completed_step);
+
+  // Validation while paused: the link rounds name the DP links between the two machines.
+  const JobStatus validated = WaitValidated(*mode.mode);
+  const FailSlowFinding& v = *Latest(validated);
+  INFO("validation: " << v.validation.detail);
+  CHECK(v.validation.verdict == "confirmed");
+  std::set<std::string> want_links;
+  for (const CommGroup& g : layout.Groups(GroupKind::kData)) {
+    const std::vector<int> m = layout.MachinesOfGroup(g);
+    if (std::set<int>(m.begin(), m.end()) != std::set<int>(slots.begin(), slots.end())) continue;
+    want_links.insert(absl::StrCat("dp ", g.ranks[0], "->", g.ranks[1]));
+    want_links.insert(absl::StrCat("dp ", g.ranks[1], "->", g.ranks[0]));
+  }
+  const std::set<std::string> slow_links(v.validation.slow_links.begin(), v.validation.slow_links.end());
+  for (const std::string& l : want_links) CHECK(slow_links.count(l) == 1);
+  CHECK(validated.attempt == before.attempt);
+  PrintValidation("communication, link delayed 20 ms per message", v);
+}
+
+// Waits for a localized (or ended) finding after `faults` were injected at step 50.
+struct Injected {
+  JobStatus before, found;
+  FailSlowFinding finding;
+};
+Injected InjectAndLocalize(ModeGuard& mode, const std::vector<FaultRequest>& faults) {
+  Injected out;
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 50;
+  }));
+  out.before = mode->controller().Snapshot();
+  REQUIRE(out.before.fail_slows.empty());
+  for (const FaultRequest& f : faults) REQUIRE(mode->Inject(f).ok());
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return Latest(s) != nullptr && (Latest(s)->state == "Localized" || Latest(s)->ended_at != 0);
+  }, 180));
+  out.found = mode->controller().Snapshot();
+  out.finding = *Latest(out.found);
+  return out;
+}
+
+TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
+  TempDir dir;
+  auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  const ParallelLayout layout = DemoLayout();
+  // The link between the machines of DP group 0 (slots 0 and 1), and a GPU of slot 2 that
+  // belongs to none of the groups crossing it.
+  const std::vector<int> link_slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
+  REQUIRE(link_slots.size() == 2);
+  const int slot = 2, local_rank = 1;
+  REQUIRE(std::find(link_slots.begin(), link_slots.end(), slot) == link_slots.end());
+  const int slow_rank = layout.RanksOfMachine(slot)[local_rank];
+  FaultRequest slow;
+  slow.kind = "slow";
+  slow.slot = slot;
+  slow.local_rank = local_rank;
+  slow.factor = 3;
+  FaultRequest link;
+  link.kind = "link";
+  link.slot = link_slots[0];
+  link.peer_slot = link_slots[1];
+  link.delay_us = 20000;
+  const Injected r = InjectAndLocalize(mode, {slow, link});
+  const FailSlowFinding& f = r.finding;
+  INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "compute+communication");
+  CHECK(f.ranks == std::vector<int>{slow_rank});
+  CHECK_THAT(f.group, Catch::Contains("dp"));
+  CHECK_THAT(f.group, !Catch::Contains("pp"));
+  const std::set<std::string> want = {r.before.slots[slot].machine_id, r.before.slots[link_slots[0]].machine_id,
+                                      r.before.slots[link_slots[1]].machine_id};
+  CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == want);
+  PrintLatency("compute + communication, rank slowed 3x and link delayed 20 ms", f, r.before.last_completed_step,
+               r.found.last_completed_step);
+  const JobStatus validated = WaitValidated(*mode.mode);
+  const FailSlowFinding& v = *Latest(validated);
+  INFO("validation: " << v.validation.detail);
+  CHECK(v.validation.verdict == "confirmed");
+  CHECK(Contains(v.validation.slow_gpus, slow_rank));
+  // Every DP link between the two machines of the congested link is named.
+  const std::set<std::string> slow_links(v.validation.slow_links.begin(), v.validation.slow_links.end());
+  for (const CommGroup& g : layout.Groups(GroupKind::kData)) {
+    const std::vector<int> m = layout.MachinesOfGroup(g);
+    if (std::set<int>(m.begin(), m.end()) != std::set<int>(link_slots.begin(), link_slots.end())) continue;
+    CHECK(slow_links.count(absl::StrCat("dp ", g.ranks[0], "->", g.ranks[1])) == 1);
+    CHECK(slow_links.count(absl::StrCat("dp ", g.ranks[1], "->", g.ranks[0])) == 1);
+  }
+  PrintValidation("compute + communication", v);
+}
+
+TEST_CASE("Two GPUs computing 3x slower on different machines are both named", "[e2e]") {
+  TempDir dir;
+  auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  const ParallelLayout layout = DemoLayout();
+  // Ranks 3 (slot 1) and 4 (slot 2): no TP, PP or DP group in common.
+  FaultRequest a;
+  a.kind = "slow";
+  a.slot = 1;
+  a.local_rank = 1;
+  a.factor = 3;
+  FaultRequest b = a;
+  b.slot = 2;
+  b.local_rank = 0;
+  const int rank_a = layout.RanksOfMachine(a.slot)[a.local_rank], rank_b = layout.RanksOfMachine(b.slot)[b.local_rank];
+  for (GroupKind k : {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData}) {
+    REQUIRE(layout.GroupIndexOf(k, rank_a) != layout.GroupIndexOf(k, rank_b));
+  }
+  const Injected r = InjectAndLocalize(mode, {a, b});
+  const FailSlowFinding& f = r.finding;
+  INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "compute");
+  // The profile names at least one of them (the other's lateness in a group can be masked
+  // by the first one's victims arriving as late) ...
+  REQUIRE_FALSE(f.ranks.empty());
+  for (int rank : f.ranks) CHECK((rank == rank_a || rank == rank_b));
+  PrintLatency("compute, two ranks slowed 3x", f, r.before.last_completed_step, r.found.last_completed_step);
+  // ... and the GEMM of every GPU during the pause names both.
+  const JobStatus validated = WaitValidated(*mode.mode);
+  const FailSlowFinding& v = *Latest(validated);
+  INFO("validation: " << v.validation.detail);
+  CHECK(v.validation.verdict == "confirmed");
+  CHECK(Contains(v.validation.slow_gpus, rank_a));
+  CHECK(Contains(v.validation.slow_gpus, rank_b));
+  CHECK(validated.attempt == r.before.attempt);
+  PrintValidation("compute, two ranks slowed 3x", v);
+}
+
+TEST_CASE("Jitter of +-5% per iteration on every GPU reports no fail-slow", "[e2e]") {
+  TempDir dir;
+  auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  // After the detectors calibrated on a steady baseline, every GPU's compute is stretched
+  // by a random factor in [0.95, 1.05] each iteration, for 300 iterations.
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 50;
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  for (int slot = 0; slot < static_cast<int>(before.slots.size()); ++slot) {
+    FaultRequest jitter;
+    jitter.kind = "jitter";
+    jitter.slot = slot;
+    jitter.fraction = 0.05;
+    REQUIRE(mode->Inject(jitter).ok());
+  }
+  const uint64_t until = before.last_completed_step + 300;
+  REQUIRE(WaitForStatus(*mode.mode, [until](const JobStatus& s) {
+    return (s.phase == JobPhase::kRunning && s.last_completed_step >= until) || !s.fail_slows.empty();
+  }, 300));
+  const JobStatus st = mode->controller().Snapshot();
+  INFO(TimelineText(*mode.mode));
+  CHECK(st.fail_slows.empty());
+  CHECK(st.last_completed_step >= until);
+  CHECK(st.incidents.empty());
+  // The jitter was in force: the fault table holds it for every machine.
+  auto table = sim::ReadFaults(dir.path() + "/faults.bin");
+  REQUIRE(table.ok());
+  CHECK(table->ranks.size() == before.slots.size());
+  for (const auto& e : table->ranks) CHECK(e.fault.jitter_fraction == 0.05);
+  std::printf("[failslow_e2e] jitter +-5%%: %llu iterations under jitter, %.1f ms/iter, no fail-slow reported\n",
+              static_cast<unsigned long long>(st.last_completed_step - before.last_completed_step),
+              st.mean_iteration_seconds * 1e3);
 }
 
 TEST_CASE("Training without faults reports no fail-slow", "[e2e]") {

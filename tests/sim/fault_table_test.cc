@@ -1,4 +1,5 @@
 // The fault table: controller API round trips, reader change tracking, bad files.
+#include <algorithm>
 #include <fstream>
 
 #include <catch2/catch.hpp>
@@ -113,6 +114,85 @@ TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
   const std::string tiny = dir.File("tiny");
   { std::ofstream out(tiny); out << "PRG"; }
   CHECK(ReadFaults(tiny).status().code() == absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("fault table: jitter is stored, merged and validated", "[unit]") {
+  TempDir dir;
+  const std::string path = dir.File("faults");
+  REQUIRE(CreateFaultTable(path).ok());
+  RankFault machine_wide;
+  machine_wide.jitter_fraction = 0.05;
+  RankFault gpu;
+  gpu.jitter_fraction = 0.2;
+  gpu.compute_slowdown = 1.5;
+  REQUIRE(SetRankFault(path, 2, -1, machine_wide).ok());
+  REQUIRE(SetRankFault(path, 2, 1, gpu).ok());
+  auto snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  CHECK(snap->RankFaultFor(2, 0).jitter_fraction == 0.05);
+  CHECK(snap->RankFaultFor(2, 0).Any());
+  CHECK(snap->RankFaultFor(2, 1).jitter_fraction == 0.2);  // the largest applies
+  CHECK(snap->RankFaultFor(2, 1).compute_slowdown == 1.5);
+  CHECK(snap->RankFaultFor(3, 0).jitter_fraction == 0.0);
+  for (double bad : {-0.1, 1.0, 2.0}) {
+    RankFault f;
+    f.jitter_fraction = bad;
+    const absl::Status s = SetRankFault(path, 0, 0, f);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("jitter_fraction"));
+  }
+}
+
+TEST_CASE("fault table: JitterFactor is uniform within 1 +- j, per seed and draw", "[unit]") {
+  CHECK(JitterFactor(0.0, 3, 7) == 1.0);
+  CHECK(JitterFactor(-1.0, 3, 7) == 1.0);
+  double lo = 2, hi = 0, sum = 0;
+  int below = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double f = JitterFactor(0.05, 5, static_cast<uint64_t>(i));
+    REQUIRE(f >= 0.95);
+    REQUIRE(f <= 1.05);
+    lo = std::min(lo, f);
+    hi = std::max(hi, f);
+    sum += f;
+    below += f < 0.975 ? 1 : 0;  // the lowest quarter of the range
+  }
+  CHECK(lo < 0.951);
+  CHECK(hi > 1.049);
+  CHECK(sum / n == Approx(1.0).margin(0.002));
+  CHECK(below == Approx(n / 4).epsilon(0.05));
+  // Reproducible, and independent across seeds (ranks).
+  CHECK(JitterFactor(0.05, 5, 42) == JitterFactor(0.05, 5, 42));
+  int same = 0;
+  for (uint64_t draw = 0; draw < 100; ++draw) same += JitterFactor(0.05, 1, draw) == JitterFactor(0.05, 2, draw);
+  CHECK(same == 0);
+}
+
+TEST_CASE("fault table: a table of another version is rejected, naming both versions", "[unit]") {
+  TempDir dir;
+  const std::string path = dir.File("faults");
+  REQUIRE(CreateFaultTable(path).ok());
+  {
+    // Rewrite the header as an older build wrote it (version 1).
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    FaultTableHeader h{};
+    f.read(reinterpret_cast<char*>(&h), sizeof(h));
+    REQUIRE(h.version == kFaultTableVersion);
+    h.version = 1;
+    f.seekp(0);
+    f.write(reinterpret_cast<const char*>(&h), sizeof(h));
+  }
+  const absl::StatusOr<FaultTableSnapshot> read = ReadFaults(path);
+  CHECK(read.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(read.status().message()), Catch::Contains("version 1") && Catch::Contains("version 2"));
+  CHECK(SetRankFault(path, 0, 0, RankFault{}).code() == absl::StatusCode::kDataLoss);
+  FaultTableReader reader(path);
+  CHECK(reader.Poll().ranks.empty());
+  CHECK_THAT(reader.error(), Catch::Contains("version 1"));
+  // Creating the table again replaces the old one with a current one.
+  REQUIRE(CreateFaultTable(path).ok());
+  CHECK(ReadFaults(path).ok());
 }
 
 TEST_CASE("fault table: capacity is enforced", "[unit]") {

@@ -1,0 +1,236 @@
+// FailSlowMonitor's warm-up rule: IterationWarmup as a pure rule, and the monitor reading
+// real ring files (written the way libperegrine_nccl.so writes them, with synthetic call
+// times) so that a warm-up shift is not reported while a later slowdown is, with its onset.
+#include "agent/failslow_monitor.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "agent/nccl_hook/ring_format.h"
+
+namespace peregrine {
+namespace {
+
+namespace ring = nccl_ring;
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kUnixOffset = 1'700'000'000'000'000'000;  // unix - monotonic in the test
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (std::filesystem::temp_directory_path() / "peregrine-failslow-XXXXXX").string();
+    REQUIRE(mkdtemp(templ.data()) != nullptr);
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A ring of this (live) process, named and formatted the way the hook does it.
+class TrainerRing {
+ public:
+  TrainerRing(const std::string& dir, int rank) {
+    path_ = dir + "/peregrine-nccl-r" + std::to_string(rank) + "-p" + std::to_string(getpid()) + ".ring";
+    bytes_ = ring::RingBytes(kCapacity);
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes_)) == 0);
+    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(base_ != MAP_FAILED);
+    ring::InitRing(base_, kCapacity, getpid(), rank, 0, 1);
+  }
+  ~TrainerRing() { ::munmap(base_, bytes_); }
+
+  // One iteration of a 4-call pattern starting at `start_ns`.
+  void Iteration(int64_t start_ns) {
+    Call(start_ns, 11, 1000, ring::kOpAllReduce);
+    Call(start_ns + 1 * kMs, 12, 256, ring::kOpAllGather);
+    Call(start_ns + 2 * kMs, 13, 64, ring::kOpSend);
+    Call(start_ns + 3 * kMs, 13, 64, ring::kOpRecv);
+  }
+
+ private:
+  static constexpr uint32_t kCapacity = 1u << 14;
+  void Call(int64_t t, uint64_t comm, uint64_t count, uint8_t op) {
+    ring::RecordPayload p{};
+    p.time_ns = static_cast<uint64_t>(t);
+    p.comm_id = comm;
+    p.count = count;
+    p.link = calls_++;
+    p.rank = 0;
+    p.nranks = 2;
+    p.peer = op == ring::kOpSend || op == ring::kOpRecv ? 1 : -1;
+    p.op = op;
+    p.datatype = 7;
+    ring::AppendRecord(static_cast<ring::RingHeader*>(base_), ring::Records(base_), p);
+  }
+  std::string path_;
+  size_t bytes_ = 0;
+  void* base_ = nullptr;
+  uint64_t calls_ = 0;
+};
+
+// Deterministic +-1% noise.
+double Noise(int i) { return 1.0 + 0.01 * std::sin(i * 2.399963); }
+
+struct Run {
+  std::vector<v1::FailSlowEvent> events;
+  std::vector<int64_t> starts;  // monotonic start of each iteration
+  FailSlowMonitorStats stats;
+  std::vector<RankTrackingState> ranks;
+};
+
+// Writes iterations with the given durations (ms) into a ring, polling every 10 iterations.
+Run Feed(const FailSlowMonitorOptions& base, const std::vector<double>& durations_ms) {
+  TempDir dir;
+  FailSlowMonitorOptions options = base;
+  options.ring_dir = dir.path();
+  auto monitor = FailSlowMonitor::Create(options);
+  REQUIRE(monitor.ok());
+  TrainerRing r(dir.path(), 3);
+  Run run;
+  int64_t t = 5'000 * kMs;
+  for (size_t i = 0; i < durations_ms.size(); ++i) {
+    run.starts.push_back(t);
+    r.Iteration(t);
+    t += static_cast<int64_t>(durations_ms[i] * kMs);
+    if (i % 10 == 9 || i + 1 == durations_ms.size()) {
+      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+    }
+  }
+  r.Iteration(t);  // closes the last iteration
+  for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+  run.stats = (*monitor)->stats();
+  run.ranks = (*monitor)->Ranks();
+  return run;
+}
+
+TEST_CASE("IterationWarmup: drops min_iterations and then waits for the level to settle", "[unit]") {
+  auto w = IterationWarmup::Create(WarmupOptions{});
+  REQUIRE(w.ok());
+  // Settled from the start: exactly min_iterations (20) dropped.
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(w->Accept(0.1 * Noise(i)));
+  CHECK_FALSE(w->done());
+  CHECK(w->Accept(0.1));
+  CHECK(w->done());
+  CHECK(w->dropped() == 20);
+  CHECK(w->Accept(5.0));  // past warm-up everything goes to the detector
+
+  // A ramp (a machine still loading): dropped until two windows of 8 agree within 5%.
+  auto ramp = IterationWarmup::Create(WarmupOptions{});
+  REQUIRE(ramp.ok());
+  int accepted_at = -1;
+  for (int i = 0; i < 100 && accepted_at < 0; ++i) {
+    const double ms = i < 40 ? 60 + i : 100;  // +1 ms per iteration up to 100 ms
+    if (ramp->Accept(ms / 1e3)) accepted_at = i;
+  }
+  // Window medians 8 ms apart at ~90 ms are > 5% apart until the ramp has ended.
+  CHECK(accepted_at > 40);
+  CHECK(accepted_at <= 40 + 16);
+
+  // Noise around a steady level settles (medians agree) ...
+  auto noisy = IterationWarmup::Create(WarmupOptions{});
+  REQUIRE(noisy.ok());
+  int n = 0;
+  while (!noisy->Accept(n % 2 == 0 ? 0.1 : 0.2)) ++n;
+  CHECK(n == 20);
+  // ... a level that keeps drifting never does: accepted after max_iterations.
+  WarmupOptions o;
+  o.max_iterations = 30;
+  auto drifting = IterationWarmup::Create(o);
+  REQUIRE(drifting.ok());
+  n = 0;
+  while (!drifting->Accept(0.1 * std::pow(1.02, n))) ++n;
+  CHECK(n == 30);
+
+  // Junk does not count.
+  auto junk = IterationWarmup::Create(WarmupOptions{});
+  REQUIRE(junk.ok());
+  CHECK_FALSE(junk->Accept(std::nan("")));
+  CHECK_FALSE(junk->Accept(-1));
+  CHECK(junk->dropped() == 0);
+}
+
+TEST_CASE("IterationWarmup: options out of range are named", "[unit]") {
+  WarmupOptions o;
+  o.window = 0;
+  CHECK_THAT(std::string(IterationWarmup::Create(o).status().message()), Catch::Contains("window"));
+  o = WarmupOptions{};
+  o.min_iterations = 10;
+  CHECK_THAT(std::string(IterationWarmup::Create(o).status().message()), Catch::Contains("min_iterations"));
+  o = WarmupOptions{};
+  o.stable_fraction = 0;
+  CHECK_THAT(std::string(IterationWarmup::Create(o).status().message()), Catch::Contains("stable_fraction"));
+  o = WarmupOptions{};
+  o.max_iterations = 5;
+  CHECK_THAT(std::string(IterationWarmup::Create(o).status().message()), Catch::Contains("max_iterations"));
+  FailSlowMonitorOptions m;
+  m.ring_dir = "/tmp";
+  m.warmup.window = -1;
+  CHECK(FailSlowMonitor::Create(m).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+// A process whose first 15 iterations run at 100 ms and then settle at 117 ms (the
+// machine got busier as the rest of the restarted job came up): the series a false
+// +17% report came from.
+std::vector<double> WarmupShift(int total) {
+  std::vector<double> d;
+  for (int i = 0; i < total; ++i) d.push_back((i < 15 ? 100.0 : 117.0) * Noise(i));
+  return d;
+}
+
+TEST_CASE("FailSlowMonitor: a level change during warm-up is not reported", "[unit]") {
+  SECTION("without the warm-up rule the shift reads as a slowdown") {
+    FailSlowMonitorOptions bare;
+    bare.warmup.min_iterations = 2;
+    bare.warmup.window = 1;
+    bare.warmup.stable_fraction = 1e9;
+    Run run = Feed(bare, WarmupShift(150));
+    REQUIRE_FALSE(run.events.empty());
+    CHECK(run.events.front().kind() == v1::FailSlowEvent::KIND_SLOWDOWN_START);
+  }
+  SECTION("with the default rule nothing is reported") {
+    Run run = Feed(FailSlowMonitorOptions{}, WarmupShift(150));
+    CHECK(run.events.empty());
+    CHECK(run.stats.warmup_iterations >= 20);
+    CHECK(run.stats.iterations >= 140);
+    REQUIRE(run.ranks.size() == 1);
+    CHECK(run.ranks[0].global_rank == 3);
+    CHECK_FALSE(run.ranks[0].warming_up);
+    CHECK_FALSE(run.ranks[0].in_slowdown);
+  }
+}
+
+TEST_CASE("FailSlowMonitor: a slowdown after warm-up is reported at its onset", "[unit]") {
+  std::vector<double> d;
+  for (int i = 0; i < 160; ++i) d.push_back((i < 15 ? 140.0 : i < 110 ? 100.0 : 150.0) * Noise(i));
+  Run run = Feed(FailSlowMonitorOptions{}, d);
+  REQUIRE(run.events.size() == 1);
+  const v1::FailSlowEvent& e = run.events[0];
+  CHECK(e.kind() == v1::FailSlowEvent::KIND_SLOWDOWN_START);
+  CHECK(e.global_rank() == 3);
+  CHECK(e.severity() == Approx(0.5).margin(0.05));
+  CHECK(e.before_seconds() == Approx(0.1).margin(0.005));
+  // The onset is the start of iteration 110, in Unix time, whatever the warm-up dropped.
+  CHECK(e.onset_time() == run.starts[110] + kUnixOffset);
+  CHECK(run.stats.warmup_iterations >= 20);
+}
+
+}  // namespace
+}  // namespace peregrine
