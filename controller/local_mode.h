@@ -53,7 +53,9 @@ class LocalMode {
 // reattempt, rollback, replay), crash-once (one crash with no culprit: diagnosis passes, a
 // reattempt fixes it), nan (one machine contributes NaN: the alignment stage of the
 // stop-time diagnosis isolates it; needs the agents' diagnostics), xid (a fatal Xid on one
-// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower).
+// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower),
+// hang-pp-stage (a machine of the last pipeline stage hangs: stack aggregation evicts its
+// pipeline group).
 struct Scenario {
   std::string name;
   uint64_t at_step = 30;
