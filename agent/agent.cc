@@ -20,9 +20,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/controller_link.h"
+#include "agent/diagnostics/diagnostic_runner.h"
 #include "agent/failslow_monitor.h"
 #include "agent/inspection_runner.h"
 #include "agent/launch_plan.h"
@@ -44,7 +46,6 @@ namespace {
 
 constexpr size_t kExecutedCommandMemory = 256;
 constexpr size_t kMaxPendingEvents = 1024;
-constexpr int kUnimplemented = 12;
 constexpr int kFailedPrecondition = 9;
 constexpr int kInvalidArgument = 3;
 
@@ -73,6 +74,7 @@ class Agent::Impl {
       RequestShutdown();
       Wait();
     }
+    diagnostics_.reset();  // kills a running diagnostic's helper, drops queued ones
     if (link_) link_->Stop();
     JoinWorkers();
     if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -118,6 +120,23 @@ class Agent::Impl {
         return absl::FailedPreconditionError(
             absl::StrCat("--log-dir ", options_.log_dir, ": ", ec.message()));
       }
+    }
+    {
+      DiagnosticRunnerOptions diag;
+      diag.helper_binary = options_.diagnose_binary;
+      if (diag.helper_binary.empty()) {
+        std::error_code ec;
+        std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+        diag.helper_binary = (ec ? std::filesystem::path(".") : self.parent_path()) / "peregrine-diagnose";
+      }
+      diag.scratch_dir = options_.log_dir.empty() ? absl::StrCat("/tmp/peregrine-diagnostics-", options_.pod_name)
+                                                  : absl::StrCat(options_.log_dir, "/diagnostics");
+      diag.spawn = [](const std::vector<std::string>& argv, absl::Duration timeout) -> absl::StatusOr<HelperRun> {
+        absl::StatusOr<ToolRun> run = RunTool(argv, timeout, 1 << 20);
+        if (!run.ok()) return run.status();
+        return HelperRun{run->exit_code, run->signal, run->timed_out, std::move(run->output)};
+      };
+      diagnostics_ = std::make_unique<DiagnosticRunner>(std::move(diag));
     }
     ControllerLinkOptions link_options;
     link_options.target = options_.controller;
@@ -373,6 +392,7 @@ class Agent::Impl {
     link_->MarkRegistered(session_);
     if (ack.heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(ack.heartbeat_interval_ms());
     if (ack.role() != v1::AGENT_ROLE_UNSPECIFIED) role_ = ack.role();
+    if (ack.assignment().ranks_size() > 0) acked_assignment_ = ack.assignment();
     if (!shutting_down_) Converge(ack);
     while (!pending_events_.empty() && registered_) {
       v1::AgentMessage message;
@@ -560,14 +580,9 @@ class Agent::Impl {
       case v1::Command::kCaptureStacks:
         CaptureStacksAsync(id, command.capture_stacks().include_native());
         break;
-      case v1::Command::kRunDiagnostic: {
-        v1::Status status;
-        status.set_code(kUnimplemented);
-        status.set_message(absl::StrCat("diagnostic ", command.run_diagnostic().kind(),
-                                        " not available in this agent build"));
-        FinishWith(id, status, nullptr);
+      case v1::Command::kRunDiagnostic:
+        RunDiagnosticAsync(id, command.run_diagnostic());
         break;
-      }
       case v1::Command::kNcclMode:
         if (!failslow_) {
           Finish(id, absl::FailedPreconditionError("nccl_mode: this agent runs without the NCCL hook (--nccl-hook)"));
@@ -670,15 +685,58 @@ class Agent::Impl {
     }
   }
 
+  // Runs off the loop (agent/diagnostics); the result comes back through Post. The
+  // machine's ranks come from the assignment the agent holds; a standby uses the params.
+  void RunDiagnosticAsync(const std::string& id, const v1::RunDiagnostic& command) {
+    DiagnosticRequest request;
+    request.command_id = id;
+    request.kind = command.kind();
+    request.params.insert(command.params().begin(), command.params().end());
+    request.timeout_ms = command.timeout_ms();
+    request.machine_id = options_.machine_id;
+    int gpus = options_.gpus_per_machine > 0 ? options_.gpus_per_machine : 1;
+    int rank_base = 0;
+    const std::optional<v1::Assignment>& held = assignment_ ? assignment_ : acked_assignment_;
+    if (held && held->layout().gpus_per_machine() > 0) {
+      gpus = static_cast<int>(held->layout().gpus_per_machine());
+      rank_base = static_cast<int>(held->machine_index()) * gpus;
+      request.command.assign(held->code().command().begin(), held->code().command().end());
+      for (const auto& [key, value] : held->code().env()) request.code_env.emplace_back(key, value);
+    } else if (auto it = request.params.find("rank_base"); it != request.params.end()) {
+      if (!absl::SimpleAtoi(it->second, &rank_base) || rank_base < 0) {
+        Finish(id, absl::InvalidArgumentError(
+                       absl::StrCat(request.kind, ": param rank_base: expected a non-negative integer, got \"",
+                                    it->second, "\"")));
+        return;
+      }
+    }
+    if (auto it = request.params.find("gpus"); it != request.params.end()) {
+      if (!absl::SimpleAtoi(it->second, &gpus) || gpus < 1 || gpus > 1024) {
+        Finish(id, absl::InvalidArgumentError(absl::StrCat(
+                       request.kind, ": param gpus: expected an integer in [1, 1024], got \"", it->second, "\"")));
+        return;
+      }
+    }
+    request.gpus = gpus;
+    request.rank_base = rank_base;
+    absl::Status submitted = diagnostics_->Submit(
+        std::move(request), [this, id](const v1::Status& status, const v1::DiagnosticResult& result) {
+          Post([this, id, status, result] { FinishWith(id, status, nullptr, &result); });
+        });
+    if (!submitted.ok()) Finish(id, submitted);
+  }
+
   void Finish(const std::string& id, const absl::Status& status) { FinishWith(id, ToProto(status), nullptr); }
 
-  void FinishWith(const std::string& id, const v1::Status& status, const v1::StackCapture* stacks) {
+  void FinishWith(const std::string& id, const v1::Status& status, const v1::StackCapture* stacks,
+                  const v1::DiagnosticResult* diagnostic = nullptr) {
     in_progress_.erase(id);
     v1::CommandResult result;
     result.set_command_id(id);
     *result.mutable_status() = status;
     result.set_finished_at(UnixNanos(absl::Now()));
     if (stacks != nullptr) *result.mutable_stacks() = *stacks;
+    if (diagnostic != nullptr) *result.mutable_diagnostic() = *diagnostic;
     if (executed_order_.size() >= kExecutedCommandMemory) {
       executed_.erase(executed_order_.front());
       executed_order_.pop_front();
@@ -736,6 +794,7 @@ class Agent::Impl {
   std::vector<std::thread> workers_;
   std::thread loop_thread_;
   std::unique_ptr<ControllerLink> link_;
+  std::unique_ptr<DiagnosticRunner> diagnostics_;
 
   // Control-loop state.
   std::unique_ptr<Supervisor> supervisor_;
@@ -749,6 +808,7 @@ class Agent::Impl {
   absl::Time next_heartbeat_ = absl::InfinitePast();
   v1::AgentRole role_;
   std::optional<v1::Assignment> assignment_;
+  std::optional<v1::Assignment> acked_assignment_;  // the latest RegisterAck's, for diagnostics
   uint64_t target_attempt_ = 0;
   v1::CodeVersion running_code_;
   std::optional<v1::CodeVersion> pending_code_;

@@ -18,7 +18,9 @@
 //   * executes Commands idempotently by id (the last 256 results are kept and
 //     re-sent for a repeated id): restart_in_place, activate, stop, pause,
 //     resume, capture_stacks, hot_update (urgent: restart now; otherwise
-//     deferred to the next start); run_diagnostic answers UNIMPLEMENTED (12);
+//     deferred to the next start); run_diagnostic runs asynchronously, one at a
+//     time, through agent/diagnostics (DiagnosticRunner; INVALID_ARGUMENT for an
+//     unknown kind or malformed param, otherwise OK with a DiagnosticResult);
 //   * never restarts training by itself and keeps it running while the
 //     controller is away, reconnecting with jittered backoff;
 //   * on shutdown (SIGTERM/SIGINT when handle_signals, or RequestShutdown):
@@ -70,6 +72,11 @@ struct AgentOptions {
   // (created at start; kmsg_path and sysfs_root point there). Empty: a real machine.
   std::string sim_machine_root;
   bool inspections = true;  // run the machine inspections and report them
+  // Stop-time diagnostics (agent/diagnostics/README.md): the peregrine-diagnose helper
+  // (default: next to this binary) and the machine's GPU count when no assignment says it
+  // (standbys; 0: the param "gpus", else 1).
+  std::string diagnose_binary;
+  int gpus_per_machine = 0;
 };
 
 class Agent {

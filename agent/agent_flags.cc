@@ -22,6 +22,7 @@ constexpr FlagDef kFlags[] = {
     {"nccl-hook", "PEREGRINE_NCCL_HOOK"},
     {"kmsg-path", "PEREGRINE_KMSG_PATH"},   {"sysfs-root", "PEREGRINE_SYSFS_ROOT"},
     {"sim-machine-root", "PEREGRINE_SIM_MACHINE_ROOT"},
+    {"diagnose-bin", "PEREGRINE_DIAGNOSE_BIN"}, {"gpus-per-machine", "PEREGRINE_GPUS_PER_MACHINE"},
 };
 
 const FlagDef* FindFlag(std::string_view name) {
@@ -127,6 +128,14 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
   }
   if (values.contains("kmsg-path")) o.kmsg_path = get("kmsg-path");
   if (values.contains("sysfs-root")) o.sysfs_root = get("sysfs-root");
+  o.diagnose_binary = get("diagnose-bin");
+  if (values.contains("gpus-per-machine")) {
+    if (!absl::SimpleAtoi(get("gpus-per-machine"), &o.gpus_per_machine) || o.gpus_per_machine < 1 ||
+        o.gpus_per_machine > 1024) {
+      return absl::InvalidArgumentError(absl::StrCat(source("gpus-per-machine"), ": expected an integer in [1, 1024], got \"",
+                                                     get("gpus-per-machine"), "\""));
+    }
+  }
   o.sim_machine_root = get("sim-machine-root");
   if (!o.sim_machine_root.empty()) {
     const std::string dir = absl::StrCat(o.sim_machine_root, "/", o.machine_id);

@@ -17,6 +17,8 @@
 //   --sysfs-root DIR       [PEREGRINE_SYSFS_ROOT]   default /sys
 //   --sim-machine-root DIR [PEREGRINE_SIM_MACHINE_ROOT] local mode: the stand-in machine's
 //                          kmsg and sysfs are DIR/<machine-id>/{kmsg,sys} unless given
+//   --diagnose-bin PATH    [PEREGRINE_DIAGNOSE_BIN] peregrine-diagnose (default: next to the agent)
+//   --gpus-per-machine N   [PEREGRINE_GPUS_PER_MACHINE] GPUs when no assignment says (standby)
 //   --help
 // Both "--flag value" and "--flag=value" are accepted.
 //

@@ -6,9 +6,16 @@
 // given; otherwise it says that CUDA is not available and times a cache-blocked CPU GEMM in
 // fp32 and fp64. Each result is one JSON line:
 //   {"device":"cpu"|"cuda:N","dtype":"fp32",...,"n":N,"seconds":S,"gflops":G,"max_error":E}
-// Usage: peregrine-gemm [--n N] [--seconds S] [--device N] [--cpu]
+// --dtype fp16|bf16|fp32 times that type only (the CPU path times fp32 for any of them);
+// --iterations N times exactly N GEMMs instead of filling --seconds.
+// The CPU path is the stand-in GPU of the local cluster: its time is the thread's CPU time
+// (robust to other load on the machine), and with env PEREGRINE_SIM_FAULTS set it is
+// stretched (really: it sleeps the difference) by the fault table's compute_slowdown of
+// this GPU (PEREGRINE_MACHINE_ID, LOCAL_RANK); the line then carries "compute_slowdown".
+// Usage: peregrine-gemm [--n N] [--seconds S] [--iterations N] [--dtype T] [--device N] [--cpu]
 // Exit code 0 on success, 2 on bad flags, 1 when a GEMM failed or gave a wrong result.
 #include <dlfcn.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,10 +24,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "sim/fault/fault_table.h"
 
 namespace peregrine {
 namespace {
@@ -32,7 +41,23 @@ struct Options {
   double seconds = 0.3;  // minimum timed duration per measurement
   int device = -1;       // -1: every device
   bool cpu = false;      // force the CPU path
+  int iterations = 0;    // > 0: exactly this many GEMMs per measurement
+  std::string dtype;     // empty: every type
 };
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// This stand-in GPU's compute_slowdown from the stand-in cluster's fault table (1 outside it).
+double StandInSlowdown() {
+  const char* path = std::getenv("PEREGRINE_SIM_FAULTS");
+  if (path == nullptr || *path == '\0') return 1.0;
+  sim::FaultTableReader reader(path);
+  return reader.Poll().RankFaultFor(sim::MachineIdFromEnv(), sim::LocalRankFromEnv()).compute_slowdown;
+}
 
 // ---- CPU -------------------------------------------------------------------------------
 
@@ -66,13 +91,19 @@ bool RunCpu(const Options& o, const char* dtype) {
     b[i] = static_cast<T>(((i * 104729) % 1000) / 1000.0 - 0.5);
   }
   int reps = 0;
-  const auto start = Clock::now();
+  const double start = ThreadCpuSeconds();
   double elapsed = 0;
   do {
     BlockedGemm(n, a.data(), b.data(), c.data());
     ++reps;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < o.seconds);
+    elapsed = ThreadCpuSeconds() - start;
+  } while (o.iterations > 0 ? reps < o.iterations : elapsed < o.seconds);
+  const double slowdown = StandInSlowdown();
+  if (slowdown > 1.0) {
+    // The slowed device: it really takes that much longer.
+    std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (slowdown - 1.0)));
+    elapsed *= slowdown;
+  }
   // Check a few entries against the plain dot product.
   double max_error = 0;
   for (int s = 0; s < 16; ++s) {
@@ -83,9 +114,10 @@ bool RunCpu(const Options& o, const char* dtype) {
   }
   const double seconds = elapsed / reps;
   const double gflops = 2.0 * n * static_cast<double>(n) * n / seconds / 1e9;
-  std::printf("%s\n", absl::StrFormat(R"({"device":"cpu","dtype":"%s","n":%d,"reps":%d,"seconds":%.6f,"gflops":%.3f,"max_error":%.3g})",
-                                      dtype, n, reps, seconds, gflops, max_error)
+  std::printf("%s\n", absl::StrFormat(R"({"device":"cpu","dtype":"%s","n":%d,"reps":%d,"seconds":%.6f,"gflops":%.3f,"max_error":%.3g,"compute_slowdown":%.3f})",
+                                      dtype, n, reps, seconds, gflops, max_error, slowdown)
                           .c_str());
+  std::fflush(stdout);
   const double tolerance = sizeof(T) == 4 ? 1e-2 : 1e-9;
   return max_error <= tolerance * n;
 }
@@ -176,6 +208,7 @@ bool RunCuda(Cuda& cuda, const Options& o, int device) {
   };
   for (const Type& t : {Type{"fp16", kCudaR16F}, Type{"bf16", kCudaR16BF}, Type{"fp32", kCudaR32F}}) {
     if (!ok) break;
+    if (!o.dtype.empty() && o.dtype != t.name) continue;
     auto gemm = [&] {
       return cuda.GemmEx(handle, kOpN, kOpN, n, n, n, &alpha, a, t.cuda_type, n, b, t.cuda_type, n, &beta, c,
                          t.cuda_type, n, kComputeF32, kGemmDefault);
@@ -193,7 +226,7 @@ bool RunCuda(Cuda& cuda, const Options& o, int device) {
       ok = ok && cuda.DeviceSynchronize() == 0;
       reps += 10;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (ok && elapsed < o.seconds);
+    } while (ok && (o.iterations > 0 ? reps < o.iterations : elapsed < o.seconds));
     const double seconds = elapsed / reps;
     std::printf("%s\n", absl::StrFormat(R"({"device":"cuda:%d","dtype":"%s","n":%d,"reps":%d,"seconds":%.6f,"gflops":%.3f})",
                                         device, t.name, n, reps, seconds, 2.0 * n * double(n) * n / seconds / 1e9)
@@ -207,7 +240,8 @@ bool RunCuda(Cuda& cuda, const Options& o, int device) {
 }
 
 int Usage(const char* error) {
-  std::fprintf(stderr, "peregrine-gemm: %s\nusage: peregrine-gemm [--n N] [--seconds S] [--device N] [--cpu]\n", error);
+  std::fprintf(stderr, "peregrine-gemm: %s\nusage: peregrine-gemm [--n N] [--seconds S] [--iterations N] [--dtype fp16|bf16|fp32] [--device N] [--cpu]\n",
+               error);
   return 2;
 }
 
@@ -232,6 +266,13 @@ int main(int argc, char** argv) {
     } else if (arg == "--seconds") {
       const char* v = value("--seconds");
       if (v == nullptr || !absl::SimpleAtod(v, &o.seconds) || !(o.seconds >= 0)) return Usage("--seconds: >= 0");
+    } else if (arg == "--iterations") {
+      const char* v = value("--iterations");
+      if (v == nullptr || !absl::SimpleAtoi(v, &o.iterations) || o.iterations < 1) return Usage("--iterations: >= 1");
+    } else if (arg == "--dtype") {
+      const char* v = value("--dtype");
+      o.dtype = v == nullptr ? "" : v;
+      if (o.dtype != "fp16" && o.dtype != "bf16" && o.dtype != "fp32") return Usage("--dtype: fp16, bf16 or fp32");
     } else if (arg == "--device") {
       const char* v = value("--device");
       if (v == nullptr || !absl::SimpleAtoi(v, &o.device) || o.device < 0) return Usage("--device: >= 0");
@@ -253,6 +294,6 @@ int main(int argc, char** argv) {
     }
     std::printf("{\"cuda\":\"not available: %s\",\"fallback\":\"cpu\"}\n", why.c_str());
   }
-  const bool ok = RunCpu<float>(o, "fp32") & RunCpu<double>(o, "fp64");
+  const bool ok = o.dtype.empty() ? (RunCpu<float>(o, "fp32") & RunCpu<double>(o, "fp64")) : RunCpu<float>(o, "fp32");
   return ok ? 0 : 1;
 }

@@ -15,8 +15,13 @@
 // aligns the two ends, and only the exchanges after it are timed.
 //
 // Environment (like sim-trainer / torchrun): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-// (rank 0 serves the ncclUniqueId there). Flags: --bytes N (default 1 MiB), --repeats N
-// (default 3), --topology ring|tree, --slow-ratio R (default 1.1), --init-timeout-s N.
+// (rank 0 serves the ncclUniqueId there), LOCAL_RANK (the CUDA device with
+// --device-buffers, default auto: device memory on a real GPU outside the stand-in cluster,
+// diagnosis/tools/device_memory.h). Flags: --bytes N (default 1 MiB), --repeats N
+// (default 3), --topology ring|tree, --slow-ratio R (default 1.1), --init-timeout-s N,
+// --plan "r0:s>d,s>d;r1:..." (run exactly these rounds instead of the topology's: the
+// stop-time p2p_rounds diagnostic, agent/diagnostics/README.md), --all-ranks (every rank
+// prints the JSON, not only rank 0; each knows every link's time after the final gather).
 // Exit code: 0 all links healthy, 1 a slow link or rank was found, 2 usage, 3 NCCL or
 // rendezvous error.
 #include <algorithm>
@@ -26,11 +31,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "diagnosis/link_rounds.h"
+#include "diagnosis/tools/device_memory.h"
 #include "nccl.h"
 #include "sim/trainer/id_store.h"
 
@@ -49,12 +57,44 @@ struct Options {
   std::string topology = "ring";
   double slow_ratio = 1.1;
   int init_timeout_ms = 120000;
+  std::string plan;        // non-empty: these rounds
+  bool all_ranks = false;  // every rank prints the report
+  std::string device_buffers = "auto";
+  int local_rank = 0;
 };
+
+// "r0:s>d,s>d;r1:..." -> rounds; false with *error set when malformed.
+bool ParsePlan(const std::string& text, int world, ValidationRounds* rounds, std::string* error) {
+  for (absl::string_view round : absl::StrSplit(text, ';')) {
+    const std::string label = absl::StrCat("r", rounds->size(), ":");
+    if (!absl::StartsWith(round, label)) {
+      *error = absl::StrCat("--plan: round ", rounds->size(), " must start with ", label);
+      return false;
+    }
+    std::vector<LinkTransfer> transfers;
+    absl::string_view body = round.substr(label.size());
+    if (!body.empty()) {
+      for (absl::string_view t : absl::StrSplit(body, ',')) {
+        std::pair<std::string, std::string> sd = absl::StrSplit(t, absl::MaxSplits('>', 1));
+        LinkTransfer x;
+        if (!absl::SimpleAtoi(sd.first, &x.sender) || !absl::SimpleAtoi(sd.second, &x.receiver) || x.sender < 0 ||
+            x.receiver < 0 || x.sender >= world || x.receiver >= world || x.sender == x.receiver) {
+          *error = absl::StrCat("--plan: bad transfer \"", t, "\"");
+          return false;
+        }
+        transfers.push_back(x);
+      }
+    }
+    rounds->push_back(std::move(transfers));
+  }
+  return true;
+}
 
 int Usage(const std::string& error) {
   std::fprintf(stderr,
                "peregrine-linkcheck: %s\nusage: RANK=r WORLD_SIZE=n MASTER_ADDR=a MASTER_PORT=p peregrine-linkcheck "
-               "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n",
+               "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n"
+               "       [--plan r0:s>d,...;r1:...] [--all-ranks] [--device-buffers auto|on|off]\n",
                error.c_str());
   return 2;
 }
@@ -77,7 +117,10 @@ bool EnvInt(const char* name, int* out) {
 int Run(const Options& o) {
   // The plan, identical on every rank.
   ValidationRounds rounds;
-  if (o.topology == "ring") {
+  if (!o.plan.empty()) {
+    std::string error;
+    if (!ParsePlan(o.plan, o.world, &rounds, &error)) return Usage(error);
+  } else if (o.topology == "ring") {
     auto r = RingValidationRounds(o.world);
     if (!r.ok()) return Usage(std::string(r.status().message()));
     rounds = *r;
@@ -90,6 +133,10 @@ int Run(const Options& o) {
     }
   }
 
+  std::string memory_error;
+  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
+                                                           &memory_error);
+  if (mem == nullptr) return Usage(memory_error);
   ncclUniqueId id;
   if (o.rank == 0) {
     NCCL_CHECK(ncclGetUniqueId(&id));
@@ -109,8 +156,17 @@ int Run(const Options& o) {
   NCCL_CHECK(ncclCommInitRank(&comm, o.world, id, o.rank));
 
   const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
-  std::vector<float> send(count, 1.0f), recv(count, 0.0f);
-  float token = 1.0f, ack = 0.0f;
+  const std::vector<float> ones(count, 1.0f);
+  // The buffers NCCL sees: device memory on a real GPU, host memory on the stand-in.
+  auto* send = static_cast<float*>(mem->Alloc(count * sizeof(float)));
+  auto* recv = static_cast<float*>(mem->Alloc(count * sizeof(float)));
+  auto* token = static_cast<float*>(mem->Alloc(sizeof(float)));
+  auto* ack = static_cast<float*>(mem->Alloc(sizeof(float)));
+  if (send == nullptr || recv == nullptr || token == nullptr || ack == nullptr ||
+      !mem->ToDevice(send, ones.data(), count * sizeof(float))) {
+    std::fprintf(stderr, "peregrine-linkcheck: rank %d: cannot allocate buffers\n", o.rank);
+    return 3;
+  }
   // measured[r] = this rank's median time as the sender of round r, -1 when not one.
   std::vector<double> measured(rounds.size(), -1.0);
   for (size_t r = 0; r < rounds.size(); ++r) {
@@ -119,17 +175,19 @@ int Run(const Options& o) {
       if (t.sender == o.rank || t.receiver == o.rank) mine = &t;
     }
     std::vector<double> times;
-    NCCL_CHECK(ncclAllReduce(&token, &token, 1, ncclFloat32, ncclMax, comm, nullptr));  // barrier
+    NCCL_CHECK(ncclAllReduce(token, token, 1, ncclFloat32, ncclMax, comm, nullptr));  // barrier
+    if (!mem->Synchronize()) return 3;
     for (int rep = 0; mine != nullptr && rep <= o.repeats; ++rep) {
       const auto start = Clock::now();
       NCCL_CHECK(ncclGroupStart());
-      if (mine->sender == o.rank) NCCL_CHECK(ncclSend(send.data(), count, ncclFloat32, mine->receiver, comm, nullptr));
-      if (mine->receiver == o.rank) NCCL_CHECK(ncclRecv(recv.data(), count, ncclFloat32, mine->sender, comm, nullptr));
+      if (mine->sender == o.rank) NCCL_CHECK(ncclSend(send, count, ncclFloat32, mine->receiver, comm, nullptr));
+      if (mine->receiver == o.rank) NCCL_CHECK(ncclRecv(recv, count, ncclFloat32, mine->sender, comm, nullptr));
       NCCL_CHECK(ncclGroupEnd());
       NCCL_CHECK(ncclGroupStart());
-      if (mine->receiver == o.rank) NCCL_CHECK(ncclSend(&ack, 1, ncclFloat32, mine->sender, comm, nullptr));
-      if (mine->sender == o.rank) NCCL_CHECK(ncclRecv(&ack, 1, ncclFloat32, mine->receiver, comm, nullptr));
+      if (mine->receiver == o.rank) NCCL_CHECK(ncclSend(ack, 1, ncclFloat32, mine->sender, comm, nullptr));
+      if (mine->sender == o.rank) NCCL_CHECK(ncclRecv(ack, 1, ncclFloat32, mine->receiver, comm, nullptr));
       NCCL_CHECK(ncclGroupEnd());
+      if (!mem->Synchronize()) return 3;
       if (rep > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (mine != nullptr && mine->sender == o.rank && !times.empty()) {
@@ -139,7 +197,16 @@ int Run(const Options& o) {
   }
   // Everyone's measurements to everyone (rank 0 reports).
   std::vector<double> all(rounds.size() * static_cast<size_t>(o.world), -1.0);
-  NCCL_CHECK(ncclAllGather(measured.data(), all.data(), rounds.size(), ncclFloat64, comm, nullptr));
+  if (!rounds.empty()) {
+    auto* dmeasured = static_cast<double*>(mem->Alloc(measured.size() * sizeof(double)));
+    auto* dall = static_cast<double*>(mem->Alloc(all.size() * sizeof(double)));
+    if (dmeasured == nullptr || dall == nullptr ||
+        !mem->ToDevice(dmeasured, measured.data(), measured.size() * sizeof(double))) {
+      return 3;
+    }
+    NCCL_CHECK(ncclAllGather(dmeasured, dall, rounds.size(), ncclFloat64, comm, nullptr));
+    if (!mem->Synchronize() || !mem->ToHost(all.data(), dall, all.size() * sizeof(double))) return 3;
+  }
   ncclCommDestroy(comm);
 
   std::vector<LinkTime> times;
@@ -154,7 +221,7 @@ int Run(const Options& o) {
     }
   }
   if (times.empty()) {
-    if (o.rank == 0) {
+    if (o.rank == 0 || o.all_ranks) {
       std::printf("%s\n", absl::StrFormat(R"({"world":%d,"topology":"%s","links":[],"verdict":null})", o.world,
                                           o.topology).c_str());
     }
@@ -173,7 +240,7 @@ int Run(const Options& o) {
   for (const SlowRank& s : verdict->slow_ranks) {
     slow_ranks.push_back(absl::StrFormat(R"({"rank":%d,"links":%d,"mean_ratio":%.3f})", s.rank, s.links, s.mean_ratio));
   }
-  if (o.rank == 0) {
+  if (o.rank == 0 || o.all_ranks) {
     std::printf("%s\n", absl::StrCat(absl::StrFormat(R"({"world":%d,"topology":"%s","bytes":%d,"repeats":%d,)",
                                                      o.world, o.topology, count * sizeof(float), o.repeats),
                                      "\"links\":[", absl::StrJoin(links, ","), "],",
@@ -197,11 +264,16 @@ int main(int argc, char** argv) {
     return Usage("RANK and WORLD_SIZE must be set (0 <= RANK < WORLD_SIZE)");
   }
   if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') o.master_addr = a;
+  if (!EnvInt("LOCAL_RANK", &o.local_rank)) o.local_rank = o.rank;
   if (std::getenv("MASTER_PORT") != nullptr && !EnvInt("MASTER_PORT", &o.master_port)) {
     return Usage("MASTER_PORT is not a number");
   }
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--all-ranks") {
+      o.all_ranks = true;
+      continue;
+    }
     if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));
     const std::string v = argv[++i];
     int n = 0;
@@ -212,6 +284,11 @@ int main(int argc, char** argv) {
     } else if (arg == "--topology" && (v == "ring" || v == "tree")) {
       o.topology = v;
     } else if (arg == "--slow-ratio" && absl::SimpleAtod(v, &o.slow_ratio) && o.slow_ratio > 1) {
+    } else if (arg == "--device-buffers" && (v == "auto" || v == "on" || v == "off")) {
+      o.device_buffers = v;
+    } else if (arg == "--plan" && !v.empty()) {
+      o.plan = v;
+      o.topology = "plan";
     } else if (arg == "--init-timeout-s" && absl::SimpleAtoi(v, &n) && n > 0) {
       o.init_timeout_ms = n * 1000;
     } else {

@@ -117,6 +117,11 @@ int RunTrainer(const TrainerOptions& o) {
     std::fprintf(stderr, "[peregrine] RANK %d out of range [0, %d)\n", o.rank, o.world_size);
     return kExitUsage;
   }
+  if (o.layers < 0 || (o.layers > 0 && o.layers % o.pp != 0)) {
+    std::fprintf(stderr, "[peregrine] PEREGRINE_REPLAY_LAYERS %d is not a positive multiple of PEREGRINE_PP %d\n",
+                 o.layers, o.pp);
+    return kExitUsage;
+  }
   if (o.hidden <= 0 || o.hidden % o.tp != 0 || o.micro_batches <= 0 || o.steps < 0) {
     std::fprintf(stderr,
                  "[peregrine] need --hidden > 0 divisible by PEREGRINE_TP, --micro-batches > 0, "
@@ -162,24 +167,43 @@ int RunTrainer(const TrainerOptions& o) {
   const int H = o.hidden;
   const int S = H / o.tp;
   const int j0 = me.tp * S;
-  const int M = o.micro_batches;
   const bool first_stage = me.pp == 0;
   const bool last_stage = me.pp == o.pp - 1;
-  const float scale = 1.5f / std::sqrt(static_cast<float>(H));
-  std::vector<float> w(static_cast<size_t>(H) * S);
-  for (int i = 0; i < H; ++i) {
-    for (int jl = 0; jl < S; ++jl) {
-      w[static_cast<size_t>(i) * S + jl] = scale * Uniform(o.seed, 1, me.pp, i, j0 + jl);
+  // Layers of this stage (one per stage unless a replay asks for more).
+  const int L = (o.layers > 0 ? o.layers : o.pp) / o.pp;
+  // The micro-batches this rank runs and the data index of each: in training, M of its own
+  // per DP rank; in a replay, a fixed global batch of M split round-robin over the DP ranks
+  // (the data does not depend on the DP size).
+  std::vector<uint64_t> data_index;
+  for (int g = 0; g < o.micro_batches; ++g) {
+    if (!o.replay) {
+      data_index.push_back(me.dp * 1000003ull + g);
+    } else if (g % o.dp == me.dp) {
+      data_index.push_back(static_cast<uint64_t>(g));
     }
   }
-  std::vector<std::vector<float>> a_in(M, std::vector<float>(H)), a_out(M, std::vector<float>(H));
+  const int M = static_cast<int>(data_index.size());
+  const float scale = 1.5f / std::sqrt(static_cast<float>(H));
+  const size_t layer_count = static_cast<size_t>(H) * S;
+  std::vector<float> w(layer_count * L);
+  for (int l = 0; l < L; ++l) {
+    const int global_layer = me.pp * L + l;
+    for (int i = 0; i < H; ++i) {
+      for (int jl = 0; jl < S; ++jl) {
+        w[l * layer_count + static_cast<size_t>(i) * S + jl] = scale * Uniform(o.seed, 1, global_layer, i, j0 + jl);
+      }
+    }
+  }
+  // a_in[m][l]: input of layer l for micro-batch m; a_out[m][l]: its output.
+  std::vector<std::vector<std::vector<float>>> a_in(M, std::vector<std::vector<float>>(L, std::vector<float>(H)));
+  std::vector<std::vector<std::vector<float>>> a_out = a_in;
   std::vector<float> y_part(H), y(H), g(H), gy(H), ga_shard(S), ga(H);
-  const size_t grad_count = static_cast<size_t>(H) * S;
+  const size_t grad_count = layer_count * L;
   const size_t shard_count = (grad_count + o.dp - 1) / o.dp;
   std::vector<float> grad(shard_count * o.dp), grad_shard(shard_count);
   ComputeFaults faults(o.rank);
-  const double fwd_extra_ms = o.compute_ms / 3.0;
-  const double bwd_extra_ms = o.compute_ms - fwd_extra_ms;
+  const double fwd_extra_ms = o.compute_ms / 3.0 / L;
+  const double bwd_extra_ms = (o.compute_ms - o.compute_ms / 3.0) / L;
 
   for (int step = o.resume_step + 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
@@ -187,78 +211,97 @@ int RunTrainer(const TrainerOptions& o) {
     double loss_sum = 0;
     // Forward.
     for (int m = 0; m < M; ++m) {
-      std::vector<float>& x = a_in[m];
+      std::vector<float>& x0 = a_in[m][0];
       if (first_stage) {
-        for (int j = 0; j < H; ++j) x[j] = Uniform(o.seed, 2, step, me.dp * 1000003ull + m, j);
+        for (int j = 0; j < H; ++j) x0[j] = Uniform(o.seed, 2, step, data_index[m], j);
       } else {
-        NCCL_OR_DIE(ncclRecv(x.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
+        NCCL_OR_DIE(ncclRecv(x0.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
       }
-      const auto t0 = Clock::now();
-      for (int i = 0; i < H; ++i) {
-        const float* row = &w[static_cast<size_t>(i) * S];
-        float acc = 0;
-        for (int jl = 0; jl < S; ++jl) acc += row[jl] * x[j0 + jl];
-        y_part[i] = acc;
+      for (int l = 0; l < L; ++l) {
+        const std::vector<float>& x = a_in[m][l];
+        const float* wl = &w[l * layer_count];
+        const auto t0 = Clock::now();
+        for (int i = 0; i < H; ++i) {
+          const float* row = &wl[static_cast<size_t>(i) * S];
+          float acc = 0;
+          for (int jl = 0; jl < S; ++jl) acc += row[jl] * x[j0 + jl];
+          y_part[i] = acc;
+        }
+        faults.AfterCompute(MsSince(t0), fwd_extra_ms, step);
+        NCCL_OR_DIE(ncclAllReduce(y_part.data(), y.data(), H, ncclFloat32, ncclSum, tp_comm, nullptr),
+                    tp_comm);
+        for (int i = 0; i < H; ++i) a_out[m][l][i] = std::tanh(y[i]);
+        if (l + 1 < L) a_in[m][l + 1] = a_out[m][l];
       }
-      faults.AfterCompute(MsSince(t0), fwd_extra_ms, step);
-      NCCL_OR_DIE(ncclAllReduce(y_part.data(), y.data(), H, ncclFloat32, ncclSum, tp_comm, nullptr),
-                  tp_comm);
-      for (int i = 0; i < H; ++i) a_out[m][i] = std::tanh(y[i]);
       if (!last_stage) {
-        NCCL_OR_DIE(ncclSend(a_out[m].data(), H, ncclFloat32, me.pp + 1, pp_comm, nullptr), pp_comm);
+        NCCL_OR_DIE(ncclSend(a_out[m][L - 1].data(), H, ncclFloat32, me.pp + 1, pp_comm, nullptr), pp_comm);
       }
     }
     // Backward.
     for (int m = M - 1; m >= 0; --m) {
       if (last_stage) {
-        double l = 0;
+        double l2 = 0;
         for (int i = 0; i < H; ++i) {
-          const float target = 0.8f * Uniform(o.seed, 3, step, me.dp * 1000003ull + m, i);
-          const float d = a_out[m][i] - target;
-          l += static_cast<double>(d) * d;
+          const float target = 0.8f * Uniform(o.seed, 3, step, data_index[m], i);
+          const float d = a_out[m][L - 1][i] - target;
+          l2 += static_cast<double>(d) * d;
           g[i] = 2.0f * d / static_cast<float>(H);
         }
-        loss_sum += l / H;
+        loss_sum += l2 / H;
       } else {
         NCCL_OR_DIE(ncclRecv(g.data(), H, ncclFloat32, me.pp + 1, pp_comm, nullptr), pp_comm);
       }
-      const auto t0 = Clock::now();
-      for (int i = 0; i < H; ++i) gy[i] = g[i] * (1.0f - a_out[m][i] * a_out[m][i]);
-      std::fill(ga_shard.begin(), ga_shard.end(), 0.0f);
-      for (int i = 0; i < H; ++i) {
-        const float* row = &w[static_cast<size_t>(i) * S];
-        float* grow = &grad[static_cast<size_t>(i) * S];
-        const float gi = gy[i];
-        for (int jl = 0; jl < S; ++jl) {
-          grow[jl] += gi * a_in[m][j0 + jl];
-          ga_shard[jl] += row[jl] * gi;
+      for (int l = L - 1; l >= 0; --l) {
+        const float* wl = &w[l * layer_count];
+        float* gl = &grad[l * layer_count];
+        const auto t0 = Clock::now();
+        for (int i = 0; i < H; ++i) gy[i] = g[i] * (1.0f - a_out[m][l][i] * a_out[m][l][i]);
+        std::fill(ga_shard.begin(), ga_shard.end(), 0.0f);
+        for (int i = 0; i < H; ++i) {
+          const float* row = &wl[static_cast<size_t>(i) * S];
+          float* grow = &gl[static_cast<size_t>(i) * S];
+          const float gi = gy[i];
+          for (int jl = 0; jl < S; ++jl) {
+            grow[jl] += gi * a_in[m][l][j0 + jl];
+            ga_shard[jl] += row[jl] * gi;
+          }
         }
+        faults.AfterCompute(MsSince(t0), bwd_extra_ms, step);
+        NCCL_OR_DIE(ncclAllGather(ga_shard.data(), ga.data(), S, ncclFloat32, tp_comm, nullptr),
+                    tp_comm);
+        g = ga;
       }
-      faults.AfterCompute(MsSince(t0), bwd_extra_ms, step);
-      NCCL_OR_DIE(ncclAllGather(ga_shard.data(), ga.data(), S, ncclFloat32, tp_comm, nullptr),
-                  tp_comm);
       if (!first_stage) {
         NCCL_OR_DIE(ncclSend(ga.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
       }
     }
-    // Data-parallel gradient reduction.
+    // Data-parallel gradient reduction (a replay sums: its DP ranks may hold unequal shares).
+    const ncclRedOp_t dp_op = o.replay ? ncclSum : ncclAvg;
     if (o.dp_reduce_scatter) {
       NCCL_OR_DIE(ncclReduceScatter(grad.data(), grad_shard.data(), shard_count, ncclFloat32,
-                                    ncclAvg, dp_comm, nullptr), dp_comm);
+                                    dp_op, dp_comm, nullptr), dp_comm);
       NCCL_OR_DIE(ncclAllGather(grad_shard.data(), grad.data(), shard_count, ncclFloat32, dp_comm,
                                 nullptr), dp_comm);
     } else {
-      NCCL_OR_DIE(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclAvg,
+      NCCL_OR_DIE(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, dp_op,
                                 dp_comm, nullptr), dp_comm);
     }
     double sq = 0;
     for (size_t k = 0; k < grad_count; ++k) sq += static_cast<double>(grad[k]) * grad[k];
     double metrics[2] = {last_stage && me.tp == 0 ? loss_sum : 0.0, me.dp == 0 ? sq : 0.0};
     NCCL_OR_DIE(ncclAllReduce(metrics, metrics, 2, ncclFloat64, ncclSum, world, nullptr), world);
-    const double loss = metrics[0] / (static_cast<double>(o.dp) * M);
+    const double loss =
+        metrics[0] / (o.replay ? static_cast<double>(o.micro_batches) : static_cast<double>(o.dp) * M);
     const double grad_norm = std::sqrt(metrics[1]);
     std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f\n", step, loss,
                 grad_norm, MsSince(step_start));
+    if (o.replay) {
+      uint64_t loss_bits, norm_bits;
+      std::memcpy(&loss_bits, &loss, sizeof(loss));
+      std::memcpy(&norm_bits, &grad_norm, sizeof(grad_norm));
+      std::printf("[peregrine] replay step=%d loss_bits=%016llx grad_norm_bits=%016llx\n", step,
+                  static_cast<unsigned long long>(loss_bits), static_cast<unsigned long long>(norm_bits));
+    }
     std::fflush(stdout);
   }
   ncclCommDestroy(dp_comm);

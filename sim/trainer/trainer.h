@@ -17,6 +17,9 @@
 // DP gradient all-reduce (ncclAvg) or reduce-scatter + all-gather, then one world
 // all-reduce of (loss, grad-norm^2) so every rank prints the same line.
 //
+// Replay (PEREGRINE_REPLAY=1, see TrainerOptions::replay) is the same loop with `layers`
+// layers split evenly over the stages (layer l's weights depend only on the seed and l).
+//
 // Faults (sim/fault, keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied in the
 // compute: compute_slowdown stretches it, hang blocks until cleared, crash prints a
 // CUDA-style error and aborts.
@@ -50,6 +53,12 @@ struct TrainerOptions {
   uint64_t seed = 1;         // --seed
   bool dp_reduce_scatter = false;  // --dp-mode=rs-ag (default allreduce)
   int init_timeout_ms = 120000;    // --init-timeout-s
+  // Dual-phase replay (PEREGRINE_REPLAY=1): a fixed global batch of micro_batches split
+  // round-robin over the DP ranks (data independent of the DP size; gradients summed), and
+  // one more stdout line per step with the exact bits:
+  //   [peregrine] replay step=<n> loss_bits=<16 hex> grad_norm_bits=<16 hex>
+  bool replay = false;
+  int layers = 0;  // PEREGRINE_REPLAY_LAYERS: total layers, a multiple of PP (0: one per stage)
 };
 
 // Exit codes of sim-trainer.

@@ -3,8 +3,13 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // PEREGRINE_TP, PEREGRINE_PP, PEREGRINE_DP, PEREGRINE_RESUME_STEP, PEREGRINE_MACHINE_ID,
 // PEREGRINE_SIM_FAULTS (and PEREGRINE_NCCL_TIMEOUT_MS for the stand-in NCCL).
+// Dual-phase replay: PEREGRINE_REPLAY=1 with PEREGRINE_REPLAY_LAYERS, PEREGRINE_REPLAY_STEPS
+// and PEREGRINE_REPLAY_SEED (each optional) override --steps/--seed, start from step 1 and
+// replay with that many layers (trainer.h).
 // Flags: --steps N --micro-batches M --hidden H --compute-ms X --seed S
 //        --dp-mode allreduce|rs-ag --init-timeout-s T
+//        --reference-step: the alignment diagnostic's reference step instead of training
+//        (sim/trainer/reference_step.h; uses RANK, WORLD_SIZE, MASTER_*, --seed, --steps)
 // Output: after every step, on every rank, one stdout line
 //   [peregrine] step=<n> loss=<%.9g> grad_norm=<%.9g> iter_ms=<%.3f>
 // Exit: 0 after the last step, 2 on bad configuration, 3 on any NCCL error, 143 on SIGTERM.
@@ -17,6 +22,7 @@
 #include <cstring>
 #include <string>
 
+#include "sim/trainer/reference_step.h"
 #include "sim/trainer/trainer.h"
 
 namespace {
@@ -56,7 +62,8 @@ bool EnvInt(const char* name, long long lo, long long hi, int* out, bool require
 void Usage() {
   std::fprintf(stderr,
                "usage: sim-trainer [--steps N] [--micro-batches M] [--hidden H] [--compute-ms X]\n"
-               "                   [--seed S] [--dp-mode allreduce|rs-ag] [--init-timeout-s T]\n");
+               "                   [--seed S] [--dp-mode allreduce|rs-ag] [--init-timeout-s T]\n"
+               "       sim-trainer --reference-step [--seed S] [--steps N] [--init-timeout-s T]\n");
 }
 
 }  // namespace
@@ -81,8 +88,13 @@ int main(int argc, char** argv) {
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     o.master_addr = addr;
   }
+  bool reference_step = false;
   for (int i = 1; ok && i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--reference-step") {
+      reference_step = true;
+      continue;
+    }
     std::string value;
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -124,9 +136,29 @@ int main(int argc, char** argv) {
       ok = false;
     }
   }
+  if (const char* replay = std::getenv("PEREGRINE_REPLAY"); ok && replay != nullptr && std::string(replay) == "1") {
+    o.replay = true;
+    o.resume_step = 0;
+    int seed = -1;
+    ok = EnvInt("PEREGRINE_REPLAY_LAYERS", 1, 1 << 16, &o.layers, false) &&
+         EnvInt("PEREGRINE_REPLAY_STEPS", 1, 1 << 30, &o.steps, false) &&
+         EnvInt("PEREGRINE_REPLAY_SEED", 0, 2147483647, &seed, false);
+    if (seed >= 0) o.seed = static_cast<uint64_t>(seed);
+  }
   if (!ok) {
     Usage();
     return peregrine::sim::kExitUsage;
+  }
+  if (reference_step) {
+    peregrine::sim::ReferenceStepOptions r;
+    r.rank = o.rank;
+    r.world_size = o.world_size;
+    r.master_addr = o.master_addr;
+    r.master_port = o.master_port;
+    r.seed = o.seed;
+    r.steps = o.steps;
+    r.init_timeout_ms = o.init_timeout_ms;
+    return peregrine::sim::RunReferenceStep(r);
   }
   return peregrine::sim::RunTrainer(o);
 }

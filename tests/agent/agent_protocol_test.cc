@@ -376,16 +376,21 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
     CHECK(stacked_ranks == std::set<int>{0, 1});
     CHECK(roots_per_rank == std::map<int, int>{{0, 1}, {1, 1}});
 
-    // 6. Diagnostics are the one thing this build does not have.
+    // 6. A diagnostic while training runs: eud with neither dcgmi nor the stand-in cluster
+    // is not_present (never a fault), and training is left alone.
     REQUIRE(service2->Send([] {
       v1::Command c = Cmd("diag-1");
-      c.mutable_run_diagnostic()->set_kind("gemm");
+      c.mutable_run_diagnostic()->set_kind("eud");
       return c;
     }()));
     auto diag = service2->WaitFor(ResultFor("diag-1"));
     REQUIRE(diag.has_value());
-    CHECK(diag->command_result().status().code() == 12);
-    CHECK(diag->command_result().status().message() == "diagnostic gemm not available in this agent build");
+    CHECK(diag->command_result().status().code() == 0);
+    CHECK(diag->command_result().diagnostic().kind() == "eud");
+    CHECK(diag->command_result().diagnostic().not_present());
+    CHECK(diag->command_result().diagnostic().passed());
+    CHECK(diag->command_result().diagnostic().machine_id() == "local-0");
+    for (int pid : attempt2_pids) CHECK(::kill(pid, 0) == 0);
 
     // 7. Pause and resume.
     REQUIRE(service2->Send([] {

@@ -1,0 +1,86 @@
+#include "agent/diagnostics/diagnostic_invocation.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "agent/supervisor.h"
+
+namespace peregrine {
+
+bool DiagnosticInvocation::InStandInCluster() const {
+  auto it = env.find("PEREGRINE_SIM_FAULTS");
+  return it != env.end() && !it->second.empty();
+}
+
+int DiagnosticInvocation::SimMachineNumber() const {
+  int n = -1;
+  if (!absl::SimpleAtoi(machine_id, &n) || n < 0) return -1;
+  return n;
+}
+
+std::string DiagnosticInvocation::TimedOutDetail() const {
+  return absl::StrCat("timed out after ", absl::ToInt64Milliseconds(timeout), " ms");
+}
+
+absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std::string& name) {
+  if (!inv.tools_dir.empty()) {
+    const std::string candidate = absl::StrCat(inv.tools_dir, "/", name);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  auto it = inv.env.find("PATH");
+  return ResolveExecutable(name, it != inv.env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin");
+}
+
+std::vector<std::string> FlattenEnv(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
+  return out;
+}
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(err)));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv) {
+  v1::DiagnosticResult r;
+  r.set_kind(inv.kind);
+  r.set_machine_id(inv.machine_id);
+  r.set_passed(true);
+  return r;
+}
+
+uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+}  // namespace peregrine

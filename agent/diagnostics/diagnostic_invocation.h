@@ -1,0 +1,63 @@
+// What peregrine-diagnose knows when it runs one diagnostic, and helpers shared by the kinds.
+//
+// A DiagnosticInvocation is built from the helper's flags (agent/diagnostics/diagnose_main.cc):
+// the kind and params, the deadline, this machine's identity and GPUs, the base environment
+// of the processes it starts (the agent's: LD_LIBRARY_PATH, PEREGRINE_SIM_FAULTS, PATH...)
+// and the job's training command (for replay).
+//
+// Thread-compatible value types; the helpers are pure except ToolPath (file system).
+#ifndef PEREGRINE_AGENT_DIAGNOSTICS_DIAGNOSTIC_INVOCATION_H_
+#define PEREGRINE_AGENT_DIAGNOSTICS_DIAGNOSTIC_INVOCATION_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/diagnostics/diagnostic_params.h"
+#include "peregrine/v1/agent.pb.h"
+
+namespace peregrine {
+
+struct DiagnosticInvocation {
+  std::string kind;
+  DiagnosticParamMap params;
+  absl::Duration timeout = absl::Minutes(1);
+  absl::Time deadline = absl::InfiniteFuture();
+  std::string machine_id;
+  int gpus = 1;
+  int rank_base = 0;
+  std::string tools_dir;  // where peregrine-gemm, peregrine-nccl-check, sim-trainer are
+  std::map<std::string, std::string> env;  // the base environment of started processes
+  std::vector<std::string> command;        // the job's training command
+  std::map<std::string, std::string> code_env;
+
+  DiagnosticParams Params() const { return DiagnosticParams(kind, params); }
+  // True inside the stand-in cluster (env PEREGRINE_SIM_FAULTS set).
+  bool InStandInCluster() const;
+  // The machine id as the stand-in fault table keys it (-1 when not an integer).
+  int SimMachineNumber() const;
+  // "timed out after N ms".
+  std::string TimedOutDetail() const;
+};
+
+// `name` in tools_dir when it is there, else on the PATH of `env`; NotFound otherwise.
+absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std::string& name);
+
+// "KEY=VALUE" list of an environment map.
+std::vector<std::string> FlattenEnv(const std::map<std::string, std::string>& env);
+
+// A free TCP port on 127.0.0.1 (bound to 0, then released), or an error.
+absl::StatusOr<int> PickFreePort();
+
+// The result skeleton every kind fills: kind, machine_id, passed=true.
+v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv);
+
+// FNV-1a 64 over bytes, continuing from `h`; Hex prints it as 16 hex digits.
+uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull);
+std::string Hex64(uint64_t v);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_DIAGNOSTICS_DIAGNOSTIC_INVOCATION_H_
