@@ -34,6 +34,7 @@
 #include "agent/stack_capture.h"
 #include "agent/supervisor.h"
 #include "diagnosis/check.h"
+#include "diagnosis/stack_parse.h"
 
 extern char** environ;
 
@@ -641,20 +642,47 @@ class Agent::Impl {
       StackCaptureOptions capture_options;
       capture_options.include_native = include_native;
       std::vector<CapturedStack> stacks = CaptureStacks(WithDescendants(roots), capture_options);
-      Post([this, id, stacks = std::move(stacks)] {
-        v1::StackCapture capture;
-        for (const CapturedStack& s : stacks) {
-          v1::ProcessStacks* ps = capture.add_processes();
-          ps->set_pid(s.pid);
-          ps->set_global_rank(s.global_rank);
-          ps->set_command(s.command);
-          ps->set_tool(s.tool);
-          ps->set_raw(s.raw);
-        }
+      // Parsed here, off the control loop, so the controller gets frames, not text to parse.
+      v1::StackCapture capture;
+      for (const CapturedStack& s : stacks) {
+        v1::ProcessStacks* ps = capture.add_processes();
+        ps->set_pid(s.pid);
+        ps->set_global_rank(s.global_rank);
+        ps->set_command(s.command);
+        ps->set_tool(s.tool);
+        ps->set_raw(s.raw);
+        if (s.ok) AddParsedThreads(s, ps);
+      }
+      Post([this, id, capture = std::move(capture)] {
         v1::Status status;
         FinishWith(id, status, &capture);
       });
     });
+  }
+
+  // The frames of a captured stack (diagnosis/stack_parse.h); text that does not parse
+  // leaves only the raw text (the controller then counts the rank as not captured).
+  static void AddParsedThreads(const CapturedStack& s, v1::ProcessStacks* ps) {
+    for (StackTool tool : {StackTool::kPySpy, StackTool::kEuStack, StackTool::kGdb}) {
+      if (s.tool != StackToolName(tool)) continue;
+      absl::StatusOr<std::vector<ProcessStack>> parsed = ParseStackText(tool, s.raw, s.pid);
+      if (!parsed.ok()) return;
+      for (const ProcessStack& p : *parsed) {
+        for (const ThreadStack& t : p.threads) {
+          v1::ThreadStack* wt = ps->add_threads();
+          wt->set_thread_id(t.thread_id);
+          wt->set_thread_name(t.thread_name);
+          for (const StackFrame& f : t.frames) {
+            v1::StackFrame* wf = wt->add_frames();
+            wf->set_function(f.function);
+            wf->set_file(f.file);
+            wf->set_line(static_cast<uint32_t>(std::max(f.line, 0)));
+            wf->set_module(f.module);
+            wf->set_address(f.address);
+          }
+        }
+      }
+    }
   }
 
   // Runs off the loop (agent/diagnostics); the result comes back through Post. The

@@ -3,11 +3,14 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -40,6 +43,17 @@ std::string CommandLine(pid_t pid) {
     if (c == '\0') c = ' ';
   }
   return raw;
+}
+
+// RANK from /proc/PID/environ (a rank started by a per-machine launcher), or -1.
+int RankFromEnvironment(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"), std::ios::binary);
+  std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (absl::string_view entry : absl::StrSplit(env, '\0')) {
+    int rank = -1;
+    if (absl::ConsumePrefix(&entry, "RANK=") && absl::SimpleAtoi(entry, &rank) && rank >= 0) return rank;
+  }
+  return -1;
 }
 
 bool IsPython(pid_t pid) {
@@ -76,71 +90,95 @@ std::vector<StackTarget> WithDescendants(const std::vector<StackTarget>& roots) 
   for (const StackTarget& root : roots) {
     if (seen.insert(root.pid).second) out.push_back(root);
   }
-  std::deque<pid_t> queue;
-  for (const StackTarget& root : roots) queue.push_back(root.pid);
+  // Breadth first; a descendant belongs to its nearest ancestor's rank, or (under a
+  // launcher that is no rank) to the RANK its environment names.
+  std::deque<StackTarget> queue(out.begin(), out.end());
   while (!queue.empty()) {
-    pid_t pid = queue.front();
+    const StackTarget parent = queue.front();
     queue.pop_front();
-    auto it = children.find(pid);
+    auto it = children.find(parent.pid);
     if (it == children.end()) continue;
     for (pid_t child : it->second) {
       if (!seen.insert(child).second) continue;
-      out.push_back(StackTarget{child, -1});
-      queue.push_back(child);
+      const int rank = parent.global_rank >= 0 ? parent.global_rank : RankFromEnvironment(child);
+      out.push_back(StackTarget{child, rank});
+      queue.push_back(out.back());
     }
   }
   return out;
 }
 
+namespace {
+
+struct Tools {
+  bool py_spy = false;
+  bool eu_stack = false;
+  bool gdb = false;
+};
+
+CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const StackCaptureOptions& options) {
+  CapturedStack captured;
+  captured.pid = target.pid;
+  captured.global_rank = target.global_rank;
+  captured.command = CommandLine(target.pid);
+  const std::string pid = absl::StrCat(target.pid);
+  std::vector<std::pair<std::string, std::vector<std::string>>> plan;
+  if (tools.py_spy && IsPython(target.pid)) {
+    std::vector<std::string> argv = {"py-spy", "dump", "--pid", pid};
+    if (options.include_native) argv.push_back("--native");
+    plan.emplace_back("py-spy", argv);
+  }
+  if (tools.eu_stack) {
+    std::string eu = ::access("/usr/bin/eu-stack", X_OK) == 0 ? "/usr/bin/eu-stack" : "eu-stack";
+    plan.emplace_back("eu-stack", std::vector<std::string>{eu, "-p", pid});
+  }
+  if (tools.gdb) {
+    plan.emplace_back("gdb", std::vector<std::string>{"gdb", "-nx", "-batch", "-ex", "thread apply all bt", "-p", pid});
+  }
+  std::string failures;
+  for (const auto& [tool, argv] : plan) {
+    absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, options.max_raw_bytes);
+    captured.tool = tool;
+    if (!run.ok()) {
+      absl::StrAppend(&failures, tool, ": ", run.status().ToString(), "\n");
+      continue;
+    }
+    const bool succeeded = !run->timed_out && run->signal == 0 && run->exit_code == 0 && !run->output.empty();
+    if (succeeded) {
+      captured.raw = std::move(run->output);
+      captured.ok = true;
+      break;
+    }
+    absl::StrAppend(&failures, tool, ": ",
+                    run->timed_out ? "timed out" : absl::StrCat("exit ", run->exit_code, " signal ", run->signal),
+                    "\n", run->output, "\n");
+  }
+  if (!captured.ok) {
+    captured.raw = plan.empty() ? "no stack tool available (py-spy, eu-stack, gdb)" : failures;
+    if (captured.raw.size() > options.max_raw_bytes) captured.raw.resize(options.max_raw_bytes);
+  }
+  return captured;
+}
+
+}  // namespace
+
 std::vector<CapturedStack> CaptureStacks(const std::vector<StackTarget>& targets,
                                          const StackCaptureOptions& options) {
-  const bool have_py_spy = OnPath("py-spy");
-  const bool have_eu_stack = ::access("/usr/bin/eu-stack", X_OK) == 0 || OnPath("eu-stack");
-  const bool have_gdb = OnPath("gdb");
-  std::vector<CapturedStack> out;
-  for (const StackTarget& target : targets) {
-    CapturedStack captured;
-    captured.pid = target.pid;
-    captured.global_rank = target.global_rank;
-    captured.command = CommandLine(target.pid);
-    const std::string pid = absl::StrCat(target.pid);
-    std::vector<std::pair<std::string, std::vector<std::string>>> plan;
-    if (have_py_spy && IsPython(target.pid)) {
-      std::vector<std::string> argv = {"py-spy", "dump", "--pid", pid};
-      if (options.include_native) argv.push_back("--native");
-      plan.emplace_back("py-spy", argv);
-    }
-    if (have_eu_stack) {
-      std::string eu = ::access("/usr/bin/eu-stack", X_OK) == 0 ? "/usr/bin/eu-stack" : "eu-stack";
-      plan.emplace_back("eu-stack", std::vector<std::string>{eu, "-p", pid});
-    }
-    if (have_gdb) {
-      plan.emplace_back("gdb", std::vector<std::string>{"gdb", "-nx", "-batch", "-ex", "thread apply all bt", "-p", pid});
-    }
-    std::string failures;
-    for (const auto& [tool, argv] : plan) {
-      absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, options.max_raw_bytes);
-      captured.tool = tool;
-      if (!run.ok()) {
-        absl::StrAppend(&failures, tool, ": ", run.status().ToString(), "\n");
-        continue;
-      }
-      const bool succeeded = !run->timed_out && run->signal == 0 && run->exit_code == 0 && !run->output.empty();
-      if (succeeded) {
-        captured.raw = std::move(run->output);
-        captured.ok = true;
-        break;
-      }
-      absl::StrAppend(&failures, tool, ": ",
-                      run->timed_out ? "timed out" : absl::StrCat("exit ", run->exit_code, " signal ", run->signal),
-                      "\n", run->output, "\n");
-    }
-    if (!captured.ok) {
-      captured.raw = plan.empty() ? "no stack tool available (py-spy, eu-stack, gdb)" : failures;
-      if (captured.raw.size() > options.max_raw_bytes) captured.raw.resize(options.max_raw_bytes);
-    }
-    out.push_back(std::move(captured));
-  }
+  Tools tools;
+  tools.py_spy = OnPath("py-spy");
+  tools.eu_stack = ::access("/usr/bin/eu-stack", X_OK) == 0 || OnPath("eu-stack");
+  tools.gdb = OnPath("gdb");
+  std::vector<CapturedStack> out(targets.size());
+  // A bounded pool: one stuck process costs its timeout, not everyone's.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < targets.size(); i = next++) out[i] = CaptureOne(targets[i], tools, options);
+  };
+  const size_t workers = std::min(targets.size(), static_cast<size_t>(std::max(1, options.max_parallel)));
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
   return out;
 }
 

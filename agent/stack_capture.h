@@ -1,14 +1,20 @@
 // Stack capture of the training process tree, for hang diagnosis.
 //
 // WithDescendants expands the training processes to every descendant (found
-// from the ppid field of /proc/*/stat); descendants get global_rank -1.
-// CaptureStacks runs one tool per process, by argv (no shell) with a timeout:
+// from the ppid field of /proc/*/stat): the launcher, every rank and their
+// data-loader and checkpoint children. A descendant of a rank gets that rank
+// (its stacks belong to the rank's state); a descendant of a root that is no
+// rank (a per-machine launcher, global_rank -1) gets the RANK of its
+// environment (/proc/PID/environ), else -1.
+// CaptureStacks runs one tool per process, by argv (no shell) with a timeout,
+// up to max_parallel processes at a time (results in the order of `targets`):
 //   py-spy dump --pid PID [--native]  when py-spy is on PATH and the process is Python;
 //   eu-stack -p PID                   when eu-stack exists (preferred native tool);
 //   gdb -batch -ex "thread apply all bt" -p PID  otherwise.
 // When a tool fails (cannot start, non-zero exit with no output, timeout) the
 // next one in that order is tried; the result keeps the last tool's text and
-// the failures. Parsing the text is the controller's job.
+// the failures. Parsing the text is the caller's (the agent parses it into
+// frames for its CaptureStacks result; diagnosis/stack_parse.h).
 //
 // Thread safety: the functions are thread-safe and block (seconds); call them
 // off the control loop. Ownership: plain values.
@@ -43,6 +49,7 @@ struct StackCaptureOptions {
   absl::Duration timeout_per_process = absl::Seconds(20);
   size_t max_raw_bytes = 64 * 1024;
   bool include_native = false;
+  int max_parallel = 8;  // processes captured at the same time
 };
 
 // `roots` plus all their live descendants, roots first, no duplicates.

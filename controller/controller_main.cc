@@ -39,7 +39,7 @@ constexpr char kUsage[] =
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
     "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, xid, nic-flap,\n"
     "                      failslow-slow-rank, failslow-congested-link, failslow-rank-and-link,\n"
-    "                      failslow-two-slow-ranks, failslow-jitter\n"
+    "                      failslow-two-slow-ranks, failslow-jitter, hang-pp-stage\n"
     "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"
     "  --grpc-port N       agents' port (default: the persisted one, or any free port)\n"
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/hang_policy.h"
 #include "controller/loss_monitor.h"
 #include "controller/recovery_policy.h"
 #include "controller/stop_time_diagnosis.h"
@@ -412,6 +413,19 @@ class Decider {
       numeric = CheckLosses(losses, spec_.fault_tolerance.loss_spike_factor, &st.loss_reference);
       if (numeric) signals.push_back(numeric->signal);
     }
+    // Hang / MFU drop: stack aggregation over-evicts the outliers' parallel group (hang_policy.h).
+    const HangDecision hang = RunHangPolicy(process_failed || !lost_slots.empty() || numeric.has_value());
+    if (hang.verdict == HangVerdict::kEvict) {
+      for (int index : hang.evict_slots) {
+        if (index < 0 || index >= static_cast<int>(st.slots.size())) continue;
+        if (std::find(lost_slots.begin(), lost_slots.end(), index) != lost_slots.end()) continue;
+        machine_at_fault(st.slots[index], "in the group stack aggregation over-evicts");
+      }
+      if (lost_kind == "MachineLost") lost_kind = hang.kind;
+    } else if (hang.verdict == HangVerdict::kReattempt) {  // no outlier: the no-culprit ladder
+      process_failed = true;
+      signals.push_back(hang.reason);
+    }
     const bool failure = process_failed || !lost_slots.empty() || numeric.has_value();
     // A lost machine makes every peer's collectives fail: name the machine, count the rest.
     if (!lost_slots.empty()) {
@@ -455,11 +469,17 @@ class Decider {
     if (inc == nullptr) return;
     if (!signals.empty()) inc->signal = absl::StrJoin(signals, "; ");
     inc->decided_at = now_;
+    if (hang.verdict == HangVerdict::kEvict || hang.verdict == HangVerdict::kReattempt) {
+      inc->signal = absl::StrCat(hang.signal, "; ", inc->signal);
+      inc->actions.insert(inc->actions.end(), hang.details.begin(), hang.details.end());
+    }
     bool rolled_back = false;
     if (!lost_slots.empty()) {
       inc->kind = lost_kind;
       EvictAndActivate(lost_slots, inc);
-      inc->decision = "evict the machine, activate a warm standby, restart the others in place";
+      inc->decision = hang.verdict == HangVerdict::kEvict
+                          ? absl::StrCat(hang.reason, "; activate warm standbys, restart the others in place")
+                          : "evict the machine, activate a warm standby, restart the others in place";
     } else if (process_failed || inc->kind == "NaNLoss" || inc->kind == "LossSpike") {
       const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
       if (!user_errors.empty() && target) {
@@ -488,6 +508,64 @@ class Decider {
       return;
     }
     FinishRecovery(inc, rolled_back);
+  }
+
+  // Runs the stack-aggregation policy (hangs, MFU drops) and merges its commands, events
+  // and state; a detected hang opens its incident and holds the triage until the verdict.
+  HangDecision RunHangPolicy(bool other_failure) {
+    JobStatus& st = plan_.status;
+    auto layout = ParallelLayout::Create(spec_.parallelism.tensor, spec_.parallelism.pipeline, spec_.parallelism.data,
+                                         spec_.gpus_per_machine);
+    if (!layout.ok() || layout->machines() != static_cast<int>(st.slots.size())) return HangDecision{};
+    const bool steady = st.phase == JobPhase::kRunning && OpenIncident() == nullptr && st.triage_deadline == 0;
+    HangDecision d = DecideHang(MakeHangPolicyInput(job_, st, obs_, &*layout, steady, other_failure), now_);
+    st.stack_diagnosis = d.state;
+    for (const StackCaptureRequest& r : d.captures) {
+      CommandToSend c;
+      c.pod = r.pod;
+      c.id = r.command_id;
+      c.kind = CommandKind::kCaptureStacks;
+      plan_.commands.push_back(std::move(c));
+    }
+    plan_.events.insert(plan_.events.end(), d.events.begin(), d.events.end());
+    if (d.wake_at > now_ && (plan_.requeue_after_ns == 0 || d.wake_at - now_ < plan_.requeue_after_ns)) {
+      plan_.requeue_after_ns = d.wake_at - now_;
+    }
+    switch (d.verdict) {
+      case HangVerdict::kHangDetected: {
+        Incident inc;
+        inc.id = st.next_incident_id++;
+        inc.kind = d.kind;
+        inc.signal = d.signal;
+        inc.detected_at = now_;
+        inc.step_at_failure = st.max_completed_step;
+        inc.actions.push_back(absl::StrFormat("capture the stacks of every training process on %d machines",
+                                              st.slots.size()));
+        // The hang began before it could be detected: that time is lost training time too.
+        st.training_time_lost_seconds += d.silent_seconds;
+        inc.actions.push_back(absl::StrFormat("%.1f s without a step before detection counted as lost training time",
+                                              d.silent_seconds));
+        st.incidents.push_back(inc);
+        TrimFront(st.incidents, config_.max_incidents);
+        if (!st.stack_diagnosis.investigations.empty()) st.stack_diagnosis.investigations.back().incident_id = inc.id;
+        st.triage_deadline = d.hold_until + config_.triage_window_ns;  // the verdict comes by hold_until
+        st.phase = JobPhase::kRecovering;
+        Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+        break;
+      }
+      case HangVerdict::kEvict:
+      case HangVerdict::kReattempt:
+      case HangVerdict::kResolved:
+        if (st.triage_deadline > now_) st.triage_deadline = now_;  // the investigation was the triage
+        break;
+      case HangVerdict::kAbandoned:
+        st.triage_deadline = std::min(st.triage_deadline, now_ + config_.triage_window_ns);
+        if (Incident* inc = OpenIncident(); inc != nullptr && inc->kind == "Hang") inc->kind = "ProcessCrash";
+        break;
+      case HangVerdict::kNone:
+        break;
+    }
+    return d;
   }
 
   // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and

@@ -56,6 +56,10 @@ struct FaultToleranceSpec {
   int restart_grace_seconds = 10;          // restartGraceSeconds: SIGTERM -> SIGKILL grace
   int heartbeat_timeout_seconds = 30;      // heartbeatTimeoutSeconds: silence before corroborating a lost agent
   int max_recoveries = 50;                 // maxRecoveries: give up (phase Failed) after this many
+  // hangTimeoutSeconds: a running attempt whose slowest rank completes no step for
+  // max(hangTimeoutSeconds, 10 x the job's mean iteration time) while every training
+  // process is alive is hung: stacks are captured and aggregated (hang_policy.h).
+  int hang_timeout_seconds = 60;
 };
 
 enum class FailSlowMitigation {

@@ -160,6 +160,52 @@ struct LossReference {
   uint64_t step = 0;
 };
 
+// Stack aggregation (ByteRobust section 5.1; controller/hang_policy.h): a hang or an MFU
+// drop is investigated by capturing the stacks of every training-related process of every
+// active pod, in one round (hang) or several rounds 10 s apart (MFU drop).
+struct StackRound {
+  int64_t started_at = 0;
+  int64_t finished_at = 0;              // 0 while the captures are outstanding
+  std::vector<std::string> groups;      // "ranks 2,3,6,7 (healthy): <innermost frames>", largest first
+  std::vector<int> suspect_ranks;       // ranks outside the dominant group, ascending
+  std::vector<int> unanswered_slots;    // slots whose capture failed or missed the deadline
+  std::string flagged_kind;             // MFU rounds: "tp", "pp", "dp" of the flagged group; "" none
+  int flagged_index = -1;
+  std::string explanation;
+};
+
+struct StackInvestigation {
+  uint64_t id = 0;
+  std::string kind;   // Hang | MfuDrop
+  std::string state;  // Capturing, Waiting (between MFU rounds), Decided, Evicted, Reattempted,
+                      // Resolved (progress resumed / MFU recovered), Abandoned (another failure)
+  uint64_t attempt = 0;
+  uint64_t incident_id = 0;  // the incident that carries it (0 until opened)
+  std::string signal;        // what triggered it
+  int64_t started_at = 0;
+  int64_t ended_at = 0;
+  int rounds_planned = 1;
+  int64_t next_round_at = 0;  // MFU: when the next round's captures are sent
+  std::vector<StackRound> rounds;
+  std::string chosen_group;           // "pp 0"; "" when the machines' union was chosen or none
+  std::vector<int> slots;             // slots (layout machines) to evict, ascending
+  std::vector<std::string> machines;  // their machine ids when decided
+  std::string explanation;
+};
+
+struct StackDiagnosisStatus {
+  // Progress watch: when the slowest rank last completed a step (hang detection).
+  uint64_t progress_attempt = 0;
+  uint64_t progress_step = 0;
+  int64_t progress_at = 0;
+  // MFU watch for progress_attempt: the healthy iteration time (EWMA) and since when
+  // the iteration time has stayed above the drop factor (0: it has not).
+  double healthy_iteration_seconds = 0;
+  int64_t degraded_since = 0;
+  uint64_t next_id = 1;
+  std::vector<StackInvestigation> investigations;  // bounded, newest last
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   std::vector<Condition> conditions;
@@ -199,6 +245,7 @@ struct JobStatus {
   LossReference loss_reference;
   std::optional<StopTimeDiagnosis> diagnosis;  // set while training is stopped for diagnosis
   int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
+  StackDiagnosisStatus stack_diagnosis;  // hang / MFU-drop investigations (hang_policy.h)
 };
 
 // ---------------------------------------------------------------------------

@@ -257,6 +257,15 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.slot = machines > 2 ? 2 : machines - 1;
     return s;
   }
+  // One machine of the last pipeline stage hangs in its compute (demo layout: slot 2 holds
+  // stage 1 of dp 0): its stage-0 peers wait for gradients in recv, the other pipeline waits
+  // in the DP all-reduce, whatever compute the hang hits; stack aggregation evicts the pipeline group.
+  if (name == "hang-pp-stage") {
+    s.fault.kind = "hang";
+    s.fault.slot = machines > 2 ? 2 : machines - 1;
+    s.fault.local_rank = -1;
+    return s;
+  }
   if (name == "crash" || name == "crash-once") {
     s.fault.kind = "crash";
     s.fault.slot = machines > 1 ? 1 : 0;
@@ -273,7 +282,8 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
   return absl::InvalidArgumentError(
       absl::StrCat("--scenario: unknown scenario '", name,
                    "' (known: kill-machine, crash, crash-once, nan, xid, nic-flap, failslow-slow-rank, "
-                   "failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter)"));
+                   "failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter, "
+                   "hang-pp-stage)"));
 }
 
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {

@@ -56,7 +56,9 @@ class LocalMode {
 // machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower),
 // failslow-congested-link (20 ms per message between two machines), failslow-rank-and-link
 // (both at once), failslow-two-slow-ranks (two GPUs on different machines 3x slower),
-// failslow-jitter (every GPU's compute +-5% per iteration: nothing must be reported).
+// failslow-jitter (every GPU's compute +-5% per iteration: nothing must be reported),
+// hang-pp-stage (a machine of the last pipeline stage hangs: stack aggregation evicts its
+// pipeline group).
 struct Scenario {
   std::string name;
   uint64_t at_step = 30;

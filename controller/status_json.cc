@@ -71,6 +71,70 @@ std::vector<DiagnosisStageRecord> StagesFromJson(const json& j) {
   return out;
 }
 
+// Stack diagnosis (hang / MFU-drop investigations, controller/hang_policy.h).
+json StackDiagnosisToJson(const StackDiagnosisStatus& d) {
+  json investigations = json::array();
+  for (const StackInvestigation& inv : d.investigations) {
+    json rounds = json::array();
+    for (const StackRound& r : inv.rounds) {
+      rounds.push_back({{"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)}, {"groups", r.groups},
+                        {"suspectRanks", r.suspect_ranks}, {"unansweredSlots", r.unanswered_slots},
+                        {"flaggedKind", r.flagged_kind}, {"flaggedIndex", r.flagged_index},
+                        {"explanation", r.explanation}});
+    }
+    investigations.push_back({{"id", inv.id}, {"kind", inv.kind}, {"state", inv.state}, {"attempt", inv.attempt},
+                              {"incidentId", inv.incident_id}, {"signal", inv.signal},
+                              {"startedAt", Time(inv.started_at)}, {"endedAt", Time(inv.ended_at)},
+                              {"roundsPlanned", inv.rounds_planned}, {"nextRoundAt", Time(inv.next_round_at)},
+                              {"rounds", rounds}, {"chosenGroup", inv.chosen_group}, {"slots", inv.slots},
+                              {"machines", inv.machines}, {"explanation", inv.explanation}});
+  }
+  return {{"progressAttempt", d.progress_attempt}, {"progressStep", d.progress_step},
+          {"progressAt", Time(d.progress_at)}, {"healthyIterationSeconds", d.healthy_iteration_seconds},
+          {"degradedSince", Time(d.degraded_since)}, {"nextId", d.next_id}, {"investigations", investigations}};
+}
+
+StackDiagnosisStatus StackDiagnosisFromJson(const json& j) {
+  StackDiagnosisStatus d;
+  d.progress_attempt = j.value("progressAttempt", uint64_t{0});
+  d.progress_step = j.value("progressStep", uint64_t{0});
+  d.progress_at = ParseTime(j, "progressAt");
+  d.healthy_iteration_seconds = j.value("healthyIterationSeconds", 0.0);
+  d.degraded_since = ParseTime(j, "degradedSince");
+  d.next_id = j.value("nextId", uint64_t{1});
+  for (const json& i : j.value("investigations", json::array())) {
+    StackInvestigation inv;
+    inv.id = i.at("id");
+    inv.kind = i.value("kind", "");
+    inv.state = i.value("state", "");
+    inv.attempt = i.value("attempt", uint64_t{0});
+    inv.incident_id = i.value("incidentId", uint64_t{0});
+    inv.signal = i.value("signal", "");
+    inv.started_at = ParseTime(i, "startedAt");
+    inv.ended_at = ParseTime(i, "endedAt");
+    inv.rounds_planned = i.value("roundsPlanned", 1);
+    inv.next_round_at = ParseTime(i, "nextRoundAt");
+    for (const json& r : i.value("rounds", json::array())) {
+      StackRound round;
+      round.started_at = ParseTime(r, "startedAt");
+      round.finished_at = ParseTime(r, "finishedAt");
+      round.groups = r.value("groups", std::vector<std::string>{});
+      round.suspect_ranks = r.value("suspectRanks", std::vector<int>{});
+      round.unanswered_slots = r.value("unansweredSlots", std::vector<int>{});
+      round.flagged_kind = r.value("flaggedKind", "");
+      round.flagged_index = r.value("flaggedIndex", -1);
+      round.explanation = r.value("explanation", "");
+      inv.rounds.push_back(std::move(round));
+    }
+    inv.chosen_group = i.value("chosenGroup", "");
+    inv.slots = i.value("slots", std::vector<int>{});
+    inv.machines = i.value("machines", std::vector<std::string>{});
+    inv.explanation = i.value("explanation", "");
+    d.investigations.push_back(std::move(inv));
+  }
+  return d;
+}
+
 }  // namespace
 
 std::string FormatRfc3339(int64_t unix_nanos) {
@@ -177,6 +241,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   }
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
+  j["stackDiagnosis"] = StackDiagnosisToJson(s.stack_diagnosis);
   // Incident signals quote process output, which need not be UTF-8: replace, never throw.
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
@@ -310,6 +375,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.fail_slows.push_back(std::move(x));
     }
     s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});
+    if (j.contains("stackDiagnosis")) s.stack_diagnosis = StackDiagnosisFromJson(j["stackDiagnosis"]);
     return s;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job status: ", e.what()));

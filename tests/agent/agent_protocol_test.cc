@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -357,17 +358,23 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
     REQUIRE(stacks.has_value());
     CHECK(stacks->command_result().status().code() == 0);
     std::set<int> stacked_ranks;
+    std::map<int, int> roots_per_rank;  // descendants (the ranks' sleeps) carry their rank too
     for (const auto& p : stacks->command_result().stacks().processes()) {
       INFO(p.tool() << " " << p.command() << "\n" << p.raw());
       CHECK(!p.raw().empty());
       CHECK(p.raw().size() <= 64 * 1024);
       if (p.global_rank() >= 0) {
         stacked_ranks.insert(p.global_rank());
-        CHECK(p.command().rfind("sh -c", 0) == 0);
+        if (p.command().rfind("sh -c", 0) == 0) {
+          ++roots_per_rank[p.global_rank()];
+          CHECK(p.threads_size() > 0);  // the agent parsed the tool's text into frames
+          if (p.threads_size() > 0) CHECK(p.threads(0).frames_size() > 0);
+        }
         CHECK((p.tool() == "eu-stack" || p.tool() == "gdb" || p.tool() == "py-spy"));
       }
     }
     CHECK(stacked_ranks == std::set<int>{0, 1});
+    CHECK(roots_per_rank == std::map<int, int>{{0, 1}, {1, 1}});
 
     // 6. A diagnostic while training runs: eud with neither dcgmi nor the stand-in cluster
     // is not_present (never a fault), and training is left alone.

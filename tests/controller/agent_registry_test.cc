@@ -213,7 +213,8 @@ TEST_CASE("A sent diagnostic is pending until its result, which the observation 
   bad.mutable_status()->set_code(3);
   bad.mutable_status()->set_message("run_diagnostic: unknown kind 'xyz'");
   reg.Result(bad);
-  const CommandResultObservation& e = reg.Observed().command_results.at("default/j/other");
+  const AgentObservation after = reg.Observed();
+  const CommandResultObservation& e = after.command_results.at("default/j/other");
   CHECK_FALSE(e.ok);
   CHECK(e.code == 3);
   CHECK(e.message == "run_diagnostic: unknown kind 'xyz'");

@@ -119,7 +119,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "faultTolerance", "faultTolerance.networkAlarmWindowSeconds", "faultTolerance.networkAlarmsToEvict",
       "faultTolerance.maxReattempts", "faultTolerance.lossSpikeFactor", "faultTolerance.hotUpdateWindowHours",
       "faultTolerance.restartGraceSeconds", "faultTolerance.heartbeatTimeoutSeconds",
-      "faultTolerance.maxRecoveries", "failSlow", "failSlow.enabled", "failSlow.changePointProbability",
+      "faultTolerance.maxRecoveries", "faultTolerance.hangTimeoutSeconds", "failSlow", "failSlow.enabled", "failSlow.changePointProbability",
       "failSlow.verifyThreshold", "failSlow.suspiciousGroupRatio", "failSlow.mitigateThreshold",
       "failSlow.replaceThreshold", "failSlow.mitigation", "checkpoint", "checkpoint.intervalSteps",
       "checkpoint.backupCopies"};
@@ -145,6 +145,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "faultTolerance.restartGraceSeconds=" + Num(d.fault_tolerance.restart_grace_seconds),
       "faultTolerance.heartbeatTimeoutSeconds=" + Num(d.fault_tolerance.heartbeat_timeout_seconds),
       "faultTolerance.maxRecoveries=" + Num(d.fault_tolerance.max_recoveries),
+      "faultTolerance.hangTimeoutSeconds=" + Num(d.fault_tolerance.hang_timeout_seconds),
       std::string("failSlow.enabled=") + (d.fail_slow.enabled ? "true" : "false"),
       "failSlow.changePointProbability=" + Num(d.fail_slow.change_point_probability),
       "failSlow.verifyThreshold=" + Num(d.fail_slow.verify_threshold),

@@ -1,0 +1,83 @@
+// Hang on one pipeline stage, end to end (ByteRobust section 5.1; DESIGN.md "hang"): the
+// demo scenario hang-pp-stage makes both ranks of one machine of the last pipeline stage
+// block in their compute (sim/fault); their stage-0 peers then wait in the pipeline
+// receive and the other pipeline in the DP all-reduce. The controller sees no step for
+// hangTimeoutSeconds while every process is alive, the agents capture the real stacks of
+// every sim-trainer process (eu-stack or gdb), the controller groups them and over-evicts
+// the pipeline group holding the outliers. The test asserts exactly that group's machines
+// were evicted, nothing else, and that the job completes.
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "tests/e2e/e2e_util.h"
+
+namespace peregrine::e2e {
+namespace {
+
+std::set<std::string> NonStandbyEvictions(const JobStatus& s) {
+  std::set<std::string> out;
+  for (const Eviction& e : s.evicted) {
+    if (e.reason.rfind("standby failed", 0) != 0) out.insert(e.machine_id);
+  }
+  return out;
+}
+
+bool HaveStackTool() {
+  return std::filesystem::exists("/usr/bin/eu-stack") || std::filesystem::exists("/usr/bin/gdb");
+}
+
+TEST_CASE("A hang on one pipeline stage over-evicts that pipeline group and the job completes", "[e2e]") {
+  if (!HaveStackTool()) {
+    WARN("neither eu-stack nor gdb is installed: stacks cannot be captured here");
+    return;
+  }
+  TempDir dir;
+  TrainingJob job = ShortDemoJob(150);
+  job.spec.fault_tolerance.hang_timeout_seconds = 5;
+  auto started = LocalMode::Start(job, Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && s.standby_ready >= 1;
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  auto scenario = ScenarioByName("hang-pp-stage", job.spec.machines);
+  REQUIRE(scenario.ok());
+  REQUIRE(scenario->fault.slot == 2);
+  auto injected = mode->Inject(scenario->fault);
+  REQUIRE(injected.ok());
+
+  // Pipeline group pp 0 = ranks {0, 4}: machine slots 0 and 2 (TP=2 PP=2 DP=2, 2 GPUs each).
+  const std::set<std::string> group = {before.slots[0].machine_id, before.slots[2].machine_id};
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed;
+  }));
+  const JobStatus st = mode->controller().Snapshot();
+  INFO(FormatTimeline(mode->controller().Timeline(), st, before.started_at));
+  CHECK(st.phase == JobPhase::kSucceeded);
+  REQUIRE(st.incidents.size() == 1);
+  const Incident& inc = st.incidents[0];
+  CHECK(inc.kind == "Hang");
+  CHECK_THAT(inc.signal, Catch::Contains("completed no step"));
+  CHECK(std::set<std::string>(inc.machines.begin(), inc.machines.end()) == group);
+  CHECK(inc.machines.size() == 2);
+  CHECK_THAT(inc.decision, Catch::Contains("pp 0 over-evicted"));
+  CHECK(NonStandbyEvictions(st) == group);
+  for (int i : {1, 3}) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
+  for (int i : {0, 2}) CHECK(group.count(st.slots[i].machine_id) == 0);
+
+  REQUIRE(!st.stack_diagnosis.investigations.empty());
+  const StackInvestigation& inv = st.stack_diagnosis.investigations.back();
+  CHECK(inv.kind == "Hang");
+  CHECK(inv.state == "Evicted");
+  CHECK(inv.incident_id == inc.id);
+  CHECK(inv.chosen_group == "pp 0");
+  REQUIRE(inv.rounds.size() == 1);
+  CHECK(inv.rounds[0].unanswered_slots.empty());       // every agent captured real stacks
+  CHECK(inv.rounds[0].suspect_ranks == std::vector<int>{0, 1, 4, 5});
+  REQUIRE(!inv.rounds[0].groups.empty());
+  CHECK_THAT(inv.rounds[0].groups[0], Catch::StartsWith("ranks 2,3,6,7 (healthy)"));
+}
+
+}  // namespace
+}  // namespace peregrine::e2e
