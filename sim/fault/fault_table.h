@@ -21,7 +21,7 @@
 //     uint8_t  reserved[24]
 //   offset 64: RankFaultRecord[rank_capacity], 24 bytes each
 //     int32_t machine_id; int32_t local_rank (-1 = whole machine);
-//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt); uint32_t reserved;
+//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt, 4 grad_corrupt); uint32_t reserved;
 //     double compute_slowdown (>= 1)
 //   then: LinkFaultRecord[link_capacity], 24 bytes each (directional src -> dst)
 //     int32_t src_machine; int32_t dst_machine; int64_t delay_us;
@@ -52,6 +52,7 @@ inline constexpr uint32_t kFaultFlagHang = 1u << 0;
 inline constexpr uint32_t kFaultFlagCrash = 1u << 1;
 inline constexpr uint32_t kFaultFlagNan = 1u << 2;
 inline constexpr uint32_t kFaultFlagCorrupt = 1u << 3;
+inline constexpr uint32_t kFaultFlagGradCorrupt = 1u << 4;
 
 struct FaultTableHeader {
   char magic[8];
@@ -95,7 +96,11 @@ struct RankFault {
   bool crash = false;             // the trainer prints a CUDA-style error and aborts
   bool nan = false;               // the rank contributes NaN (floating types) to NCCL ops
   bool corrupt = false;           // the rank contributes values scaled by (1 + 1e-3)
-  bool Any() const { return compute_slowdown != 1.0 || hang || crash || nan || corrupt; }
+  // Silent data corruption in the training step's backward kernel only: the trainer scales
+  // this rank's gradient contributions by 64 (a flipped exponent bit). The self-tests (EUD,
+  // NCCL checks) and the alignment reference step do not run that kernel and see nothing.
+  bool grad_corrupt = false;
+  bool Any() const { return compute_slowdown != 1.0 || hang || crash || nan || corrupt || grad_corrupt; }
   bool operator==(const RankFault&) const = default;
 };
 
