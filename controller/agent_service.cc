@@ -99,7 +99,11 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
+      // The stream broke (e.g. cancelled by a server shutdown while this write was in
+      // flight): a Finish requested meanwhile must still be issued, or the call never ends
+      // and grpc::Server::Shutdown waits for it forever.
       queue_.clear();
+      MaybeFinishLocked();
       return;
     }
     if (!queue_.empty()) queue_.pop_front();

@@ -37,7 +37,7 @@ constexpr char kUsage[] =
     "  --local FILE        run the TrainingJob in FILE on the embedded local cluster\n"
     "  --state-dir DIR     persisted state (default .peregrine/<namespace>-<name>)\n"
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
-    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, xid, nic-flap,\n"
+    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, sdc, xid, nic-flap,\n"
     "                      failslow-slow-rank, failslow-congested-link, failslow-rank-and-link,\n"
     "                      failslow-two-slow-ranks, failslow-jitter, hang-pp-stage\n"
     "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"

@@ -315,8 +315,12 @@ class Decider {
                             open->id, min_step, st.attempt, open->training_time_lost_seconds));
     }
     // Passing the last failure's step ends the escalation (reattempt -> rollback -> replay).
-    if ((st.reattempts > 0 || st.rollbacks > 0) && OpenIncident() == nullptr && !st.incidents.empty() &&
-        min_step > st.incidents.back().step_at_failure) {
+    // After a NaN / spike incident a step only counts once its loss was found healthy (folded
+    // into the loss reference): the ranks complete numerically bad steps too.
+    const Incident* last = st.incidents.empty() ? nullptr : &st.incidents.back();
+    const bool numeric_last = last != nullptr && (last->kind == "NaNLoss" || last->kind == "LossSpike");
+    if ((st.reattempts > 0 || st.rollbacks > 0) && OpenIncident() == nullptr && last != nullptr &&
+        min_step > last->step_at_failure && (!numeric_last || st.loss_reference.step > last->step_at_failure)) {
       st.reattempts = 0;
       st.rollbacks = 0;
     }

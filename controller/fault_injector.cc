@@ -102,11 +102,11 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
     return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
   }
   static const char* kKinds[] = {"kill", "crash",   "hang", "slow", "jitter",  "nan",
-                                 "corrupt", "link", "xid",  "nic-flap", "clear"};
+                                 "corrupt", "sdc", "link", "xid",  "nic-flap", "clear"};
   if (std::find(std::begin(kKinds), std::end(kKinds), r.kind) == std::end(kKinds)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kind: unknown fault '", r.kind,
-        "' (expected kill, crash, hang, slow, jitter, nan, corrupt, link, xid, nic-flap or clear)"));
+        "' (expected kill, crash, hang, slow, jitter, nan, corrupt, sdc, link, xid, nic-flap or clear)"));
   }
   if (r.kind == "slow" && !(r.factor > 1.0)) return absl::InvalidArgumentError("factor: a slowdown must be > 1");
   if (r.kind == "jitter" && !(r.fraction > 0.0 && r.fraction < 1.0)) {
@@ -191,6 +191,7 @@ absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const J
   if (r.kind == "hang") f.hang = true;
   if (r.kind == "nan") f.nan = true;
   if (r.kind == "corrupt") f.corrupt = true;
+  if (r.kind == "sdc") f.grad_corrupt = true;
   if (r.kind == "slow") f.compute_slowdown = r.factor;
   if (r.kind == "jitter") f.jitter_fraction = r.fraction;
   if (auto s = sim::SetRankFault(fault_table_path_, *id, r.local_rank, f); !s.ok()) return s;

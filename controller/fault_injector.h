@@ -4,7 +4,9 @@
 // (sim/fault/fault_control.h), which the training processes follow while they run.
 //
 // Request grammar (also the JSON body of POST /api/v1/jobs/{ns}/{name}/faults):
-//   kind: kill | crash | hang | slow | jitter | nan | corrupt | link | xid | nic-flap | clear
+//   kind: kill | crash | hang | slow | jitter | nan | corrupt | sdc | link | xid | nic-flap | clear
+//   (sdc: the GPU's training backward kernel silently scales its gradients, see
+//   sim::RankFault::grad_corrupt; corrupt perturbs every NCCL payload of the GPU)
 //   slot: the machine slot (0..machines-1) whose current machine is targeted, or
 //   machine: a machine id; localRank: the GPU (-1 = the whole machine);
 //   factor (slow, > 1); fraction (jitter, in (0, 1): each iteration's compute of the

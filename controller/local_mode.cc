@@ -279,9 +279,15 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines) {
     s.fault.local_rank = -1;
     return s;
   }
+  if (name == "sdc") {  // one machine's backward kernel silently corrupts gradients: replay finds it
+    s.fault.kind = "sdc";
+    s.fault.slot = machines > 1 ? 1 : 0;
+    s.fault.local_rank = -1;
+    return s;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("--scenario: unknown scenario '", name,
-                   "' (known: kill-machine, crash, crash-once, nan, xid, nic-flap, failslow-slow-rank, "
+                   "' (known: kill-machine, crash, crash-once, nan, sdc, xid, nic-flap, failslow-slow-rank, "
                    "failslow-congested-link, failslow-rank-and-link, failslow-two-slow-ranks, failslow-jitter, "
                    "hang-pp-stage)"));
 }

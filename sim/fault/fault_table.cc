@@ -57,6 +57,7 @@ RankFault FaultTableSnapshot::RankFaultFor(int machine_id, int local_rank) const
     merged.nan |= e.fault.nan;
     merged.corrupt |= e.fault.corrupt;
     merged.jitter_fraction = std::max(merged.jitter_fraction, e.fault.jitter_fraction);
+    merged.grad_corrupt |= e.fault.grad_corrupt;
   }
   return merged;
 }
@@ -88,7 +89,8 @@ RankFaultRecord EncodeRankFault(const RankFaultEntry& entry) {
   r.machine_id = entry.machine_id;
   r.local_rank = entry.local_rank;
   r.flags = (entry.fault.hang ? kFaultFlagHang : 0) | (entry.fault.crash ? kFaultFlagCrash : 0) |
-            (entry.fault.nan ? kFaultFlagNan : 0) | (entry.fault.corrupt ? kFaultFlagCorrupt : 0);
+            (entry.fault.nan ? kFaultFlagNan : 0) | (entry.fault.corrupt ? kFaultFlagCorrupt : 0) |
+            (entry.fault.grad_corrupt ? kFaultFlagGradCorrupt : 0);
   r.compute_slowdown = entry.fault.compute_slowdown;
   r.jitter_fraction = entry.fault.jitter_fraction;
   return r;
@@ -102,6 +104,7 @@ RankFaultEntry DecodeRankFault(const RankFaultRecord& r) {
   e.fault.crash = (r.flags & kFaultFlagCrash) != 0;
   e.fault.nan = (r.flags & kFaultFlagNan) != 0;
   e.fault.corrupt = (r.flags & kFaultFlagCorrupt) != 0;
+  e.fault.grad_corrupt = (r.flags & kFaultFlagGradCorrupt) != 0;
   e.fault.compute_slowdown = r.compute_slowdown;
   e.fault.jitter_fraction = r.jitter_fraction;
   return e;

@@ -24,7 +24,7 @@
 //     uint8_t  reserved[24]
 //   offset 64: RankFaultRecord[rank_capacity], 32 bytes each
 //     int32_t machine_id; int32_t local_rank (-1 = whole machine);
-//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt); uint32_t reserved;
+//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt, 4 grad_corrupt); uint32_t reserved;
 //     double compute_slowdown (>= 1)
 //     double jitter_fraction (in [0, 1): each iteration's compute is stretched by a
 //            factor drawn uniformly from [1 - j, 1 + j], see JitterFactor)
@@ -57,6 +57,7 @@ inline constexpr uint32_t kFaultFlagHang = 1u << 0;
 inline constexpr uint32_t kFaultFlagCrash = 1u << 1;
 inline constexpr uint32_t kFaultFlagNan = 1u << 2;
 inline constexpr uint32_t kFaultFlagCorrupt = 1u << 3;
+inline constexpr uint32_t kFaultFlagGradCorrupt = 1u << 4;
 
 struct FaultTableHeader {
   char magic[8];
@@ -105,8 +106,12 @@ struct RankFault {
   // factor uniform in [1 - jitter_fraction, 1 + jitter_fraction] (JitterFactor), on top
   // of compute_slowdown. In [0, 1); 0 = none.
   double jitter_fraction = 0.0;
+  // Silent data corruption in the training step's backward kernel only: the trainer scales
+  // this rank's gradient contributions by 64 (a flipped exponent bit). The self-tests (EUD,
+  // NCCL checks) and the alignment reference step do not run that kernel and see nothing.
+  bool grad_corrupt = false;
   bool Any() const {
-    return compute_slowdown != 1.0 || hang || crash || nan || corrupt || jitter_fraction != 0.0;
+    return compute_slowdown != 1.0 || hang || crash || nan || corrupt || grad_corrupt || jitter_fraction != 0.0;
   }
   bool operator==(const RankFault&) const = default;
 };

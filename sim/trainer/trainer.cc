@@ -73,6 +73,7 @@ class ComputeFaults {
 
   void AfterCompute(double measured_ms, double extra_ms, int step) {
     RankFault f = reader_.Poll().RankFaultFor(machine_id_, local_rank_);
+    grad_corrupt_ = f.grad_corrupt;
     if (f.crash) {
       std::fflush(stdout);
       std::fprintf(stderr,
@@ -92,7 +93,11 @@ class ComputeFaults {
     SleepMs((measured_ms + extra_ms) * stretch - measured_ms);
   }
 
+  // Whether this GPU's backward kernel silently corrupts its results (as of the last poll).
+  bool GradCorrupt() const { return grad_corrupt_; }
+
  private:
+  bool grad_corrupt_ = false;
   FaultTableReader reader_;
   int machine_id_;
   int local_rank_;
@@ -276,6 +281,10 @@ int RunTrainer(const TrainerOptions& o) {
       if (!first_stage) {
         NCCL_OR_DIE(ncclSend(ga.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
       }
+    }
+    // An injected silent corruption of this rank's backward results (grad_corrupt).
+    if (faults.GradCorrupt()) {
+      for (float& v : grad) v *= 64.0f;
     }
     // Data-parallel gradient reduction (a replay sums: its DP ranks may hold unequal shares).
     const ncclRedOp_t dp_op = o.replay ? ncclSum : ncclAvg;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
 
@@ -41,6 +42,7 @@ struct World {
   // passes (alignment and replay with digest "good").
   std::map<std::string, DiagnosticOutcome> rigged;  // "<machine>/<kind>" -> answer
   std::string corrupt_machine;  // replay groups holding it print another digest
+  bool same_bad_digest = false;  // ... the same wrong digest in every group holding it
   std::string all_gather_culprit;  // every all_gather pair holding it fails
   std::set<std::string> silent;  // machines whose agents never answer diagnostics
   std::vector<CommandToSend> diagnostics_seen;
@@ -105,7 +107,7 @@ struct World {
         if (d.kind == "alignment") d.digest = "good";
         if (d.kind == "replay") {
           d.digest = replay_groups[c.diagnostic.params.at("group")].count(corrupt_machine)
-                         ? "bad-" + c.diagnostic.params.at("group")
+                         ? (same_bad_digest ? std::string("bad") : "bad-" + c.diagnostic.params.at("group"))
                          : "good";
         }
         if (auto it = rigged.find(a->machine_id + "/" + d.kind); it != rigged.end()) d = it->second;
@@ -720,6 +722,75 @@ TEST_CASE("Escalation: reattempt, then roll back the update, then dual-phase rep
     ports.insert(c.diagnostic.params.at("master_port"));
   }
   CHECK(ports.size() == 4);
+}
+
+// The demo layout (4 machines x 2 GPUs, TP2 PP2 DP2) has two horizontal and two vertical
+// replay groups, all of one shape (2 machines, replay DP 1), so the four group digests are
+// compared together. With no earlier code version, a second crash goes straight to replay.
+TEST_CASE("Dual-phase replay in the 4-machine demo layout: two matching groups name the healthy digest",
+          "[unit]") {
+  for (const bool same_bad : {false, true}) {
+    for (int slot = 0; slot < 4; ++slot) {
+      DYNAMIC_SECTION("corrupt slot " << slot << (same_bad ? ", one wrong digest" : ", two wrong digests")) {
+        World w = RunningWorld(20);
+        const std::string corrupt = w.status.slots[static_cast<size_t>(slot)].machine_id;
+        w.corrupt_machine = corrupt;
+        w.same_bad_digest = same_bad;
+        Crash(w, (slot + 1) % 4);
+        Triage(w);
+        CHECK_THAT(w.status.incidents.back().decision, Catch::Contains("reattempt"));
+        Crash(w, (slot + 1) % 4);  // again, before passing the failure step; nothing to roll back to
+        Triage(w);
+        const Incident& inc = w.status.incidents.back();
+        CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather", "replay"});
+        if (!same_bad) {
+          // Healthy groups share "good" (2 of 4); the two failing groups intersect in the machine.
+          CHECK(inc.kind == "SilentDataCorruption");
+          CHECK_THAT(inc.diagnosis.back().note, Catch::Contains(absl::StrCat("intersect in slot ", slot)));
+          CHECK(inc.machines == std::vector<std::string>{corrupt});
+          REQUIRE(w.status.evicted.size() == 1);
+          CHECK(w.status.evicted[0].machine_id == corrupt);
+        } else {
+          // Two groups say "good", two say "bad": either pair could be the healthy one (each
+          // intersection is a consistent single culprit), so no machine is evicted.
+          CHECK(inc.diagnosis.back().verdict == "no-verdict");
+          CHECK(inc.machines.empty());
+          CHECK(w.status.evicted.empty());
+          CHECK_THAT(inc.decision, Catch::Contains("found no machine"));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("After a loss spike, steps that spike again do not end the escalation (replay follows)",
+          "[unit]") {
+  World w = RunningWorld(20);
+  auto report = [&w](uint64_t step, double grad_norm) {
+    w.Progress(step);
+    for (const SlotStatus& slot : w.status.slots) {
+      AgentObservation* a = w.Agent(slot.pod);
+      for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) a->rank_losses[r] = RankLossObservation{step, 2.0, grad_norm};
+    }
+  };
+  for (uint64_t step = 21; step <= 30; ++step) {
+    report(step, 1.0);
+    w.Step();
+  }
+  report(31, 40.0);
+  Triage(w);
+  REQUIRE(w.status.incidents.size() == 1);
+  CHECK(w.status.incidents[0].kind == "LossSpike");
+  CHECK_THAT(w.status.incidents[0].decision, Catch::Contains("reattempt"));
+  CHECK(w.status.reattempts == 1);
+  // The reattempt completes steps past the failure step, but their grad-norm spikes again.
+  CHECK(w.status.incidents[0].step_at_failure == 31);
+  report(34, 40.0);
+  Triage(w);
+  REQUIRE(w.status.incidents.size() == 2);
+  // Not a second reattempt: the escalation goes on to replay (which finds no machine here).
+  CHECK(StageNames(w.status.incidents[1]).back() == "replay");
+  CHECK_THAT(w.status.incidents[1].decision, Catch::Contains("replay found no machine"));
 }
 
 TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the same command ids", "[unit]") {

@@ -66,6 +66,24 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   CHECK(snap->links.empty());
 }
 
+TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per GPU", "[unit]") {
+  TempDir dir;
+  const std::string path = dir.File("faults");
+  REQUIRE(CreateFaultTable(path).ok());
+  RankFault sdc;
+  sdc.grad_corrupt = true;
+  CHECK(sdc.Any());
+  REQUIRE(SetRankFault(path, 2, -1, sdc).ok());
+  auto snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  const RankFault got = snap->RankFaultFor(2, 1);
+  CHECK(got.grad_corrupt);
+  CHECK_FALSE(got.corrupt);
+  CHECK_FALSE(got.nan);
+  CHECK_FALSE(got.crash);
+  CHECK_FALSE(snap->RankFaultFor(1, 1).grad_corrupt);
+}
+
 TEST_CASE("fault table: a reader follows changes and a re-created table", "[unit]") {
   TempDir dir;
   const std::string path = dir.File("faults");
