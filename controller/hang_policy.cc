@@ -140,7 +140,7 @@ class Policy {
       st.degraded_since = 0;
       return;
     }
-    if (in_.last_completed_step != st.progress_step) {
+    if (in_.last_completed_step != st.progress_step || in_.held) {
       st.progress_step = in_.last_completed_step;
       st.progress_at = now_;
     }
@@ -170,6 +170,7 @@ class Policy {
   bool MaybeDetectHang(StackInvestigation* mfu) {
     const StackDiagnosisStatus& st = d_.state;
     if (!in_.steady && mfu == nullptr) return false;
+    if (in_.held) return false;
     if (!AllAlive() || in_.last_completed_step <= in_.resume_step || in_.other_failure) return false;
     const int64_t timeout = HangTimeoutNanos(in_.hang_timeout_seconds, in_.mean_iteration_seconds, options_);
     const int64_t silent = now_ - st.progress_at;
@@ -441,6 +442,7 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
   in.other_failure = other_failure;
   in.state = status.stack_diagnosis;
   for (const FailSlowFinding& f : status.fail_slows) {
+    if (!f.validation.state.empty() && f.validation.state != "Done") in.held = true;
     if (f.ended_at != 0) continue;
     if (f.state == "Localized") {
       in.fail_slow_localized = true;

@@ -101,6 +101,9 @@ struct HangPolicyInput {
   double recent_iteration_seconds = 0;  // this round's mean over agents (0: no timing)
   bool steady = false;         // phase Running, no open incident, no triage under way
   bool other_failure = false;  // a process exited or a machine is lost this round
+  // Training is held on purpose (a fail-slow validation traps NCCL): no step is expected, so
+  // the hang clock restarts and nothing is detected until the hold ends.
+  bool held = false;
   bool fail_slow_localized = false;        // an open fail-slow finding is Localized
   int64_t fail_slow_profiling_since = 0;   // detected_at of an open, unlocalized finding (0: none)
   std::vector<HangPolicySlot> slots;

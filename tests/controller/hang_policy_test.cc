@@ -169,6 +169,19 @@ TEST_CASE("Progress resets the hang clock", "[unit]") {
   CHECK(f.Decide().verdict == HangVerdict::kHangDetected);
 }
 
+TEST_CASE("A hold (NCCL trapped for a fail-slow validation) is not a hang and restarts the hang clock", "[unit]") {
+  Fixture f;
+  f.Decide();
+  f.in.held = true;
+  f.now = kT0 + 90 * kSecond;  // well past the timeout, but training is held on purpose
+  CHECK(f.Decide().verdict == HangVerdict::kNone);
+  f.in.held = false;
+  f.now = kT0 + 140 * kSecond;  // 50 s after the hold ended: under the 60 s timeout
+  CHECK(f.Decide().verdict == HangVerdict::kNone);
+  f.now = kT0 + 151 * kSecond;
+  CHECK(f.Decide().verdict == HangVerdict::kHangDetected);
+}
+
 TEST_CASE("A pipeline-stage hang over-evicts that pipeline group's machines", "[unit]") {
   Fixture f;
   REQUIRE(f.DetectHang().verdict == HangVerdict::kHangDetected);
