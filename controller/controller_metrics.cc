@@ -34,6 +34,7 @@ ControllerMetrics::ControllerMetrics()
       ettr_(BuildGauge().Name("peregrine_job_ettr_ratio").Help("Effective training time ratio (productive / elapsed).").Register(*registry_)),
       iteration_seconds_(BuildGauge().Name("peregrine_job_iteration_seconds").Help("Mean iteration time over the last heartbeats.").Register(*registry_)),
       failslows_(BuildCounter().Name("peregrine_failslow_detected_total").Help("Fail-slows localized, by kind (compute, communication; unlocalized when one ended before it was).").Register(*registry_)),
+      diagnosis_stages_(BuildCounter().Name("peregrine_diagnosis_stages_total").Help("Stop-time diagnosis stages finished, by stage and verdict (passed, failed, no-verdict).").Register(*registry_)),
       reconcile_duration_(BuildHistogram()
                               .Name("peregrine_reconcile_duration_seconds")
                               .Help("Time of one reconcile round.")
@@ -70,6 +71,20 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   // Counters from what changed.
   for (const Incident& inc : after.incidents) {
     if (inc.id >= before.next_incident_id) incidents_.Add(with("kind", inc.kind)).Increment();
+    // Diagnosis stages that finished in this round (records only ever gain a finished_at).
+    const Incident* old = nullptr;
+    for (const Incident& b : before.incidents) {
+      if (b.id == inc.id) old = &b;
+    }
+    for (size_t i = 0; i < inc.diagnosis.size(); ++i) {
+      const DiagnosisStageRecord& r = inc.diagnosis[i];
+      const bool was_finished = old != nullptr && i < old->diagnosis.size() && old->diagnosis[i].finished_at != 0;
+      if (r.finished_at != 0 && !was_finished) {
+        auto l = with("stage", r.stage);
+        l["verdict"] = r.verdict;
+        diagnosis_stages_.Add(l).Increment();
+      }
+    }
   }
   for (size_t i = 0; i < after.evicted.size(); ++i) {
     const Eviction& e = after.evicted[i];
