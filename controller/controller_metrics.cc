@@ -37,6 +37,7 @@ ControllerMetrics::ControllerMetrics()
       iteration_seconds_(BuildGauge().Name("peregrine_job_iteration_seconds").Help("Mean iteration time over the last heartbeats.").Register(*registry_)),
       failslows_(BuildCounter().Name("peregrine_failslow_detected_total").Help("Fail-slows localized, by kind (compute, communication, compute+communication; unlocalized when one ended before it was).").Register(*registry_)),
       failslow_validations_(BuildCounter().Name("peregrine_failslow_validations_total").Help("Fail-slow validations while paused (GEMM + link rounds), by verdict (confirmed, not confirmed, failed).").Register(*registry_)),
+      diagnosis_stages_(BuildCounter().Name("peregrine_diagnosis_stages_total").Help("Stop-time diagnosis stages finished, by stage and verdict (passed, failed, no-verdict).").Register(*registry_)),
       reconcile_duration_(BuildHistogram()
                               .Name("peregrine_reconcile_duration_seconds")
                               .Help("Time of one reconcile round.")
@@ -110,6 +111,20 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   // Counters from what changed.
   for (const Incident& inc : after.incidents) {
     if (inc.id >= before.next_incident_id) Series(key, incidents_, with("kind", inc.kind)).Increment();
+    // Diagnosis stages that finished in this round (records only ever gain a finished_at).
+    const Incident* old = nullptr;
+    for (const Incident& b : before.incidents) {
+      if (b.id == inc.id) old = &b;
+    }
+    for (size_t i = 0; i < inc.diagnosis.size(); ++i) {
+      const DiagnosisStageRecord& r = inc.diagnosis[i];
+      const bool was_finished = old != nullptr && i < old->diagnosis.size() && old->diagnosis[i].finished_at != 0;
+      if (r.finished_at != 0 && !was_finished) {
+        auto l = with("stage", r.stage);
+        l["verdict"] = r.verdict;
+        Series(key, diagnosis_stages_, l).Increment();
+      }
+    }
   }
   for (size_t i = 0; i < after.evicted.size(); ++i) {
     const Eviction& e = after.evicted[i];
@@ -135,7 +150,7 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
     const bool judged_before = std::any_of(before.fail_slows.begin(), before.fail_slows.end(), [&](const FailSlowFinding& b) {
       return b.id == f.id && !b.validation.verdict.empty();
     });
-    if (!judged_before) failslow_validations_.Add(with("verdict", f.validation.verdict)).Increment();
+    if (!judged_before) Series(key, failslow_validations_, with("verdict", f.validation.verdict)).Increment();
   }
   if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
     Series(key, time_lost_, labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);

@@ -61,6 +61,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>& iteration_seconds_;
   prometheus::Family<prometheus::Counter>& failslows_;  // localized fail-slows by kind
   prometheus::Family<prometheus::Counter>& failslow_validations_;  // validations judged, by verdict
+  prometheus::Family<prometheus::Counter>& diagnosis_stages_;  // stop-time diagnosis stages finished
   prometheus::Histogram& reconcile_duration_;
   prometheus::Counter& reconcile_errors_;
   prometheus::Gauge& leader_;

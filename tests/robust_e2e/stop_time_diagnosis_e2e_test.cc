@@ -3,6 +3,8 @@
 // cluster's fault table. Each test asserts which machine was acted on (none for a one-off
 // crash), that no healthy machine was evicted, and that the job completes.
 #include <catch2/catch.hpp>
+#include <httplib.h>
+
 #include <set>
 
 #include "tests/e2e/e2e_util.h"
@@ -156,6 +158,15 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   CHECK(alignment.verdict == "failed");
   CHECK(alignment.failed_machines == std::vector<std::string>{bad});
   CHECK_THAT(alignment.note, Catch::Contains("3 of 4 machines"));
+  // The live /metrics count the finished diagnosis stages by stage and verdict.
+  httplib::Client http("127.0.0.1", mode->http_port());
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  REQUIRE(metrics->status == 200);
+  CHECK_THAT(metrics->body, Catch::Contains(
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict="failed"} 1)"));
+  CHECK_THAT(metrics->body, Catch::Contains(
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict="passed"} 1)"));
   CHECK(inc.machines == std::vector<std::string>{bad});
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
@@ -188,8 +199,12 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   sdc.local_rank = -1;
   REQUIRE(mode->Inject(sdc).ok());
 
-  REQUIRE(WaitForStatus(*mode.mode, Finished));
+  const bool finished = WaitForStatus(*mode.mode, Finished);
   const JobStatus st = mode->controller().Snapshot();
+  // On failure, the whole incident timeline (stages, per-machine answers, verdicts).
+  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
+  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
+  REQUIRE(finished);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
   const Incident& first = st.incidents[0];
