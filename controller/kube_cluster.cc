@@ -1,6 +1,7 @@
 #include "controller/kube_cluster.h"
 
 #include <cctype>
+#include <optional>
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -89,6 +90,54 @@ std::string TerminationReason(const json& pod, const std::string& phase) {
   return absl::StrCat("pod ", phase);
 }
 
+// A resource quantity that is a plain non-negative integer (8 or "8"); nullopt otherwise
+// (GPUs are whole devices: "500m" or "1Ki" is not a GPU count).
+std::optional<long long> IntegerQuantity(const json& q) {
+  if (q.is_number_integer()) return q.get<long long>();
+  if (!q.is_string()) return std::nullopt;
+  const std::string s = q.get<std::string>();
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  long long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Gives the training container nvidia.com/gpu = gpusPerMachine (limit, and request when
+// the template sets one): a machine of the job is exactly gpusPerMachine GPUs. An explicit
+// value that differs cannot run the layout and is kInvalidArgument.
+absl::Status SetGpuLimit(const TrainingJob& job, json& trainer) {
+  const std::string want = absl::StrCat(job.spec.gpus_per_machine);
+  json& resources = trainer["resources"];
+  if (resources.is_null()) resources = json::object();
+  if (!resources.is_object()) return absl::InvalidArgumentError("spec.template.spec.containers[0].resources: not an object");
+  for (const char* kind : {"limits", "requests"}) {
+    const json* list = Path(resources, {kind});
+    if (list == nullptr || list->is_null()) continue;
+    if (!list->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.template.spec.containers[0].resources.", kind, ": not an object"));
+    }
+    auto it = list->find(kGpuResource);
+    if (it == list->end()) continue;
+    const std::optional<long long> have = IntegerQuantity(*it);
+    if (!have.has_value() || *have != job.spec.gpus_per_machine) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.template.spec.containers[0].resources.%s.%s: %s conflicts with spec.gpusPerMachine = %d (leave it "
+          "out: the controller sets it)",
+          kind, kGpuResource, it->dump(), job.spec.gpus_per_machine));
+    }
+  }
+  if (!resources.contains("limits") || resources["limits"].is_null()) resources["limits"] = json::object();
+  resources["limits"][kGpuResource] = want;
+  if (resources.contains("requests") && resources["requests"].is_object() &&
+      resources["requests"].contains(kGpuResource)) {
+    resources["requests"][kGpuResource] = want;
+  }
+  return absl::OkStatus();
+}
+
 std::string NewToken() {
   std::random_device rd;
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
@@ -157,6 +206,7 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
     return absl::InvalidArgumentError("spec.template.spec.containers[0].image: required (or set spec.codeVersion.image)");
   }
   if (Str(trainer, "name").empty()) trainer["name"] = "trainer";
+  if (auto s = SetGpuLimit(job, trainer); !s.ok()) return s;
 
   const bool standby = request.role == PodRole::kStandby;
   json command = json::array({kAgentBinary, "--controller", options.controller_address, "--job",

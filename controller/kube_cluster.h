@@ -65,6 +65,8 @@ inline constexpr char kQuarantineLabel[] = "peregrine.dev/quarantined";
 inline constexpr char kQuarantineReasonAnnotation[] = "peregrine.dev/quarantine-reason";
 // The pod informer's index: "<namespace>/<job>" from the pod's namespace and job label.
 inline constexpr char kPodsByJobIndex[] = "job";
+// The extended resource the NVIDIA device plugin advertises.
+inline constexpr char kGpuResource[] = "nvidia.com/gpu";
 // Where the agent image keeps the files the init container copies.
 inline constexpr char kAgentImagePrefix[] = "/opt/peregrine";
 
@@ -89,8 +91,11 @@ struct KubeClusterOptions {
 std::string JobServiceName(const TrainingJob& job);  // the headless Service: the job's name
 std::string JobSecretName(const TrainingJob& job);   // "<job>-peregrine-token"
 
-// The pod KubeCluster::CreatePod submits (exposed for tests). kInvalidArgument when the
-// template is not a PodTemplateSpec with at least one container.
+// The pod KubeCluster::CreatePod submits (exposed for tests). The training container's
+// resources get nvidia.com/gpu = spec.gpusPerMachine (the limit always; the request when
+// the template has one). kInvalidArgument when the template is not a PodTemplateSpec
+// with at least one container (or spec.codeVersion.image to make one), or when it sets an
+// nvidia.com/gpu limit or request other than gpusPerMachine.
 absl::StatusOr<nlohmann::json> BuildPod(const TrainingJob& job, const PodToCreate& pod,
                                         const KubeClusterOptions& options);
 

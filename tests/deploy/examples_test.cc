@@ -1,0 +1,156 @@
+// Every example manifest is a job the product can run: for each *.yaml / *.yml in
+// examples/ and each TrainingJob document in it, the document validates against the
+// CRD's schema (as the API server would), parses with the controller's parser, and the
+// controller's pod builder makes an active and a standby pod from it whose training
+// container asks for exactly gpusPerMachine GPUs. Also the pod builder's GPU rule
+// (nvidia.com/gpu filled in from gpusPerMachine; a conflicting value is invalid).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_cat.h"
+#include "controller/decision_engine.h"
+#include "controller/job_parser.h"
+#include "controller/kube_cluster.h"
+#include "tests/deploy/openapi_validator.h"
+
+namespace peregrine {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kSourceDir = PEREGRINE_SOURCE_DIR;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+YAML::Node Schema() {
+  const YAML::Node crd = YAML::LoadFile((kSourceDir / "crds/peregrine.dev_trainingjobs.yaml").string());
+  for (const YAML::Node& v : crd["spec"]["versions"]) {
+    if (v["name"].Scalar() == "v1alpha1") return v["schema"]["openAPIV3Schema"];
+  }
+  FAIL("no v1alpha1 version in the CRD");
+  return {};
+}
+
+KubeClusterOptions Options() {
+  KubeClusterOptions o;
+  o.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
+  o.agent_image = "ghcr.io/peregrine-dev/peregrine-agent:0.1.0";
+  return o;
+}
+
+// The training container's nvidia.com/gpu limit as a number (-1 when absent or not one).
+long long GpuLimit(const json& pod) {
+  const json& limits = pod["spec"]["containers"][0]["resources"]["limits"];
+  if (!limits.is_object() || !limits.contains(kGpuResource)) return -1;
+  const json& q = limits[kGpuResource];
+  if (q.is_number_integer()) return q.get<long long>();
+  return q.is_string() ? std::stoll(q.get<std::string>()) : -1;
+}
+
+TEST_CASE("every example TrainingJob validates against the CRD then parses then builds pods with its GPUs", "[unit]") {
+  const YAML::Node schema = Schema();
+  int jobs = 0;
+  bool has_cluster_example = false;
+  for (const fs::directory_entry& e : fs::directory_iterator(kSourceDir / "examples")) {
+    const std::string ext = e.path().extension().string();
+    if (ext != ".yaml" && ext != ".yml") continue;
+    std::vector<YAML::Node> docs;
+    REQUIRE_NOTHROW(docs = YAML::LoadAll(ReadFile(e.path())));
+    int index = 0;
+    for (YAML::Node& doc : docs) {
+      ++index;
+      if (!doc.IsMap() || !doc["kind"] || doc["kind"].Scalar() != "TrainingJob") continue;
+      INFO(e.path().filename().string() << " document " << index);
+      ++jobs;
+      const std::string text = YAML::Dump(doc);  // before the validator applies defaults
+      YAML::Node validated = YAML::Clone(doc);
+      const std::vector<std::string> errors = ValidateAgainstSchema(schema, validated);
+      INFO("schema errors:\n" << absl::StrJoin(errors, "\n"));
+      CHECK(errors.empty());
+
+      absl::StatusOr<TrainingJob> job = ParseTrainingJob(text);
+      INFO("parser: " << job.status().ToString());
+      REQUIRE(job.ok());
+      if (job->metadata.namespace_.empty()) job->metadata.namespace_ = "default";
+      job->metadata.uid = "uid-1";
+
+      PodToCreate active{ActivePodName(job->metadata.name, job->spec.machines - 1), PodRole::kActive,
+                         job->spec.machines - 1};
+      PodToCreate standby{absl::StrCat(job->metadata.name, "-s0"), PodRole::kStandby, -1};
+      for (const PodToCreate& request : {active, standby}) {
+        absl::StatusOr<json> pod = BuildPod(*job, request, Options());
+        INFO(request.name << ": " << pod.status().ToString());
+        REQUIRE(pod.ok());
+        CHECK(GpuLimit(*pod) == job->spec.gpus_per_machine);
+        CHECK((*pod)["metadata"]["name"] == request.name);
+      }
+      if (!job->spec.template_json.empty()) has_cluster_example = true;
+    }
+  }
+  CHECK(jobs >= 2);
+  CHECK(has_cluster_example);  // at least one example carries a pod template for a real cluster
+}
+
+TEST_CASE("BuildPod gives the trainer gpusPerMachine GPUs and rejects a conflicting value", "[unit]") {
+  struct Case {
+    const char* name;
+    json resources;     // the template container's resources (null: none)
+    bool ok;
+    json want_request;  // the request after building (null: none)
+  };
+  const std::vector<Case> cases = {
+      {"no resources", nullptr, true, nullptr},
+      {"cpu only", json{{"limits", {{"cpu", "8"}}}}, true, nullptr},
+      {"same limit as string", json{{"limits", {{"nvidia.com/gpu", "4"}}}}, true, nullptr},
+      {"same limit as number", json{{"limits", {{"nvidia.com/gpu", 4}}}}, true, nullptr},
+      {"same request", json{{"requests", {{"nvidia.com/gpu", 4}}}}, true, "4"},
+      {"conflicting limit", json{{"limits", {{"nvidia.com/gpu", 8}}}}, false, nullptr},
+      {"conflicting request", json{{"requests", {{"nvidia.com/gpu", "2"}}}}, false, nullptr},
+      {"not a count", json{{"limits", {{"nvidia.com/gpu", "500m"}}}}, false, nullptr},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    TrainingJob job;
+    job.metadata.name = "gpu";
+    job.metadata.namespace_ = "ml";
+    job.spec.gpus_per_machine = 4;
+    job.spec.code.command = {"train"};
+    json container = {{"name", "trainer"}, {"image", "example.com/train:1"}};
+    if (!c.resources.is_null()) container["resources"] = c.resources;
+    job.spec.template_json = json{{"spec", {{"containers", json::array({container})}}}}.dump();
+    absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"gpu-m0", PodRole::kActive, 0}, Options());
+    CHECK(pod.ok() == c.ok);
+    if (!pod.ok()) {
+      CHECK(pod.status().code() == absl::StatusCode::kInvalidArgument);
+      CHECK_THAT(std::string(pod.status().message()), Catch::Contains("nvidia.com/gpu") &&
+                                                          Catch::Contains("gpusPerMachine = 4"));
+      continue;
+    }
+    CHECK(GpuLimit(*pod) == 4);
+    const json& requests = (*pod)["spec"]["containers"][0]["resources"]["requests"];
+    if (c.want_request.is_null()) {
+      CHECK((requests.is_null() || !requests.contains(kGpuResource)));
+    } else {
+      CHECK(requests[kGpuResource] == c.want_request);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peregrine
