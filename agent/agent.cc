@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -93,9 +94,24 @@ class Agent::Impl {
     signal_fd_ = *signal_fd;
     supervisor_ = std::make_unique<Supervisor>();
     if (!options_.nccl_hook.empty()) {
+      // Rings live in memory (/dev/shm, a tmpfs) in a directory private to this agent
+      // process, unless the agent's environment names one (PEREGRINE_NCCL_RING_DIR): a
+      // disk-backed log volume would put page-cache writeback and a full disk under the
+      // training processes' NCCL calls. The hook reserves each ring in full at creation
+      // and forwards unrecorded when it cannot (reported through TakeRingFailures).
       FailSlowMonitorOptions monitor;
-      monitor.ring_dir = options_.log_dir.empty() ? absl::StrCat("/tmp/peregrine-nccl-", options_.pod_name)
-                                                  : absl::StrCat(options_.log_dir, "/nccl-rings");
+      const char* ring_dir_env = std::getenv("PEREGRINE_NCCL_RING_DIR");
+      std::error_code shm_ec;
+      if (ring_dir_env != nullptr && *ring_dir_env != '\0') {
+        monitor.ring_dir = ring_dir_env;
+      } else if (std::filesystem::is_directory("/dev/shm", shm_ec)) {
+        RemoveDeadAgentRingDirs("/dev/shm");  // of agents killed before they could clean up
+        monitor.ring_dir = absl::StrCat("/dev/shm/peregrine-nccl-", options_.pod_name, "-", ::getpid());
+        monitor.remove_ring_dir_on_exit = true;
+      } else {
+        monitor.ring_dir = options_.log_dir.empty() ? absl::StrCat("/tmp/peregrine-nccl-", options_.pod_name)
+                                                    : absl::StrCat(options_.log_dir, "/nccl-rings");
+      }
       absl::StatusOr<std::unique_ptr<FailSlowMonitor>> created = FailSlowMonitor::Create(monitor);
       if (!created.ok()) return created.status();
       failslow_ = std::move(*created);
@@ -292,6 +308,10 @@ class Agent::Impl {
       event.set_at(UnixNanos(now));
       *event.mutable_fail_slow() = std::move(fs);
       SendEvent(std::move(event));
+    }
+    for (const NcclRingFailure& f : failslow_->TakeRingFailures()) {
+      ReportLog(absl::StrCat("NCCL hook of rank ", f.global_rank, " (pid ", f.pid,
+                             ") runs without a ring, so that rank is not tracked for fail-slow: ", f.reason));
     }
   }
 

@@ -1,10 +1,14 @@
 #include "agent/failslow_monitor.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/nccl_hook/ring_format.h"
 
@@ -104,6 +108,23 @@ void AddNcclHookEnvironment(const std::string& hook_path, const std::string& rin
   if (trap) set("PEREGRINE_NCCL_TRAP", "1");
 }
 
+int RemoveDeadAgentRingDirs(const std::string& parent) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t dash = name.rfind('-');
+    if (name.rfind("peregrine-nccl-", 0) != 0 || dash == std::string::npos || !e.is_directory(ec)) continue;
+    int pid = 0;
+    if (!absl::SimpleAtoi(name.substr(dash + 1), &pid) || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno == EPERM) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(e.path(), rm);
+    if (!rm) ++removed;
+  }
+  return removed;
+}
+
 absl::StatusOr<IterationWarmup> IterationWarmup::Create(const WarmupOptions& o) {
   if (o.window < 1) return absl::InvalidArgumentError(absl::StrCat("warmup.window must be >= 1, got ", o.window));
   if (o.min_iterations < 2 * o.window) {
@@ -160,7 +181,18 @@ absl::StatusOr<std::unique_ptr<FailSlowMonitor>> FailSlowMonitor::Create(FailSlo
 }
 
 FailSlowMonitor::FailSlowMonitor(FailSlowMonitorOptions options) : options_(std::move(options)) {}
-FailSlowMonitor::~FailSlowMonitor() = default;
+FailSlowMonitor::~FailSlowMonitor() {
+  rings_.clear();  // unmap before unlinking
+  if (!options_.remove_ring_dir_on_exit) return;
+  std::error_code ec;
+  std::filesystem::remove_all(options_.ring_dir, ec);  // best effort: nothing to report to
+}
+
+std::vector<NcclRingFailure> FailSlowMonitor::TakeRingFailures() {
+  std::vector<NcclRingFailure> out;
+  out.swap(new_failures_);
+  return out;
+}
 
 absl::Status FailSlowMonitor::ResetRing(Ring& r) const {
   auto tracker = IterationTracker::Create(options_.tracker);
@@ -210,6 +242,16 @@ std::vector<v1::FailSlowEvent> FailSlowMonitor::Poll(int64_t unix_now_ns, int64_
   const int64_t offset = unix_now_ns - monotonic_now_ns;
   auto files = ListNcclRings(options_.ring_dir);
   if (!files.ok()) return out;  // the directory appears with the first training process
+  if (auto failures = ListNcclRingFailures(options_.ring_dir); failures.ok()) {
+    for (NcclRingFailure& f : *failures) {
+      if (!failures_seen_.count(f.path)) {
+        failures_seen_[f.path] = true;
+        ++stats_.ring_failures;
+        new_failures_.push_back(f);
+      }
+      if (!f.process_alive && RemoveNcclRing(f.path).ok()) failures_seen_.erase(f.path);
+    }
+  }
   std::map<std::string, bool> alive;
   for (const NcclRingFile& f : *files) alive[f.path] = f.process_alive;
   // Open new rings of live processes; delete leftovers of dead ones we never read.

@@ -97,8 +97,17 @@ class IterationWarmup {
   bool done_ = false;
 };
 
+// Deletes the private ring directories "<parent>/peregrine-nccl-<name>-<agent pid>" of
+// agents that no longer run (an agent killed before its monitor was destroyed). Returns
+// how many were deleted; directories of live agents and other names are left alone.
+int RemoveDeadAgentRingDirs(const std::string& parent);
+
 struct FailSlowMonitorOptions {
   std::string ring_dir;  // where the training processes' rings are (created if missing)
+  // Delete ring_dir and everything the hooks left in it when the monitor is destroyed
+  // (a private directory, e.g. under /dev/shm). Processes still running keep their
+  // mappings: unlinking a mapped file does not disturb them.
+  bool remove_ring_dir_on_exit = false;
   IterationTrackerOptions tracker;
   WarmupOptions warmup;
   FailSlowDetectorOptions detector;
@@ -114,6 +123,7 @@ struct FailSlowMonitorStats {
   uint64_t iterations = 0;
   uint64_t warmup_iterations = 0;  // dropped by the warm-up rule (in `iterations` too)
   uint64_t events = 0;
+  uint64_t ring_failures = 0;      // processes that run without a ring (see TakeRingFailures)
 };
 
 // A rank's tracking state, for status and tests.
@@ -151,6 +161,11 @@ class FailSlowMonitor {
   // Appends one CommProfile per (rank, communicator) with its recent collectives. Nothing
   // while profiling is off.
   void FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const;
+
+  // Processes whose hook could not create its ring (full or size-limited file system,
+  // ...) and forward NCCL calls unrecorded, first seen by a Poll since the last call;
+  // each is returned once. Their markers are deleted once the process has exited.
+  std::vector<NcclRingFailure> TakeRingFailures();
 
   std::vector<RankTrackingState> Ranks() const;
   const FailSlowMonitorStats& stats() const { return stats_; }
@@ -190,6 +205,8 @@ class FailSlowMonitor {
   int64_t last_offset_ns_ = 0;  // Unix - monotonic at the last poll
   FailSlowMonitorStats stats_;
   std::map<std::string, std::unique_ptr<Ring>> rings_;  // by path
+  std::map<std::string, bool> failures_seen_;            // marker path -> returned
+  std::vector<NcclRingFailure> new_failures_;
 };
 
 }  // namespace peregrine

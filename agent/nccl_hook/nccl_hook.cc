@@ -17,6 +17,7 @@
 // waits inside NCCL for a peer that is trapped), and the next call of any thread waits
 // at entry until the agent bumps the release epoch or clears the trap word.
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,6 +152,36 @@ int EnvInt(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
+// Records why this process runs without a ring, where the agent looks for it: a small
+// marker file "<dir>/peregrine-nccl-r<RANK>-p<PID>.unavailable" holding one line
+// "<step>: <strerror>" (best effort: on a full file system the marker may be empty or
+// missing), and one line on stderr. Creation path only.
+void ReportRingUnavailable(const char* dir, const char* rank_text, int pid, const char* step,
+                           int err) {
+  char reason[192];
+  if (err != 0) {
+    snprintf(reason, sizeof(reason), "%s: %s", step, strerror(err));
+  } else {
+    snprintf(reason, sizeof(reason), "%s", step);
+  }
+  fprintf(stderr, "peregrine-nccl: no ring for pid %d (%s); NCCL calls are forwarded unrecorded\n",
+          pid, reason);
+  if (dir == nullptr || *dir == '\0') return;
+  char path[512];
+  snprintf(path, sizeof(path), "%s/peregrine-nccl-r%s-p%d.unavailable", dir, rank_text, pid);
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const size_t n = strlen(reason);
+  if (write(fd, reason, n) != static_cast<ssize_t>(n)) {
+    // Nothing more to do: the agent reports an unreadable reason.
+  }
+  close(fd);
+}
+
+// Creates and maps the ring. Every page is reserved (posix_fallocate) and mapped
+// populated (MAP_POPULATE) before the first record, so a full or size-limited file
+// system makes the hook forward-only here, at creation, instead of raising SIGBUS in a
+// later NCCL call, and the hot path never takes a first-touch page fault.
 void CreateRing() {
   if (EnvInt("PEREGRINE_NCCL_DISABLE", 0) == 1) return;
   long cap = EnvInt("PEREGRINE_NCCL_RING_CAPACITY", nccl_ring::kDefaultCapacity);
@@ -167,8 +199,19 @@ void CreateRing() {
   const size_t bytes = nccl_ring::RingBytes(capacity);
   int fd = -1;
   const char* dir = getenv("PEREGRINE_NCCL_RING_DIR");
+  const bool in_dir = dir != nullptr && *dir != '\0';
+  const char* report_dir = in_dir ? dir : "/dev/shm";
   char path[512];
-  if (dir != nullptr && *dir != '\0') {
+  // A file larger than RLIMIT_FSIZE would raise SIGXFSZ (default: terminate) in
+  // ftruncate / posix_fallocate: check first, never let the ring kill training.
+  rlimit fsize;
+  if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY &&
+      static_cast<uint64_t>(fsize.rlim_cur) < bytes) {
+    ReportRingUnavailable(report_dir, rank_text, static_cast<int>(pid),
+                          "ring larger than RLIMIT_FSIZE", 0);
+    return;
+  }
+  if (in_dir) {
     snprintf(path, sizeof(path), "%s/peregrine-nccl-r%s-p%d.ring", dir, rank_text,
              static_cast<int>(pid));
     fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -178,14 +221,35 @@ void CreateRing() {
     shm_unlink(path);  // a stale object of a recycled pid
     fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   }
-  if (fd < 0) return;
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    close(fd);
+  if (fd < 0) {
+    ReportRingUnavailable(report_dir, rank_text, static_cast<int>(pid), "create", errno);
     return;
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  auto fail = [&](const char* step, int err) {
+    close(fd);
+    if (in_dir) {
+      unlink(path);
+    } else {
+      shm_unlink(path);
+    }
+    ReportRingUnavailable(report_dir, rank_text, static_cast<int>(pid), step, err);
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    fail("ftruncate", errno);
+    return;
+  }
+  // posix_fallocate returns the error number (it does not set errno).
+  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    fail("posix_fallocate", err);
+    return;
+  }
+  void* base =
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) {
+    fail("mmap", errno);
+    return;
+  }
   close(fd);
-  if (base == MAP_FAILED) return;
   nccl_ring::InitRing(base, capacity, static_cast<int32_t>(pid), rank, local_rank,
                       MonotonicNs());
   RingHeader* h = static_cast<RingHeader*>(base);

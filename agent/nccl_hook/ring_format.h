@@ -9,6 +9,11 @@
 //   kCommTableOffset         CommSlot[kCommTableCapacity]  (128 B each)
 //   RecordsOffset()          RingSlot[capacity]    (64 B each, capacity a power of two)
 //
+// The hook reserves the whole file (posix_fallocate) and maps it populated before the
+// first record. When it cannot (full file system, RLIMIT_FSIZE), it creates no ring,
+// forwards calls unrecorded and leaves "<dir>/peregrine-nccl-r<RANK>-p<PID>.unavailable"
+// holding the reason (ring_reader.h: ListNcclRingFailures).
+//
 // Every field that changes after creation is accessed with atomic instructions
 // (__atomic builtins on plain integers, so the struct is standard-layout and
 // identical in C and C++). Record protocol (multi-producer, overwrite-oldest):

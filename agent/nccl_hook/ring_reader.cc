@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cerrno>
 #include <cstring>
 #include <tuple>
@@ -297,6 +298,34 @@ absl::StatusOr<std::vector<NcclRingFile>> ListNcclRings(const std::string& dir) 
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const NcclRingFile& a, const NcclRingFile& b) {
+    return std::tie(a.global_rank, a.pid) < std::tie(b.global_rank, b.pid);
+  });
+  return out;
+}
+
+absl::StatusOr<std::vector<NcclRingFailure>> ListNcclRingFailures(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    const int err = errno;
+    const std::string msg = absl::StrCat("list NCCL ring failures in ", dir, ": ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::UnavailableError(msg);
+  }
+  constexpr std::string_view kSuffix = ".unavailable";
+  std::vector<NcclRingFailure> out;
+  while (const dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() <= kSuffix.size() || name.substr(name.size() - kSuffix.size()) != kSuffix) continue;
+    NcclRingFailure f;
+    if (!ParseRingName(name.substr(0, name.size() - kSuffix.size()), &f.global_rank, &f.pid)) continue;
+    f.path = absl::StrCat(dir, "/", name);
+    f.process_alive = ::kill(f.pid, 0) == 0 || errno == EPERM;
+    std::ifstream in(f.path);
+    std::getline(in, f.reason);
+    if (f.reason.empty()) f.reason = "(no reason recorded)";
+    out.push_back(std::move(f));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const NcclRingFailure& a, const NcclRingFailure& b) {
     return std::tie(a.global_rank, a.pid) < std::tie(b.global_rank, b.pid);
   });
   return out;

@@ -142,8 +142,22 @@ class NcclRingReader {
 // Ring files in `dir` ("/dev/shm" for the default POSIX shm objects, or the
 // PEREGRINE_NCCL_RING_DIR of the training processes), sorted by rank then pid.
 absl::StatusOr<std::vector<NcclRingFile>> ListNcclRings(const std::string& dir);
-// Deletes a ring file (after its process exited and its records were read).
+// Deletes a ring file (after its process exited and its records were read). Also used
+// for the failure markers below.
 absl::Status RemoveNcclRing(const std::string& path);
+
+// A process whose hook could not create its ring and only forwards NCCL calls: the hook
+// leaves "peregrine-nccl-r<rank|x>-p<pid>.unavailable" in the ring directory with the
+// step that failed and why (e.g. "posix_fallocate: No space left on device").
+struct NcclRingFailure {
+  std::string path;  // the marker file
+  int32_t pid = 0;
+  int32_t global_rank = -1;
+  bool process_alive = false;
+  std::string reason;  // "(no reason recorded)" when the marker is empty
+};
+// The failure markers in `dir`, sorted by rank then pid. kNotFound when `dir` is missing.
+absl::StatusOr<std::vector<NcclRingFailure>> ListNcclRingFailures(const std::string& dir);
 
 }  // namespace peregrine
 

@@ -5,12 +5,14 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -230,6 +232,66 @@ TEST_CASE("FailSlowMonitor: a slowdown after warm-up is reported at its onset", 
   // The onset is the start of iteration 110, in Unix time, whatever the warm-up dropped.
   CHECK(e.onset_time() == run.starts[110] + kUnixOffset);
   CHECK(run.stats.warmup_iterations >= 20);
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("monitor reports each process that runs without a ring once, and owns its directory", "[unit]") {
+  TempDir parent;
+  const std::string dir = parent.path() + "/rings";
+  FailSlowMonitorOptions options;
+  options.ring_dir = dir;
+  options.remove_ring_dir_on_exit = true;
+  {
+    auto monitor = FailSlowMonitor::Create(options);
+    REQUIRE(monitor.ok());
+    // A live process (this one) whose hook could not reserve its ring, as the hook leaves it.
+    const std::string marker = dir + "/peregrine-nccl-r4-p" + std::to_string(getpid()) + ".unavailable";
+    { std::ofstream(marker) << "posix_fallocate: No space left on device"; }
+    TrainerRing r(dir, 1);
+    (*monitor)->Poll(kUnixOffset, 0);
+    std::vector<NcclRingFailure> failures = (*monitor)->TakeRingFailures();
+    REQUIRE(failures.size() == 1);
+    CHECK(failures[0].global_rank == 4);
+    CHECK(failures[0].pid == getpid());
+    CHECK(failures[0].reason == "posix_fallocate: No space left on device");
+    CHECK((*monitor)->stats().ring_failures == 1);
+    (*monitor)->Poll(kUnixOffset, 0);
+    CHECK((*monitor)->TakeRingFailures().empty());  // once
+    CHECK(std::filesystem::exists(marker));         // the process still runs
+  }
+  CHECK(!std::filesystem::exists(dir));  // the monitor owned it
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("RemoveDeadAgentRingDirs deletes only directories of agents that are gone", "[unit]") {
+  TempDir parent;
+  // A pid that is certainly dead: a child that has exited and been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  const std::string dead = parent.path() + "/peregrine-nccl-pod-a-" + std::to_string(child);
+  const std::string live = parent.path() + "/peregrine-nccl-pod-b-" + std::to_string(getpid());
+  const std::string other = parent.path() + "/something-else-" + std::to_string(child);
+  for (const std::string& d : {dead, live, other}) {
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/peregrine-nccl-r0-p1.ring") << "x";
+  }
+  CHECK(RemoveDeadAgentRingDirs(parent.path()) == 1);
+  CHECK(!std::filesystem::exists(dead));
+  CHECK(std::filesystem::exists(live));
+  CHECK(std::filesystem::exists(other));
 }
 
 }  // namespace

@@ -14,7 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <httplib.h>
 
@@ -404,10 +407,22 @@ TEST_CASE("Training without faults reports no fail-slow", "[e2e]") {
   INFO(TimelineText(*mode.mode));
   CHECK(st.fail_slows.empty());
   CHECK(st.last_completed_step >= 250);
-  // The agents did track iterations: the hook was loaded (its rings exist).
+  // The agents did track iterations: the hook was loaded. Its rings live in the agents'
+  // private directories under /dev/shm; a ring belongs to this test when its (running)
+  // training process's environment names this test's directory.
   bool rings = false;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
-    if (e.path().filename().string().rfind("peregrine-nccl-r", 0) == 0) rings = true;
+  std::error_code ec;
+  for (const auto& agent_dir : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (agent_dir.path().filename().string().rfind("peregrine-nccl-", 0) != 0) continue;
+    for (const auto& e : std::filesystem::directory_iterator(agent_dir.path(), ec)) {
+      const std::string name = e.path().filename().string();
+      const size_t p = name.rfind("-p");
+      if (name.rfind("peregrine-nccl-r", 0) != 0 || p == std::string::npos) continue;
+      std::ifstream environ_file("/proc/" + name.substr(p + 2, name.find('.', p) - p - 2) + "/environ");
+      std::stringstream environ_text;
+      environ_text << environ_file.rdbuf();
+      if (environ_text.str().find(dir.path()) != std::string::npos) rings = true;
+    }
   }
   CHECK(rings);
   std::printf("[failslow_e2e] no fault: %llu iterations, %.1f ms/iter, no fail-slow reported\n",
