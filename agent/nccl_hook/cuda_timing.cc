@@ -203,6 +203,11 @@ void CudaTimingEnd(int pair, void* stream, uint64_t call_seq, uint64_t comm_id,
   StoreRelease(&p.state, static_cast<uint32_t>(kSubmitted));
 }
 
+void CudaTimingCancel(int pair) {
+  if (pair < 0 || pair >= static_cast<int>(kPairs)) return;
+  StoreRelease(&g_pairs[pair].state, static_cast<uint32_t>(kFree));
+}
+
 void CudaTimingResetAfterFork() {
   g_state = kNotTried;
   g_next = 0;

@@ -44,6 +44,9 @@ int CudaTimingBegin(void* stream);
 // appends a kOpDeviceTime record (link = call_seq) once both events completed.
 void CudaTimingEnd(int pair, void* stream, uint64_t call_seq, uint64_t comm_id,
                    int32_t rank, int32_t nranks, uint8_t op);
+// Returns a pair taken by CudaTimingBegin without timing anything (the group it was
+// opened for launched nothing: ncclGroupSimulateEnd). No record is appended.
+void CudaTimingCancel(int pair);
 // After fork(): forget the pool (the child cannot use the parent's CUDA context).
 void CudaTimingResetAfterFork();
 

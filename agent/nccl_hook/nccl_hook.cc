@@ -64,6 +64,7 @@ struct RealNccl {
   ncclResult_t (*CommFinalize)(ncclComm_t);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommRevoke)(ncclComm_t, int);
   ncclResult_t (*CommCount)(const ncclComm_t, int*);
   ncclResult_t (*CommUserRank)(const ncclComm_t, int*);
   ncclResult_t (*CommCuDevice)(const ncclComm_t, int*);
@@ -88,6 +89,7 @@ struct RealNccl {
   ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*GroupStart)();
   ncclResult_t (*GroupEnd)();
+  ncclResult_t (*GroupSimulateEnd)(ncclSimInfo_t*);
 };
 
 RealNccl g_real;
@@ -128,6 +130,8 @@ void ResolveAll() {
   Resolve(&g_real.Recv, "ncclRecv");
   Resolve(&g_real.GroupStart, "ncclGroupStart");
   Resolve(&g_real.GroupEnd, "ncclGroupEnd");
+  Resolve(&g_real.CommRevoke, "ncclCommRevoke");              // 2.28
+  Resolve(&g_real.GroupSimulateEnd, "ncclGroupSimulateEnd");  // 2.22
 }
 
 inline const RealNccl& Real() {
@@ -942,5 +946,37 @@ PEREGRINE_EXPORT ncclResult_t ncclGroupEnd() {
     hook::t_group_stream = nullptr;
   }
   Exit(&call, r, stream);
+  return r;
+}
+
+// Ends a group like ncclGroupEnd (NCCL's group depth drops) but launches nothing: the
+// group's device timing, opened at its first operation, is abandoned, not recorded.
+PEREGRINE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim_info) {
+  const auto& real = Real();
+  if (real.GroupSimulateEnd == nullptr) return ncclInvalidUsage;
+  Call call;
+  Enter(&call, ring::kOpGroupSimulateEnd, nullptr, 0, 0, -1, /*value=*/
+        static_cast<uint64_t>(hook::t_group_depth));
+  const ncclResult_t r = real.GroupSimulateEnd(sim_info);
+  if (hook::t_group_depth > 0) --hook::t_group_depth;
+  if (hook::t_group_depth == 0 && hook::t_group_pair >= 0) {
+    hook::CudaTimingCancel(hook::t_group_pair);
+    hook::t_group_pair = -1;
+    hook::t_group_stream = nullptr;
+  }
+  Exit(&call, r);
+  return r;
+}
+
+// Stops the communicator's in-flight operations; the communicator stays (destroy,
+// split and shrink may follow), so it is not marked destroyed.
+PEREGRINE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revoke_flags) {
+  const auto& real = Real();
+  if (real.CommRevoke == nullptr) return ncclInvalidUsage;
+  Call call;
+  Enter(&call, ring::kOpCommRevoke, comm, static_cast<uint64_t>(static_cast<uint32_t>(revoke_flags)),
+        0, -1);
+  const ncclResult_t r = real.CommRevoke(comm, revoke_flags);
+  Exit(&call, r);
   return r;
 }

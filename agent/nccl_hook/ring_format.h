@@ -73,6 +73,8 @@ enum Op : uint8_t {
   kOpCommInitRankScalable = 21,
   kOpCommShrink = 22,
   kOpCommFinalize = 23,
+  kOpCommRevoke = 24,        // count = revokeFlags
+  kOpGroupSimulateEnd = 25,  // closes a group like GroupEnd (value = depth), launches nothing
   // Completion records (profiling only). `link` holds the seq of the call record.
   kOpHostExit = 100,    // value = host ns from entry to return; result = ncclResult_t
   kOpDeviceTime = 101,  // value = ns between CUDA events around the call; datatype = op timed

@@ -95,6 +95,8 @@ std::string NcclOpName(uint8_t op) {
     case ring::kOpCommInitRankScalable: return "CommInitRankScalable";
     case ring::kOpCommShrink: return "CommShrink";
     case ring::kOpCommFinalize: return "CommFinalize";
+    case ring::kOpCommRevoke: return "CommRevoke";
+    case ring::kOpGroupSimulateEnd: return "GroupSimulateEnd";
     case ring::kOpHostExit: return "HostExit";
     case ring::kOpDeviceTime: return "DeviceTime";
     default: return absl::StrCat("Unknown(", op, ")");

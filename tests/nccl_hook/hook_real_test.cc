@@ -48,7 +48,8 @@ TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration
   CHECK(want["version"] == "22809");
   for (const char* key : {"version_rc", "version", "error_string", "uid_rc",
                           "allreduce_null_comm_rc", "send_null_comm_rc", "group_start_rc",
-                          "group_end_rc"}) {
+                          "group_end_rc", "group_start2_rc", "group_simulate_end_rc",
+                          "revoke_null_comm_rc", "send_after_simulate_rc"}) {
     CHECK(got[key] == want[key]);
   }
   // Without a device NCCL rejects the null communicator; the hook passes that through.
@@ -74,8 +75,10 @@ TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration
   for (const NcclRecord& r : poll.records) ops.push_back(NcclOpName(r.op));
   CHECK(ops == std::vector<std::string>{"GetUniqueId", "AllReduce", "HostExit", "Send",
                                         "HostExit", "GroupStart", "HostExit", "GroupEnd",
-                                        "HostExit"});
-  REQUIRE(poll.records.size() == 9);
+                                        "HostExit", "GroupStart", "HostExit",
+                                        "GroupSimulateEnd", "HostExit", "CommRevoke",
+                                        "HostExit", "Send", "HostExit"});
+  REQUIRE(poll.records.size() == 17);
   const NcclRecord& uid = poll.records[0];
   CHECK(Hex(uid.comm_id) == got["uid_hash"]);
   const NcclRecord& ar = poll.records[1];
@@ -90,6 +93,10 @@ TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration
   CHECK(ar_exit.value == ar_exit.time_ns - ar.time_ns);
   CHECK(poll.records[3].peer == 0);
   CHECK(poll.records[7].value == 1);  // GroupEnd closes depth 1
+  CHECK(poll.records[11].value == 1);  // GroupSimulateEnd closes depth 1 too ...
+  CHECK(poll.records[15].flags == ring::kFlagProfiled);  // ... so this Send is in no group
+  CHECK(poll.records[13].count == 0);  // revokeFlags
+  CHECK(poll.records[14].result == std::stoi(got["revoke_null_comm_rc"]));
   for (size_t i = 1; i < poll.records.size(); ++i) {
     CHECK(poll.records[i].time_ns >= poll.records[i - 1].time_ns);
   }

@@ -47,6 +47,13 @@ int Real() {
               static_cast<int>(ncclSend(nullptr, 1, ncclFloat32, 0, nullptr, nullptr)));
   std::printf("group_start_rc=%d\n", static_cast<int>(ncclGroupStart()));
   std::printf("group_end_rc=%d\n", static_cast<int>(ncclGroupEnd()));
+  // A simulated group end closes the group too: the send after it is outside any group.
+  std::printf("group_start2_rc=%d\n", static_cast<int>(ncclGroupStart()));
+  ncclSimInfo_t sim_info = NCCL_SIM_INFO_INITIALIZER;
+  std::printf("group_simulate_end_rc=%d\n", static_cast<int>(ncclGroupSimulateEnd(&sim_info)));
+  std::printf("revoke_null_comm_rc=%d\n", static_cast<int>(ncclCommRevoke(nullptr, 0)));
+  std::printf("send_after_simulate_rc=%d\n",
+              static_cast<int>(ncclSend(nullptr, 1, ncclFloat32, 0, nullptr, nullptr)));
   std::fflush(stdout);
   return 0;
 }
