@@ -101,12 +101,13 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
   }
-  static const char* kKinds[] = {"kill", "crash",   "hang", "slow", "jitter",  "nan",
-                                 "corrupt", "sdc", "link", "xid",  "nic-flap", "clear"};
+  static const char* kKinds[] = {"kill", "crash", "hang",         "slow", "jitter",   "nan",  "corrupt",
+                                 "sdc",  "nvlink", "link-corrupt", "link", "xid", "nic-flap", "clear"};
   if (std::find(std::begin(kKinds), std::end(kKinds), r.kind) == std::end(kKinds)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kind: unknown fault '", r.kind,
-        "' (expected kill, crash, hang, slow, jitter, nan, corrupt, sdc, link, xid, nic-flap or clear)"));
+        "' (expected kill, crash, hang, slow, jitter, nan, corrupt, sdc, nvlink, link, link-corrupt, xid, nic-flap "
+        "or clear)"));
   }
   if (r.kind == "slow" && !(r.factor > 1.0)) return absl::InvalidArgumentError("factor: a slowdown must be > 1");
   if (r.kind == "jitter" && !(r.fraction > 0.0 && r.fraction < 1.0)) {
@@ -137,7 +138,7 @@ std::string FaultRequestToJson(const FaultRequest& r) {
 }
 
 absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const JobStatus& status) {
-  if (r.kind == "clear") {
+  if (r.kind == "clear" && r.slot < 0 && r.machine.empty()) {
     if (auto s = sim::ClearFaults(fault_table_path_); !s.ok()) return s;
     return std::string("cleared every GPU and link fault");
   }
@@ -174,17 +175,30 @@ absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const J
   if (!id.ok()) return id.status();
   const std::string target = r.local_rank < 0 ? absl::StrCat("machine ", *machine)
                                               : absl::StrCat("GPU ", r.local_rank, " of machine ", *machine);
-  if (r.kind == "link") {
-    auto peer = MachineOf(status, r.peer_slot, r.peer_machine, "peerSlot");
-    if (!peer.ok()) return peer.status();
-    auto peer_id = NumericMachine(*peer);
-    if (!peer_id.ok()) return peer_id.status();
+  if (r.kind == "clear") {
+    if (auto s = sim::ClearMachineFaults(fault_table_path_, *id, r.local_rank); !s.ok()) return s;
+    return absl::StrCat("cleared the faults of ", target, r.local_rank < 0 ? " (its GPUs and links)" : "");
+  }
+  if (r.kind == "link" || r.kind == "link-corrupt") {
+    // No peer: the links between the machine and every other machine (its NIC).
+    std::string peer = "every other machine";
+    int peer_id = -1;
+    if (r.peer_slot >= 0 || !r.peer_machine.empty()) {
+      auto named = MachineOf(status, r.peer_slot, r.peer_machine, "peerSlot");
+      if (!named.ok()) return named.status();
+      auto named_id = NumericMachine(*named);
+      if (!named_id.ok()) return named_id.status();
+      if (*named_id == *id) return absl::InvalidArgumentError("peerSlot or peerMachine: a link needs two machines");
+      peer = absl::StrCat("machine ", *named);
+      peer_id = *named_id;
+    }
     sim::LinkFault f;
     f.delay_us = r.delay_us;
     f.bandwidth_bytes_per_s = r.bandwidth_bytes_per_second;
-    if (auto s = sim::SetLinkFault(fault_table_path_, *id, *peer_id, f, /*both_directions=*/true); !s.ok()) return s;
-    return absl::StrFormat("link between machines %s and %s: +%d us per message, cap %.0f B/s", *machine, *peer,
-                           r.delay_us, r.bandwidth_bytes_per_second);
+    f.corrupt = r.kind == "link-corrupt";
+    if (auto s = sim::SetLinkFault(fault_table_path_, *id, peer_id, f, /*both_directions=*/true); !s.ok()) return s;
+    return absl::StrFormat("link between machine %s and %s:%s +%d us per message, cap %.0f B/s", *machine, peer,
+                           f.corrupt ? " payload corrupted," : "", r.delay_us, r.bandwidth_bytes_per_second);
   }
   sim::RankFault f;
   if (r.kind == "crash") f.crash = true;
@@ -192,10 +206,14 @@ absl::StatusOr<std::string> FaultInjector::Inject(const FaultRequest& r, const J
   if (r.kind == "nan") f.nan = true;
   if (r.kind == "corrupt") f.corrupt = true;
   if (r.kind == "sdc") f.grad_corrupt = true;
+  if (r.kind == "nvlink") f.intra_corrupt = true;
   if (r.kind == "slow") f.compute_slowdown = r.factor;
   if (r.kind == "jitter") f.jitter_fraction = r.fraction;
   if (auto s = sim::SetRankFault(fault_table_path_, *id, r.local_rank, f); !s.ok()) return s;
   if (r.kind == "slow") return absl::StrFormat("%s computes %.2fx slower", target, r.factor);
+  if (r.kind == "nvlink") {
+    return absl::StrCat(target, ": nvlink (payloads sent to GPUs of the same machine arrive corrupted)");
+  }
   if (r.kind == "jitter") {
     return absl::StrFormat("%s: compute time jitters by up to +-%.1f%% per iteration", target, r.fraction * 100);
   }

@@ -203,9 +203,10 @@ absl::Status SetRankFault(const std::string& path, int machine_id, int local_ran
 
 absl::Status SetLinkFault(const std::string& path, int src_machine, int dst_machine,
                           const LinkFault& fault, bool both_directions) {
-  if (src_machine < 0 || dst_machine < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("machine ids must be >= 0, got ",
-                                                   src_machine, " -> ", dst_machine));
+  if (src_machine < -1 || dst_machine < -1 || (src_machine == -1 && dst_machine == -1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "machine ids must be >= 0 (-1 = every other machine, at one end only), got ", src_machine, " -> ",
+        dst_machine));
   }
   if (fault.delay_us < 0 || !(fault.bandwidth_bytes_per_s >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -223,6 +224,24 @@ absl::Status ClearFaults(const std::string& path) {
   return Mutate(path, [](FaultTableSnapshot& s) {
     s.ranks.clear();
     s.links.clear();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ClearMachineFaults(const std::string& path, int machine_id, int local_rank) {
+  if (machine_id < 0 || local_rank < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("machine_id must be >= 0 and local_rank >= -1, got ", machine_id,
+                                                   " and ", local_rank));
+  }
+  return Mutate(path, [&](FaultTableSnapshot& s) {
+    std::erase_if(s.ranks, [&](const RankFaultEntry& e) {
+      return e.machine_id == machine_id && (local_rank == -1 || e.local_rank == local_rank);
+    });
+    if (local_rank == -1) {
+      std::erase_if(s.links, [&](const LinkFaultEntry& e) {
+        return e.src_machine == machine_id || e.dst_machine == machine_id;
+      });
+    }
     return absl::OkStatus();
   });
 }

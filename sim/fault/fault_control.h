@@ -34,12 +34,20 @@ absl::Status SetRankFault(const std::string& path, int machine_id, int local_ran
                           const RankFault& fault);
 
 // Sets the fault on the link src_machine -> dst_machine, and on dst -> src as well when
-// both_directions. A healthy LinkFault{} removes the entry (or entries).
+// both_directions. One end may be -1: every machine other than the other end (e.g.
+// (m, -1) with both_directions is machine m's NIC, both ways). A healthy LinkFault{}
+// removes the entry (or entries). kInvalidArgument when an end is < -1 or both are -1.
 absl::Status SetLinkFault(const std::string& path, int src_machine, int dst_machine,
                           const LinkFault& fault, bool both_directions = false);
 
 // Removes every fault.
 absl::Status ClearFaults(const std::string& path);
+
+// Removes the faults of one machine only: local_rank >= 0 removes that GPU's own entry;
+// local_rank -1 removes every GPU entry of the machine (its machine-wide one included) and
+// every link entry with the machine at either end. kInvalidArgument for machine_id < 0 or
+// local_rank < -1.
+absl::Status ClearMachineFaults(const std::string& path, int machine_id, int local_rank);
 
 // A consistent copy of the table.
 absl::StatusOr<FaultTableSnapshot> ReadFaults(const std::string& path);

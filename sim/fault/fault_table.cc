@@ -58,16 +58,33 @@ RankFault FaultTableSnapshot::RankFaultFor(int machine_id, int local_rank) const
     merged.corrupt |= e.fault.corrupt;
     merged.jitter_fraction = std::max(merged.jitter_fraction, e.fault.jitter_fraction);
     merged.grad_corrupt |= e.fault.grad_corrupt;
+    merged.intra_corrupt |= e.fault.intra_corrupt;
   }
   return merged;
 }
 
 LinkFault FaultTableSnapshot::LinkFaultFor(int src_machine, int dst_machine) const {
-  if (src_machine < 0 || dst_machine < 0) return {};
+  LinkFault merged;
+  if (src_machine < 0 || dst_machine < 0) return merged;
   for (const LinkFaultEntry& e : links) {
-    if (e.src_machine == src_machine && e.dst_machine == dst_machine) return e.fault;
+    const bool exact = e.src_machine == src_machine && e.dst_machine == dst_machine;
+    const bool wildcard = src_machine != dst_machine &&
+                          ((e.src_machine == src_machine && e.dst_machine == -1) ||
+                           (e.src_machine == -1 && e.dst_machine == dst_machine));
+    if (!exact && !wildcard) continue;
+    merged.delay_us = std::max(merged.delay_us, e.fault.delay_us);
+    if (e.fault.bandwidth_bytes_per_s > 0 &&
+        (merged.bandwidth_bytes_per_s == 0 || e.fault.bandwidth_bytes_per_s < merged.bandwidth_bytes_per_s)) {
+      merged.bandwidth_bytes_per_s = e.fault.bandwidth_bytes_per_s;
+    }
+    merged.corrupt |= e.fault.corrupt;
   }
-  return {};
+  return merged;
+}
+
+void CorruptPayload(void* data, size_t bytes) {
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i < bytes; i += 4) p[i] ^= 1u;
 }
 
 double JitterFactor(double fraction, uint64_t seed, uint64_t draw) {
@@ -90,7 +107,8 @@ RankFaultRecord EncodeRankFault(const RankFaultEntry& entry) {
   r.local_rank = entry.local_rank;
   r.flags = (entry.fault.hang ? kFaultFlagHang : 0) | (entry.fault.crash ? kFaultFlagCrash : 0) |
             (entry.fault.nan ? kFaultFlagNan : 0) | (entry.fault.corrupt ? kFaultFlagCorrupt : 0) |
-            (entry.fault.grad_corrupt ? kFaultFlagGradCorrupt : 0);
+            (entry.fault.grad_corrupt ? kFaultFlagGradCorrupt : 0) |
+            (entry.fault.intra_corrupt ? kFaultFlagIntraCorrupt : 0);
   r.compute_slowdown = entry.fault.compute_slowdown;
   r.jitter_fraction = entry.fault.jitter_fraction;
   return r;
@@ -105,6 +123,7 @@ RankFaultEntry DecodeRankFault(const RankFaultRecord& r) {
   e.fault.nan = (r.flags & kFaultFlagNan) != 0;
   e.fault.corrupt = (r.flags & kFaultFlagCorrupt) != 0;
   e.fault.grad_corrupt = (r.flags & kFaultFlagGradCorrupt) != 0;
+  e.fault.intra_corrupt = (r.flags & kFaultFlagIntraCorrupt) != 0;
   e.fault.compute_slowdown = r.compute_slowdown;
   e.fault.jitter_fraction = r.jitter_fraction;
   return e;
@@ -116,6 +135,7 @@ LinkFaultRecord EncodeLinkFault(const LinkFaultEntry& entry) {
   r.dst_machine = entry.dst_machine;
   r.delay_us = entry.fault.delay_us;
   r.bandwidth_bytes_per_s = entry.fault.bandwidth_bytes_per_s;
+  r.flags = entry.fault.corrupt ? kLinkFlagCorrupt : 0;
   return r;
 }
 
@@ -125,6 +145,7 @@ LinkFaultEntry DecodeLinkFault(const LinkFaultRecord& r) {
   e.dst_machine = r.dst_machine;
   e.fault.delay_us = r.delay_us;
   e.fault.bandwidth_bytes_per_s = r.bandwidth_bytes_per_s;
+  e.fault.corrupt = (r.flags & kLinkFlagCorrupt) != 0;
   return e;
 }
 

@@ -7,13 +7,14 @@
 // rank (env LOCAL_RANK; -1 in a fault = every GPU of that machine), so a fault disappears
 // when its machine is replaced by a standby.
 //
-// File layout (version 2, little-endian, all fields naturally aligned, 8-byte words).
-// Version history: 1 had 24-byte rank records without jitter_fraction; 2 added it. A
-// reader accepts exactly its own version and names both versions when it rejects a file
-// (a table left by an older build is re-created by CreateFaultTable).
+// File layout (version 3, little-endian, all fields naturally aligned, 8-byte words).
+// Version history: 1 had 24-byte rank records without jitter_fraction; 2 added it; 3 grew
+// link records to 32 bytes with flags (corrupt) and lets a link end be -1 ("every other
+// machine"). A reader accepts exactly its own version and names both versions when it
+// rejects a file (a table left by an older build is re-created by CreateFaultTable).
 //   offset 0, 64 bytes: FaultTableHeader
 //     char     magic[8]        "PRGFLT\0\1"
-//     uint32_t version         2
+//     uint32_t version         3
 //     uint32_t header_bytes    64
 //     uint32_t rank_capacity   kRankFaultCapacity
 //     uint32_t link_capacity   kLinkFaultCapacity
@@ -24,13 +25,16 @@
 //     uint8_t  reserved[24]
 //   offset 64: RankFaultRecord[rank_capacity], 32 bytes each
 //     int32_t machine_id; int32_t local_rank (-1 = whole machine);
-//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt, 4 grad_corrupt); uint32_t reserved;
+//     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt, 4 grad_corrupt,
+//                     5 intra_corrupt); uint32_t reserved;
 //     double compute_slowdown (>= 1)
 //     double jitter_fraction (in [0, 1): each iteration's compute is stretched by a
 //            factor drawn uniformly from [1 - j, 1 + j], see JitterFactor)
-//   then: LinkFaultRecord[link_capacity], 24 bytes each (directional src -> dst)
+//   then: LinkFaultRecord[link_capacity], 32 bytes each (directional src -> dst; an end
+//   of -1 means every machine other than the other end: a machine's NIC)
 //     int32_t src_machine; int32_t dst_machine; int64_t delay_us;
-//     double bandwidth_bytes_per_s (0 = unlimited)
+//     double bandwidth_bytes_per_s (0 = unlimited);
+//     uint32_t flags (bit 0 corrupt); uint32_t reserved
 // Writers serialise with flock(LOCK_EX) on the file and bracket every change with the
 // generation seqlock; readers never lock: they copy the records with atomic word loads and
 // retry while the generation is odd or moved during the copy.
@@ -49,7 +53,7 @@
 namespace peregrine::sim {
 
 inline constexpr char kFaultTableMagic[8] = {'P', 'R', 'G', 'F', 'L', 'T', '\0', '\1'};
-inline constexpr uint32_t kFaultTableVersion = 2;
+inline constexpr uint32_t kFaultTableVersion = 3;
 inline constexpr uint32_t kRankFaultCapacity = 256;
 inline constexpr uint32_t kLinkFaultCapacity = 256;
 
@@ -58,6 +62,8 @@ inline constexpr uint32_t kFaultFlagCrash = 1u << 1;
 inline constexpr uint32_t kFaultFlagNan = 1u << 2;
 inline constexpr uint32_t kFaultFlagCorrupt = 1u << 3;
 inline constexpr uint32_t kFaultFlagGradCorrupt = 1u << 4;
+inline constexpr uint32_t kFaultFlagIntraCorrupt = 1u << 5;
+inline constexpr uint32_t kLinkFlagCorrupt = 1u << 0;
 
 struct FaultTableHeader {
   char magic[8];
@@ -87,8 +93,10 @@ struct LinkFaultRecord {
   int32_t dst_machine;
   int64_t delay_us;
   double bandwidth_bytes_per_s;
+  uint32_t flags;
+  uint32_t reserved;
 };
-static_assert(sizeof(LinkFaultRecord) == 24);
+static_assert(sizeof(LinkFaultRecord) == 32);
 
 // Total file size of a table with the default capacities.
 inline constexpr size_t kFaultTableBytes = sizeof(FaultTableHeader) +
@@ -110,8 +118,13 @@ struct RankFault {
   // this rank's gradient contributions by 64 (a flipped exponent bit). The self-tests (EUD,
   // NCCL checks) and the alignment reference step do not run that kernel and see nothing.
   bool grad_corrupt = false;
+  // A bad intra-machine transport (NVLink / NVSwitch): every payload this GPU sends to a
+  // GPU of the SAME machine arrives with bits flipped (sim::CorruptPayload). Its own
+  // compute, its self-test and its traffic to other machines are unaffected.
+  bool intra_corrupt = false;
   bool Any() const {
-    return compute_slowdown != 1.0 || hang || crash || nan || corrupt || grad_corrupt || jitter_fraction != 0.0;
+    return compute_slowdown != 1.0 || hang || crash || nan || corrupt || grad_corrupt || intra_corrupt ||
+           jitter_fraction != 0.0;
   }
   bool operator==(const RankFault&) const = default;
 };
@@ -120,7 +133,8 @@ struct RankFault {
 struct LinkFault {
   int64_t delay_us = 0;               // extra latency per message
   double bandwidth_bytes_per_s = 0;   // cap on payload rate; 0 = unlimited
-  bool Any() const { return delay_us != 0 || bandwidth_bytes_per_s != 0; }
+  bool corrupt = false;               // payload arrives with bits flipped (CorruptPayload)
+  bool Any() const { return delay_us != 0 || bandwidth_bytes_per_s != 0 || corrupt; }
   bool operator==(const LinkFault&) const = default;
 };
 
@@ -132,8 +146,8 @@ struct RankFaultEntry {
 };
 
 struct LinkFaultEntry {
-  int src_machine = 0;
-  int dst_machine = 0;
+  int src_machine = 0;  // -1: every machine other than dst_machine
+  int dst_machine = 0;  // -1: every machine other than src_machine
   LinkFault fault;
   bool operator==(const LinkFaultEntry&) const = default;
 };
@@ -149,7 +163,9 @@ struct FaultTableSnapshot {
   // largest jitter).
   // machine_id < 0 (identity unknown) never matches.
   RankFault RankFaultFor(int machine_id, int local_rank) const;
-  // The fault on the directional link src -> dst; healthy when absent or unknown (< 0).
+  // The fault on the directional link src -> dst: the exact entry merged with the
+  // wildcard entries (src, -1) and (-1, dst) when src != dst (largest delay, smallest
+  // non-zero bandwidth cap, corrupt OR-ed); healthy when absent or unknown (< 0).
   LinkFault LinkFaultFor(int src_machine, int dst_machine) const;
 };
 
@@ -158,6 +174,12 @@ struct FaultTableSnapshot {
 // global rank as the seed and the step as the draw, so a rank's noise is reproducible and
 // ranks are independent). fraction <= 0 gives exactly 1.
 double JitterFactor(double fraction, uint64_t seed, uint64_t draw);
+
+// Flips the lowest bit of every 4th byte (offsets 0, 4, 8, ...) of a payload in place: the
+// lowest mantissa bit of each fp32 element (of every element of 2-byte types at even
+// positions, of one mantissa byte of each fp64), so a bit-exact check sees it while finite
+// training values stay finite. Applying it twice restores the payload.
+void CorruptPayload(void* data, size_t bytes);
 
 // Encodes/decodes one record (shared by reader and writer).
 RankFaultRecord EncodeRankFault(const RankFaultEntry& entry);

@@ -145,6 +145,10 @@ void RefreshFaults(ncclComm* comm) {
   for (int p = 0; p < comm->nranks; ++p) {
     if (p == comm->rank) continue;
     comm->link_to[p] = snap.LinkFaultFor(f.machine_id, comm->peers[p].machine_id);
+    // A bad intra-machine transport corrupts what this GPU sends to its own machine's GPUs.
+    if (comm->rank_fault.intra_corrupt && f.machine_id >= 0 && comm->peers[p].machine_id == f.machine_id) {
+      comm->link_to[p].corrupt = true;
+    }
   }
 }
 

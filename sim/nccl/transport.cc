@@ -310,8 +310,16 @@ bool Complete(const Transfer& t) { return t.done >= sizeof(MessageHeader) + t.by
 ncclResult_t RunTransfers(std::vector<Transfer>& transfers, int64_t deadline_ns,
                           std::string* error) {
   const int64_t start = NowNs();
+  std::vector<std::vector<char>> corrupted;  // payload copies of corrupting sends
+  corrupted.reserve(transfers.size());
   for (Transfer& t : transfers) {
     t.done = 0;
+    if (t.send && t.link.corrupt && t.bytes > 0) {
+      const char* src = static_cast<const char*>(t.data);
+      corrupted.emplace_back(src, src + t.bytes);
+      sim::CorruptPayload(corrupted.back().data(), t.bytes);
+      t.data = corrupted.back().data();
+    }
     if (t.send) {
       t.header = MessageHeader{kMessageMagic, t.tag, t.bytes};
       t.ready_ns = start + t.link.delay_us * 1000;

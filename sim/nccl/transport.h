@@ -7,8 +7,9 @@
 // the thread sleeps in ppoll until a socket is ready, a paced send may continue, or the
 // deadline passes. Messages on one socket in one direction go in list order.
 //
-// Link faults are applied on the sending side: a per-message delay before the first byte
-// and a payload rate cap (token bucket starting empty).
+// Link faults are applied on the sending side: a per-message delay before the first byte,
+// a payload rate cap (token bucket starting empty), and corruption (the payload is sent
+// from a copy passed through sim::CorruptPayload; the caller's buffer is untouched).
 //
 // Thread safety: functions are thread-compatible; a socket must be used by one thread.
 #ifndef PEREGRINE_SIM_NCCL_TRANSPORT_H_

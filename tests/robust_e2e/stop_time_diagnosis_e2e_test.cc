@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <httplib.h>
 
+#include <algorithm>
 #include <set>
 
 #include "tests/e2e/e2e_util.h"
@@ -231,6 +232,135 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   CHECK(replay.results.size() == 8);
   for (const std::string& line : replay.results) CHECK_THAT(line, Catch::Contains("passed digest"));
   CHECK(second.machines == std::vector<std::string>{bad});
+  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
+  CHECK(st.slots[1].machine_id != bad);
+  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
+  CHECK(st.last_completed_step >= 120);
+}
+
+// A crash with no culprit while one machine carries a persistent fault that only one
+// stop-time stage can see: `culprit_fault` is injected on slot 1 and a one-off crash on GPU
+// 0 of slot 2 (a healthy machine; cleared once the incident is open). The diagnosis must
+// pass every stage before `deciding_stage`, fail exactly slot 1's machine there, evict it
+// (a standby takes slot 1), leave every other machine in place and complete the job.
+void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::string& deciding_stage) {
+  TempDir dir;
+  const TrainingJob job = ShortDemoJob(120);
+  auto started = LocalMode::Start(job, Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  const std::string bad = before.slots[1].machine_id;
+  FaultRequest culprit = culprit_fault;
+  culprit.slot = 1;
+  REQUIRE(mode->Inject(culprit).ok());
+  FaultRequest crash;
+  crash.kind = "crash";
+  crash.slot = 2;
+  crash.local_rank = 0;
+  REQUIRE(mode->Inject(crash).ok());
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) { return !s.incidents.empty(); }));
+  FaultRequest clear_crash;  // that GPU's crash only; slot 1's fault stays
+  clear_crash.kind = "clear";
+  clear_crash.slot = 2;
+  clear_crash.local_rank = 0;
+  REQUIRE(mode->Inject(clear_crash).ok());
+
+  const bool finished = WaitForStatus(*mode.mode, Finished);
+  const JobStatus st = mode->controller().Snapshot();
+  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
+  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
+  REQUIRE(finished);
+  CHECK(st.phase == JobPhase::kSucceeded);
+  REQUIRE_FALSE(st.incidents.empty());
+  const Incident& inc = st.incidents[0];
+  CHECK(inc.kind == "ProcessCrash");
+  std::vector<std::string> stages;
+  for (const DiagnosisStageRecord& r : inc.diagnosis) stages.push_back(r.stage);
+  std::vector<std::string> want = {"stop", "eud", "all_to_all", "all_gather"};
+  want.erase(std::find(want.begin(), want.end(), deciding_stage) + 1, want.end());
+  CHECK(stages == want);
+  REQUIRE_FALSE(inc.diagnosis.empty());
+  for (size_t i = 0; i + 1 < inc.diagnosis.size(); ++i) {
+    INFO(inc.diagnosis[i].stage << ": " << inc.diagnosis[i].note);
+    CHECK(inc.diagnosis[i].verdict == "passed");
+  }
+  const DiagnosisStageRecord& decided = inc.diagnosis.back();
+  std::string answers;
+  for (const std::string& line : decided.results) answers += line + "\n";
+  INFO(decided.stage << ": " << decided.note << "\n" << answers);
+  CHECK(decided.stage == deciding_stage);
+  CHECK(decided.verdict == "failed");
+  CHECK(decided.failed_machines == std::vector<std::string>{bad});
+  CHECK(inc.machines == std::vector<std::string>{bad});
+  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
+  CHECK(st.slots[1].machine_id != bad);
+  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
+  CHECK(st.last_completed_step >= 120);
+}
+
+// A bad NVLink (payloads between GPUs of one machine corrupted): EUD (single-GPU
+// self-tests) passes; the intra-machine all-to-all sees that machine's contents arrive
+// wrong and isolates it.
+TEST_CASE("A crash with no culprit and a bad NVLink on one machine: all-to-all isolates it", "[e2e]") {
+  FaultRequest nvlink;
+  nvlink.kind = "nvlink";
+  nvlink.local_rank = -1;
+  RunCulpritStageScenario(nvlink, "all_to_all");
+}
+
+// A bad NIC (payloads between the machine and every other machine corrupted): EUD and the
+// intra-machine all-to-all pass; both neighbour pairs of the machine fail the all-gather,
+// its neighbours fail one pair each, so exactly that machine is the culprit.
+TEST_CASE("A crash with no culprit and a corrupting NIC on one machine: the neighbour all-gather isolates it", "[e2e]") {
+  FaultRequest nic;
+  nic.kind = "link-corrupt";
+  nic.local_rank = -1;
+  RunCulpritStageScenario(nic, "all_gather");
+}
+
+// A GPU that crashes every time (the fault stays): training crashes, the diagnosis's EUD
+// self-test aborts on that GPU, its machine is evicted at the first stage, and the job
+// completes on a standby.
+TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "[e2e]") {
+  TempDir dir;
+  const TrainingJob job = ShortDemoJob(120);
+  auto started = LocalMode::Start(job, Options(dir.path()));
+  REQUIRE(started.ok());
+  ModeGuard mode{std::move(*started)};
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
+  }));
+  const JobStatus before = mode->controller().Snapshot();
+  const std::string bad = before.slots[1].machine_id;
+  FaultRequest crash;
+  crash.kind = "crash";
+  crash.slot = 1;
+  crash.local_rank = 1;
+  REQUIRE(mode->Inject(crash).ok());
+
+  const bool finished = WaitForStatus(*mode.mode, Finished);
+  const JobStatus st = mode->controller().Snapshot();
+  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
+  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
+  REQUIRE(finished);
+  CHECK(st.phase == JobPhase::kSucceeded);
+  REQUIRE(st.incidents.size() == 1);
+  const Incident& inc = st.incidents[0];
+  CHECK(inc.kind == "ProcessCrash");
+  REQUIRE(inc.diagnosis.size() == 2);
+  CHECK(inc.diagnosis[0].stage == "stop");
+  const DiagnosisStageRecord& eud = inc.diagnosis[1];
+  CHECK(eud.stage == "eud");
+  CHECK(eud.verdict == "failed");
+  CHECK(eud.failed_machines == std::vector<std::string>{bad});
+  bool named = false;
+  for (const std::string& line : eud.results) named = named || line.find("gpu1: self-test aborted") != std::string::npos;
+  CHECK(named);
+  CHECK(inc.machines == std::vector<std::string>{bad});
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
   for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);

@@ -1,6 +1,8 @@
 // The fault table: controller API round trips, reader change tracking, bad files.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -64,6 +66,108 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   REQUIRE(snap.ok());
   CHECK(snap->ranks.empty());
   CHECK(snap->links.empty());
+}
+
+TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of -1 is every other machine", "[unit]") {
+  TempDir dir;
+  const std::string path = dir.File("faults");
+  REQUIRE(CreateFaultTable(path).ok());
+  RankFault nvlink;
+  nvlink.intra_corrupt = true;
+  CHECK(nvlink.Any());
+  REQUIRE(SetRankFault(path, 2, -1, nvlink).ok());
+  LinkFault nic;
+  nic.corrupt = true;
+  CHECK(nic.Any());
+  REQUIRE(SetLinkFault(path, 5, -1, nic, /*both_directions=*/true).ok());  // machine 5's NIC, both ways
+  LinkFault cap;
+  cap.bandwidth_bytes_per_s = 4e6;
+  cap.delay_us = 10;
+  REQUIRE(SetLinkFault(path, 5, 6, cap).ok());
+  LinkFault wide_cap;
+  wide_cap.bandwidth_bytes_per_s = 8e6;
+  wide_cap.delay_us = 30;
+  REQUIRE(SetLinkFault(path, -1, 6, wide_cap).ok());
+  auto snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  const RankFault got = snap->RankFaultFor(2, 1);
+  CHECK(got.intra_corrupt);
+  CHECK_FALSE(got.corrupt);
+  CHECK_FALSE(got.nan);
+  CHECK_FALSE(snap->RankFaultFor(3, 1).intra_corrupt);
+  CHECK(snap->links.size() == 4);
+  // Machine 5 <-> any other machine: corrupt; the exact 5 -> 6 entry and the (-1, 6)
+  // entry merge in (largest delay, smallest cap).
+  CHECK(snap->LinkFaultFor(5, 0).corrupt);
+  CHECK(snap->LinkFaultFor(0, 5).corrupt);
+  const LinkFault five_six = snap->LinkFaultFor(5, 6);
+  CHECK(five_six.corrupt);
+  CHECK(five_six.bandwidth_bytes_per_s == 4e6);
+  CHECK(five_six.delay_us == 30);
+  CHECK(snap->LinkFaultFor(1, 6) == wide_cap);
+  CHECK_FALSE(snap->LinkFaultFor(6, 1).Any());
+  CHECK_FALSE(snap->LinkFaultFor(5, 5).Any());  // a wildcard never means the machine itself
+  CHECK_FALSE(snap->LinkFaultFor(0, 1).Any());
+  CHECK_FALSE(snap->LinkFaultFor(-1, 5).Any());  // unknown identity never matches
+  // Bad ends are rejected; removing the NIC fault removes both directions.
+  CHECK(SetLinkFault(path, -1, -1, nic).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(SetLinkFault(path, -2, 1, nic).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(SetLinkFault(path, 5, -1, LinkFault{}, /*both_directions=*/true).ok());
+  snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  CHECK_FALSE(snap->LinkFaultFor(5, 0).Any());
+  CHECK_FALSE(snap->LinkFaultFor(0, 5).Any());
+  CHECK(snap->LinkFaultFor(5, 6).bandwidth_bytes_per_s == 4e6);
+}
+
+TEST_CASE("fault table: ClearMachineFaults removes one GPU's or one machine's faults only", "[unit]") {
+  TempDir dir;
+  const std::string path = dir.File("faults");
+  REQUIRE(CreateFaultTable(path).ok());
+  RankFault crash;
+  crash.crash = true;
+  RankFault nvlink;
+  nvlink.intra_corrupt = true;
+  LinkFault nic;
+  nic.corrupt = true;
+  REQUIRE(SetRankFault(path, 1, -1, nvlink).ok());
+  REQUIRE(SetRankFault(path, 2, 0, crash).ok());
+  REQUIRE(SetRankFault(path, 2, 1, crash).ok());
+  REQUIRE(SetLinkFault(path, 2, -1, nic, /*both_directions=*/true).ok());
+  REQUIRE(SetLinkFault(path, 0, 1, nic).ok());
+  REQUIRE(ClearMachineFaults(path, 2, 0).ok());  // GPU 0 of machine 2 only
+  auto snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  CHECK_FALSE(snap->RankFaultFor(2, 0).crash);
+  CHECK(snap->RankFaultFor(2, 1).crash);
+  CHECK(snap->LinkFaultFor(2, 0).corrupt);
+  REQUIRE(ClearMachineFaults(path, 2, -1).ok());  // the rest of machine 2, links included
+  snap = ReadFaults(path);
+  REQUIRE(snap.ok());
+  CHECK_FALSE(snap->RankFaultFor(2, 1).Any());
+  CHECK_FALSE(snap->LinkFaultFor(2, 0).Any());
+  CHECK_FALSE(snap->LinkFaultFor(3, 2).Any());
+  CHECK(snap->RankFaultFor(1, 0).intra_corrupt);  // other machines keep theirs
+  CHECK(snap->LinkFaultFor(0, 1).corrupt);
+  CHECK(ClearMachineFaults(path, -1, 0).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("fault table: CorruptPayload flips one bit per 4 bytes and is its own inverse", "[unit]") {
+  std::vector<float> v = {1.0f, 1000.0f, -3.5f, 65521.0f, 0.25f};
+  const std::vector<float> original = v;
+  CorruptPayload(v.data(), v.size() * sizeof(float));
+  for (size_t i = 0; i < v.size(); ++i) {
+    CHECK(v[i] != original[i]);
+    CHECK(std::isfinite(v[i]));
+    CHECK(std::abs(v[i] - original[i]) <= std::abs(original[i]) * 1e-6f);
+  }
+  CorruptPayload(v.data(), v.size() * sizeof(float));
+  CHECK(v == original);
+  unsigned char odd[3] = {0x10, 0x20, 0x30};
+  CorruptPayload(odd, 3);
+  CHECK(odd[0] == 0x11);
+  CHECK(odd[1] == 0x20);
+  CHECK(odd[2] == 0x30);
 }
 
 TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per GPU", "[unit]") {
@@ -203,7 +307,7 @@ TEST_CASE("fault table: a table of another version is rejected, naming both vers
   }
   const absl::StatusOr<FaultTableSnapshot> read = ReadFaults(path);
   CHECK(read.status().code() == absl::StatusCode::kDataLoss);
-  CHECK_THAT(std::string(read.status().message()), Catch::Contains("version 1") && Catch::Contains("version 2"));
+  CHECK_THAT(std::string(read.status().message()), Catch::Contains("version 1") && Catch::Contains("version 3"));
   CHECK(SetRankFault(path, 0, 0, RankFault{}).code() == absl::StatusCode::kDataLoss);
   FaultTableReader reader(path);
   CHECK(reader.Poll().ranks.empty());

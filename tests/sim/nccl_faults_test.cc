@@ -151,6 +151,33 @@ TEST_CASE("nan and corrupt faults from one GPU change results while running", "[
   for (const auto& a : c.Run("allreduce")) CHECK(a == "allreduce exact");
 }
 
+TEST_CASE("nvlink corrupts payloads inside the machine only, link-corrupt between machines only", "[integration]") {
+  TempDir dir;
+  const std::string faults = dir.File("faults");
+  REQUIRE(sim::CreateFaultTable(faults).ok());
+  ServeCluster c(faults);
+  REQUIRE(c.Ready());
+  const std::string bytes = std::to_string(1 << 16);
+  RankFault nvlink;
+  nvlink.intra_corrupt = true;
+  REQUIRE(sim::SetRankFault(faults, 1, -1, nvlink).ok());  // machine 1 = ranks 2, 3
+  CHECK(c.Run("bulk 2 3 " + bytes)[3] == "bulk bad");  // inside machine 1
+  CHECK(c.Run("bulk 3 2 " + bytes)[2] == "bulk bad");
+  CHECK(c.Run("bulk 2 0 " + bytes)[0] == "bulk ok");   // machine 1 -> machine 0
+  CHECK(c.Run("bulk 0 1 " + bytes)[1] == "bulk ok");   // inside healthy machine 0
+  for (const auto& a : c.Run("allreduce")) CHECK(a.rfind("allreduce off ", 0) == 0);
+  REQUIRE(sim::ClearFaults(faults).ok());
+  LinkFault nic;
+  nic.corrupt = true;
+  REQUIRE(sim::SetLinkFault(faults, 1, -1, nic, /*both_directions=*/true).ok());  // machine 1's NIC
+  CHECK(c.Run("bulk 2 0 " + bytes)[0] == "bulk bad");
+  CHECK(c.Run("bulk 0 3 " + bytes)[3] == "bulk bad");
+  CHECK(c.Run("bulk 2 3 " + bytes)[3] == "bulk ok");
+  CHECK(c.Run("bulk 0 1 " + bytes)[1] == "bulk ok");
+  REQUIRE(sim::ClearFaults(faults).ok());
+  for (const auto& a : c.Run("allreduce")) CHECK(a == "allreduce exact");
+}
+
 TEST_CASE("a dead peer makes the others fail instead of hanging", "[integration]") {
   ServeCluster c("");
   REQUIRE(c.Ready());
