@@ -37,10 +37,11 @@ constexpr char kUsage[] =
     "  --local FILE        run the TrainingJob in FILE on the embedded local cluster\n"
     "  --state-dir DIR     persisted state (default .peregrine/<namespace>-<name>)\n"
     "  --bin-dir DIR       where peregrine-agent and sim-trainer are (default: this binary's dir)\n"
-    "  --scenario NAME     inject a fault mid-run: kill-machine, crash, crash-once, nan, sdc, xid, nic-flap,\n"
+    "  --scenario NAME     inject a fault (or a broken code update) mid-run: kill-machine, crash,\n"
+    "                      crash-once, code-update-rollback, nan, sdc, xid, nic-flap, nic-flap-twice,\n"
     "                      failslow-slow-rank, failslow-congested-link, failslow-rank-and-link,\n"
     "                      failslow-two-slow-ranks, failslow-jitter, hang-pp-stage\n"
-    "  --at-step N         inject the scenario's fault once every rank completed step N (default 30)\n"
+    "  --at-step N         the scenario's first step once every rank completed step N (default 30)\n"
     "  --grpc-port N       agents' port (default: the persisted one, or any free port)\n"
     "  --http-port N       /healthz, /metrics and the peregrinectl API (default: any free port)\n"
     "  --heartbeat-ms N    agent heartbeat interval (default 500)\n"
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   if (bin_dir.empty()) bin_dir = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
   std::optional<peregrine::Scenario> scenario;
   if (!scenario_name.empty()) {
-    auto s = peregrine::ScenarioByName(scenario_name, job->spec.machines);
+    auto s = peregrine::ScenarioByName(scenario_name, *job);
     if (!s.ok()) return Fail(std::string(s.status().message()));
     s->at_step = static_cast<uint64_t>(at_step);
     scenario = *s;
@@ -141,48 +142,18 @@ int main(int argc, char** argv) {
               mode.grpc_port(), mode.http_port(), state_dir.c_str());
   std::fflush(stdout);
 
-  const auto start = std::chrono::steady_clock::now();
-  bool injected = false;
-  uint64_t printed_step = 0;
-  peregrine::JobStatus st;
-  while (true) {
-    st = mode.controller().Snapshot();
-    if (st.last_completed_step >= printed_step + 20 || (st.last_completed_step > 0 && printed_step == 0)) {
-      printed_step = st.last_completed_step;
-      std::printf("  step %llu  phase %s  attempt %llu  standby %d/%d  ETTR %.3f\n",
-                  static_cast<unsigned long long>(st.last_completed_step), peregrine::JobPhaseName(st.phase),
-                  static_cast<unsigned long long>(st.attempt), st.standby_ready, st.standby_desired, st.ettr);
-      std::fflush(stdout);
-    }
-    if (scenario && !injected && st.phase == peregrine::JobPhase::kRunning && st.last_completed_step >= scenario->at_step) {
-      auto result = mode.Inject(scenario->fault);
-      for (const peregrine::FaultRequest& more : scenario->more_faults) {
-        if (auto r = mode.Inject(more); r.ok() && result.ok()) *result = absl::StrCat(*result, "; ", *r);
-        else if (!r.ok()) result = r.status();
-      }
-      injected = true;
-      std::printf("  scenario %s at step %llu: %s\n", scenario->name.c_str(),
-                  static_cast<unsigned long long>(st.last_completed_step),
-                  result.ok() ? result->c_str() : result.status().ToString().c_str());
-      std::fflush(stdout);
-    }
-    if (scenario && injected && scenario->clear_on_incident && !st.incidents.empty()) {
-      peregrine::FaultRequest clear = scenario->fault;
-      clear.kind = "clear";
-      auto result = mode.Inject(clear);
-      scenario->clear_on_incident = false;
-      std::printf("  scenario %s: one-off fault cleared: %s\n", scenario->name.c_str(),
-                  result.ok() ? result->c_str() : result.status().ToString().c_str());
-      std::fflush(stdout);
-    }
-    if (st.phase == peregrine::JobPhase::kSucceeded || st.phase == peregrine::JobPhase::kFailed) break;
-    if (g_signal.load() != 0) break;
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeout_s)) break;
-    mode.controller().WaitFor([&](const peregrine::JobStatus& s) { return s.last_completed_step != st.last_completed_step || s.phase != st.phase; }, 250);
-  }
+  peregrine::LocalMode::ScenarioRunOptions run_options;
+  run_options.progress = [](const std::string& line) {
+    std::printf("  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  run_options.stop_requested = [] { return g_signal.load() != 0; };
+  run_options.timeout_ms = static_cast<int64_t>(timeout_s) * 1000;
+  auto run = mode.RunScenario(scenario, run_options);
+  if (!run.ok()) std::fprintf(stderr, "peregrine-controller: %s\n", run.status().ToString().c_str());
   const int sig = g_signal.load();
   const bool keep_training = sig == SIGTERM;
-  st = mode.controller().Snapshot();
+  const peregrine::JobStatus st = mode.controller().Snapshot();
   std::fputs(peregrine::FormatTimeline(mode.controller().Timeline(), st, st.started_at).c_str(), stdout);
   std::fflush(stdout);
   mode.Shutdown(/*teardown=*/!keep_training);

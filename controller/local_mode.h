@@ -1,16 +1,20 @@
 // LocalMode: the embedded local cluster end to end in one process: the gRPC agent service,
 // the local cluster of agent processes, the job controller, the HTTP endpoint, fault
-// injection and the demo scenarios. peregrine-controller --local and the end-to-end tests
+// injection and the scenario driver (RunScenario, scenarios by name). peregrine-controller --local and the end-to-end tests
 // both drive it, so what the demo shows is what the tests assert.
 //
 // Thread-safe: Start once, then any method from any thread; Shutdown is idempotent.
 #ifndef PEREGRINE_CONTROLLER_LOCAL_MODE_H_
 #define PEREGRINE_CONTROLLER_LOCAL_MODE_H_
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "controller/code_update.h"
 #include "controller/fault_injector.h"
 #include "controller/job_controller.h"
 #include "controller/job_spec.h"
@@ -27,6 +31,53 @@ struct LocalModeOptions {
   DecisionConfig decision;
 };
 
+// A scenario: what the driver (LocalMode::RunScenario) does to a running job, step by
+// step, each step when its trigger holds. A step injects faults (FaultInjector grammar)
+// and/or makes an urgent code update (JobController::UpdateJob, as peregrinectl update
+// --urgent does).
+struct ScenarioStep {
+  enum class Trigger {
+    // The job is Running and every rank completed Scenario::at_step; a step with a code
+    // update also waits until the running version ran healthy (a rollback target exists).
+    kAtStep,
+    // An incident opened after the previous step (e.g. clear a one-off fault once seen).
+    kIncidentOpened,
+    // The previous step's machine raised a network alarm (recorded in the job status),
+    // its agent reported it and no longer does (the flap episode is over), and the job is
+    // Running: a later flap is a separate episode.
+    kNetworkAlarmEnded,
+  };
+  Trigger trigger = Trigger::kAtStep;
+  std::vector<FaultRequest> faults;             // injected in order
+  std::optional<CodeUpdateRequest> code_update;  // applied as an urgent hot update
+};
+
+// Scenarios by name (ScenarioByName): kill-machine (a machine dies mid-training),
+// crash (a rank of one machine keeps crashing: the stop-time diagnosis' EUD finds that
+// machine, evicted), crash-once (one crash with no culprit: diagnosis passes, a
+// reattempt fixes it), code-update-rollback (an urgent update to a broken revision whose
+// ranks exit at start-up: diagnosis, reattempt, rollback to the last healthy version,
+// the job completes), nan (one machine contributes NaN: the alignment stage of the
+// stop-time diagnosis isolates it; needs the agents' diagnostics), sdc (one machine
+// silently corrupts its gradients: dual-phase replay finds it), xid (a fatal Xid on one
+// machine), nic-flap (one NIC flap: tolerated), nic-flap-twice (a second flap of the same
+// NIC once the first episode is over, within the alarm window: evicted),
+// failslow-slow-rank (one GPU computes 3x slower), failslow-congested-link (20 ms per
+// message between two machines), failslow-rank-and-link (both at once),
+// failslow-two-slow-ranks (two GPUs on different machines 3x slower), failslow-jitter
+// (every GPU's compute +-5% per iteration: nothing must be reported), hang-pp-stage (a
+// machine of the last pipeline stage hangs: stack aggregation evicts its pipeline group).
+struct Scenario {
+  std::string name;
+  uint64_t at_step = 30;  // for kAtStep triggers
+  std::vector<ScenarioStep> steps;
+};
+// kInvalidArgument naming the known scenarios for an unknown name. `job` is the job the
+// scenario runs on (machine count; the broken revision derives from its code version).
+absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJob& job);
+// The names ScenarioByName knows, comma-separated (for usage texts).
+std::string ScenarioNames();
+
 class LocalMode {
  public:
   static absl::StatusOr<std::unique_ptr<LocalMode>> Start(const TrainingJob& job, LocalModeOptions options);
@@ -37,6 +88,26 @@ class LocalMode {
   int grpc_port() const;
   int http_port() const;
   absl::StatusOr<std::string> Inject(const FaultRequest& request);
+  // What RunScenario did and where the job ended.
+  struct ScenarioStepRecord {
+    JobStatus before;         // the status when the step's trigger held
+    std::string description;  // what was injected or updated
+  };
+  struct ScenarioRun {
+    JobStatus status;   // the status when the run ended
+    bool finished = false;  // the job Succeeded or Failed (false: stopped or timed out)
+    std::vector<ScenarioStepRecord> steps;  // the applied steps, in order
+  };
+  struct ScenarioRunOptions {
+    std::function<void(const std::string&)> progress;  // a line per step and per ~20 steps; may be empty
+    std::function<bool()> stop_requested;               // polled; true ends the run; may be empty
+    int64_t timeout_ms = 600'000;                       // then the run ends unfinished
+  };
+  // Drives the job until it finishes (or stop / timeout), applying `scenario`'s steps
+  // (none when nullopt) as their triggers hold. The job is left as it is (Shutdown is the
+  // caller's). Errors: a step that cannot be applied (an injection or update refused)
+  // ends the run with that status, naming the step; the job keeps running.
+  absl::StatusOr<ScenarioRun> RunScenario(const std::optional<Scenario>& scenario, const ScenarioRunOptions& options);
   // Stops serving. teardown=true also stops every pod; false leaves training running
   // (a controller restart picks it up again).
   void Shutdown(bool teardown);
@@ -47,26 +118,6 @@ class LocalMode {
   explicit LocalMode(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// A demo scenario by name: what to inject and when. Names: kill-machine (a machine dies
-// mid-training), crash (a rank keeps crashing with no machine at fault: diagnosis,
-// reattempt, rollback, replay), crash-once (one crash with no culprit: diagnosis passes, a
-// reattempt fixes it), nan (one machine contributes NaN: the alignment stage of the
-// stop-time diagnosis isolates it; needs the agents' diagnostics), xid (a fatal Xid on one
-// machine), nic-flap (one NIC flap), failslow-slow-rank (one GPU computes 3x slower),
-// failslow-congested-link (20 ms per message between two machines), failslow-rank-and-link
-// (both at once), failslow-two-slow-ranks (two GPUs on different machines 3x slower),
-// failslow-jitter (every GPU's compute +-5% per iteration: nothing must be reported),
-// hang-pp-stage (a machine of the last pipeline stage hangs: stack aggregation evicts its
-// pipeline group).
-struct Scenario {
-  std::string name;
-  uint64_t at_step = 30;
-  FaultRequest fault;
-  std::vector<FaultRequest> more_faults;  // injected right after `fault`
-  bool clear_on_incident = false;  // one-off: the driver clears the fault once the incident opened
-};
-absl::StatusOr<Scenario> ScenarioByName(const std::string& name, int machines);
 
 // The readable timeline: one line per entry, seconds relative to `origin`, then a summary.
 std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& status, int64_t origin);

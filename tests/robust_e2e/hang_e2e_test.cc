@@ -41,10 +41,12 @@ TEST_CASE("A hang on one pipeline stage over-evicts that pipeline group and the 
     return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && s.standby_ready >= 1;
   }));
   const JobStatus before = mode->controller().Snapshot();
-  auto scenario = ScenarioByName("hang-pp-stage", job.spec.machines);
+  auto scenario = ScenarioByName("hang-pp-stage", job);
   REQUIRE(scenario.ok());
-  REQUIRE(scenario->fault.slot == 2);
-  auto injected = mode->Inject(scenario->fault);
+  REQUIRE(scenario->steps.size() == 1);
+  REQUIRE(scenario->steps[0].faults.size() == 1);
+  REQUIRE(scenario->steps[0].faults[0].slot == 2);
+  auto injected = mode->Inject(scenario->steps[0].faults[0]);
   REQUIRE(injected.ok());
 
   // Pipeline group pp 0 = ranks {0, 4}: machine slots 0 and 2 (TP=2 PP=2 DP=2, 2 GPUs each).
