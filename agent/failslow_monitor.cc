@@ -77,8 +77,10 @@ struct FailSlowMonitor::Ring {
   // Start time (monotonic) of sample i is sample_starts[i - first_sample_index].
   std::deque<int64_t> sample_starts;
   int64_t first_sample_index = 0;
-  std::map<uint64_t, PendingCall> pending;  // by call seq, profiling only
-  std::map<uint64_t, CommWindow> windows;   // by comm id
+  std::map<uint64_t, CallRef> pending;                 // traffic calls by ring seq, profiling only
+  std::map<uint64_t, std::vector<CallRef>> groups;     // outermost GroupEnd seq -> its operations
+  std::vector<CallRef> open_group;                     // in-group calls since the last group end
+  std::map<uint64_t, CommWindow> windows;              // by comm id
 };
 
 void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling, bool trap,
@@ -216,6 +218,8 @@ void FailSlowMonitor::Reset() {
   for (auto& [path, r] : rings_) {
     ResetRing(*r).IgnoreError();  // options were validated in Create
     r->pending.clear();
+    r->groups.clear();
+    r->open_group.clear();
     r->windows.clear();
   }
 }
@@ -224,6 +228,8 @@ void FailSlowMonitor::SetMode(bool profiling, bool trap) {
   if (profiling && !profiling_) {
     for (auto& [path, r] : rings_) {
       r->pending.clear();
+      r->groups.clear();
+      r->open_group.clear();
       r->windows.clear();
     }
   }
@@ -306,37 +312,47 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
       c.enter_ns = static_cast<int64_t>(rec.time_ns);
       calls.push_back(c);
       if (profiling_ && rec.comm_id != 0) {
-        PendingCall p;
-        p.comm_id = rec.comm_id;
-        p.call_index = rec.call_index;
-        p.op = rec.op;
-        p.enter_ns = static_cast<int64_t>(rec.time_ns);
-        p.bytes = rec.count * DataTypeBytes(rec.datatype);
-        p.rank = rec.rank;
-        p.nranks = rec.nranks;
-        r.pending[rec.seq] = p;
+        CommWindow& w = r.windows[rec.comm_id];
+        w.rank_in_comm = rec.rank;
+        w.comm_size = rec.nranks;
+        Collective& col = w.collectives[rec.call_index];
+        col = Collective{};
+        col.op = rec.op;
+        col.enter_ns = static_cast<int64_t>(rec.time_ns);
+        col.bytes = rec.count * DataTypeBytes(rec.datatype);
+        col.peer = rec.peer;
+        while (w.collectives.size() > options_.profile_window) w.collectives.erase(w.collectives.begin());
+        const CallRef ref{rec.comm_id, rec.call_index};
+        r.pending[rec.seq] = ref;
         while (r.pending.size() > kMaxPendingCalls) r.pending.erase(r.pending.begin());
+        if ((rec.flags & nccl_ring::kFlagInGroup) != 0 && r.open_group.size() < kMaxPendingCalls) {
+          r.open_group.push_back(ref);
+        }
       }
       continue;
     }
     if (!profiling_) continue;
-    if (rec.op != nccl_ring::kOpHostExit && rec.op != nccl_ring::kOpDeviceTime) continue;
-    auto p = r.pending.find(rec.call_seq);
-    if (p == r.pending.end()) continue;
-    const PendingCall& call = p->second;
-    CommWindow& w = r.windows[call.comm_id];
-    w.rank_in_comm = call.rank;
-    w.comm_size = call.nranks;
-    const int64_t exit_ns = call.enter_ns + static_cast<int64_t>(rec.value);
-    if (rec.op == nccl_ring::kOpDeviceTime && !w.collectives.empty() &&
-        w.collectives.back().sequence == call.call_index) {
-      // The device-side duration supersedes the host one recorded just before.
-      w.collectives.back().exit_ns = exit_ns;
+    if (rec.op == nccl_ring::kOpGroupEnd || rec.op == nccl_ring::kOpGroupSimulateEnd) {
+      // value = group depth at entry: 1 closes the outermost group. A simulated end
+      // launched nothing: its operations never complete.
+      if (rec.value <= 1) {
+        if (rec.op == nccl_ring::kOpGroupEnd && !r.open_group.empty()) {
+          r.groups[rec.seq] = std::move(r.open_group);
+          while (r.groups.size() > kMaxPendingCalls) r.groups.erase(r.groups.begin());
+        }
+        r.open_group.clear();
+      }
       continue;
     }
-    if (rec.op == nccl_ring::kOpHostExit) {
-      w.collectives.push_back(Collective{call.call_index, call.op, call.enter_ns, exit_ns, call.bytes});
-      while (w.collectives.size() > options_.profile_window) w.collectives.pop_front();
+    if (rec.op != nccl_ring::kOpHostExit && rec.op != nccl_ring::kOpDeviceTime) continue;
+    const bool device = rec.op == nccl_ring::kOpDeviceTime;
+    const int64_t duration = static_cast<int64_t>(rec.value);
+    if (auto p = r.pending.find(rec.call_seq); p != r.pending.end()) {
+      AttachDuration(r, p->second, duration, device ? DurationSource::kDevice : DurationSource::kHostCall);
+    } else if (auto g = r.groups.find(rec.call_seq); g != r.groups.end()) {
+      for (const CallRef& ref : g->second) {
+        AttachDuration(r, ref, duration, device ? DurationSource::kDevice : DurationSource::kHostGroup);
+      }
     }
   }
   // Profile times are converted to Unix time when sent, with the latest offset.
@@ -382,6 +398,16 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
   }
 }
 
+void FailSlowMonitor::AttachDuration(Ring& r, const CallRef& call, int64_t duration_ns,
+                                     DurationSource source) const {
+  auto w = r.windows.find(call.comm_id);
+  if (w == r.windows.end()) return;
+  auto c = w->second.collectives.find(call.call_index);
+  if (c == w->second.collectives.end() || c->second.source > source) return;
+  c->second.duration_ns = duration_ns;
+  c->second.source = source;
+}
+
 void FailSlowMonitor::FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const {
   if (!profiling_) return;
   for (const auto& [path, r] : rings_) {
@@ -391,12 +417,13 @@ void FailSlowMonitor::FillCommProfiles(google::protobuf::RepeatedPtrField<v1::Co
       p->set_rank_in_comm(static_cast<uint32_t>(std::max(w.rank_in_comm, 0)));
       p->set_comm_size(static_cast<uint32_t>(std::max(w.comm_size, 0)));
       p->set_global_rank(static_cast<uint32_t>(std::max(r->global_rank, 0)));
-      for (const Collective& c : w.collectives) {
+      for (const auto& [sequence, c] : w.collectives) {
+        if (c.duration_ns < 0) continue;  // not completed yet
         v1::CollectiveTiming* t = p->add_collectives();
-        t->set_sequence(c.sequence);
+        t->set_sequence(sequence);
         t->set_op(OpName(c.op));
         t->set_enter_time(c.enter_ns + last_offset_ns_);
-        t->set_exit_time(c.exit_ns + last_offset_ns_);
+        t->set_exit_time(c.enter_ns + c.duration_ns + last_offset_ns_);
         t->set_bytes(c.bytes);
       }
     }

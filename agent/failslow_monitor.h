@@ -7,10 +7,16 @@
 //    FailSlowDetector (BOCD + verification); verified changes come back as
 //    peregrine.v1.FailSlowEvent (slowdown start / end / level shift) with onset times in
 //    Unix nanoseconds;
-//  - while profiling is on (SetMode), each traffic call's enter time is joined with its
-//    completion record (host exit, or the CUDA-event duration when the hook has one) into
-//    a bounded per-communicator window of recent collectives, which FillCommProfiles()
-//    copies into a heartbeat;
+//  - while profiling is on (SetMode), each traffic call enters a bounded per-communicator
+//    window indexed by its call number, and its duration is attached whenever its
+//    completion arrives (the hook's CUDA resolver appends device times late and out of
+//    order): the CUDA-event duration when there is one, else the host time in the call.
+//    A group's completion (GroupEnd's device time or host exit) is attached to every
+//    operation issued in the group (they run as one fused launch; an operation's own host
+//    exit inside a group only measures queuing). FillCommProfiles() copies the collectives
+//    that have a duration into a heartbeat: enter_time is this host's clock and
+//    exit_time - enter_time the duration; only the duration is meant to be compared
+//    across hosts;
 //  - rings of processes that have exited are read one last time and deleted; stale rings
 //    of dead processes left by an earlier agent are deleted unread.
 // Mode changes (profiling, trap) are written into every open ring and into rings opened
@@ -172,32 +178,32 @@ class FailSlowMonitor {
   const std::string& ring_dir() const { return options_.ring_dir; }
 
  private:
+  // Where a collective's duration came from, weakest first: a later, stronger source
+  // replaces an earlier one whatever order the records arrive in.
+  enum class DurationSource : uint8_t { kNone = 0, kHostCall = 1, kHostGroup = 2, kDevice = 3 };
   struct Collective {
-    uint64_t sequence = 0;
     uint8_t op = 0;
-    int64_t enter_ns = 0;  // monotonic
-    int64_t exit_ns = 0;
+    int64_t enter_ns = 0;      // monotonic, this host's clock
+    int64_t duration_ns = -1;  // -1 until a completion record arrived
+    DurationSource source = DurationSource::kNone;
     uint64_t bytes = 0;
+    int peer = -1;
   };
   struct CommWindow {
     int rank_in_comm = -1;
     int comm_size = -1;
-    std::deque<Collective> collectives;
+    std::map<uint64_t, Collective> collectives;  // by per-communicator call number
   };
-  struct PendingCall {
+  struct CallRef {
     uint64_t comm_id = 0;
     uint64_t call_index = 0;
-    uint8_t op = 0;
-    int64_t enter_ns = 0;
-    uint64_t bytes = 0;
-    int rank = -1;
-    int nranks = -1;
   };
   struct Ring;
 
   explicit FailSlowMonitor(FailSlowMonitorOptions options);
   absl::Status ResetRing(Ring& ring) const;
   void Consume(Ring& ring, int64_t unix_offset_ns, std::vector<v1::FailSlowEvent>& out);
+  void AttachDuration(Ring& ring, const CallRef& call, int64_t duration_ns, DurationSource source) const;
 
   FailSlowMonitorOptions options_;
   bool profiling_ = false;

@@ -10,8 +10,9 @@
 //    active agent (set_nccl_mode commands, deterministic ids);
 //  - profiling: once every rank of the layout has sent comm profiles and every TP/PP/DP
 //    communicator has at least min_collectives collectives seen by all its members, the
-//    collectives are joined across ranks by (communicator, sequence) and compared
-//    (CompareGroups, diagnosis/group_comparison.h). Communication suspects (a group whose
+//    collectives are joined across ranks by (communicator, sequence) and compared by the
+//    time each member spent in them (exit - enter, one host's clock each; no times of
+//    different hosts are compared: CompareGroups, diagnosis/group_comparison.h). Communication suspects (a group whose
 //    transfer time exceeds suspiciousGroupRatio x the median of its kind, by at least
 //    min_excess_transfer_fraction of a healthy iteration) and compute suspects (ranks that
 //    arrive last in every group they belong to) are all named: only suspect groups make a

@@ -64,8 +64,6 @@ absl::StatusOr<FailSlowSuspects> CompareGroups(absl::Span<const CollectiveTiming
           "collective %d of %s group %d has no members", ci, GroupKindName(c.kind),
           c.group_index));
     }
-    int64_t last_enter = c.members[0].enter_ns;
-    int64_t completion = c.members[0].exit_ns;
     std::set<int> seen;
     for (const MemberTiming& m : c.members) {
       if (m.exit_ns < m.enter_ns) {
@@ -77,30 +75,31 @@ absl::StatusOr<FailSlowSuspects> CompareGroups(absl::Span<const CollectiveTiming
         return absl::InvalidArgumentError(
             absl::StrFormat("collective %d lists rank %d twice", ci, m.rank));
       }
-      last_enter = std::max(last_enter, m.enter_ns);
-      completion = std::max(completion, m.exit_ns);
     }
-    // The unique last arrival, if any, and the delay it alone imposed.
+    // The member with the shortest stay arrived last; its stay is the transfer.
+    int64_t shortest = INT64_MAX;
+    for (const MemberTiming& m : c.members) shortest = std::min(shortest, m.exit_ns - m.enter_ns);
     int last_rank = -1;
-    int64_t second = INT64_MIN;
-    int at_last = 0;
+    int64_t second = INT64_MAX;
+    int at_shortest = 0;
     for (const MemberTiming& m : c.members) {
-      if (m.enter_ns == last_enter) {
-        ++at_last;
+      const int64_t d = m.exit_ns - m.enter_ns;
+      if (d == shortest) {
+        ++at_shortest;
         last_rank = m.rank;
       } else {
-        second = std::max(second, m.enter_ns);
+        second = std::min(second, d);
       }
     }
-    if (at_last != 1 || c.members.size() < 2) last_rank = -1;
-    const double transfer = static_cast<double>(completion - last_enter);
+    if (at_shortest != 1 || c.members.size() < 2) last_rank = -1;
+    const double transfer = static_cast<double>(shortest);
     transfers.push_back(transfer);
     const GroupKey key{static_cast<int>(c.kind), c.group_index};
     GroupAcc& g = groups[key];
     ++g.collectives;
     g.transfer_sum += transfer;
     for (const MemberTiming& m : c.members) {
-      const double wait = static_cast<double>(last_enter - m.enter_ns);
+      const double wait = static_cast<double>(m.exit_ns - m.enter_ns - shortest);
       g.wait_sum += wait;
       ++g.member_samples;
       g.ranks.insert(m.rank);
@@ -112,7 +111,7 @@ absl::StatusOr<FailSlowSuspects> CompareGroups(absl::Span<const CollectiveTiming
       if (m.rank == last_rank) {
         ++r.last;
         ++rg.last;
-        r.imposed += static_cast<double>(last_enter - second);
+        r.imposed += static_cast<double>(second - shortest);
       }
     }
   }

@@ -2,22 +2,25 @@
 // collectives of every communication group, name the suspects of a fail-slow - slow
 // compute ranks and slow (congested) communication groups - with the numbers behind each.
 //
-// For one collective with members entering at e_i and the collective completing at
-// c = max(exit_i):
-//   wait_i   = max(e) - e_i   idle time of member i, waiting for the last peer to arrive
-//   transfer = c - max(e)     time the data movement took once everyone was there
+// Only durations are compared, never times taken on different hosts (their clocks differ
+// by about a millisecond under NTP). For one collective whose member i spent d_i in it
+// (d_i = exit_i - enter_i, both on member i's own clock: device events or host time):
+//   transfer = min_i d_i      the last member to arrive barely waits: its time in the
+//                             collective is the data movement itself
+//   wait_i   = d_i - transfer idle time of member i, waiting for the last peer to arrive
+//   the last arriver is the unique member with the minimum duration, and the delay it
+//   alone imposed is (second-smallest duration) - transfer.
 // Waiting is not the group's fault: it is caused by whoever arrives last. So:
 //  - communication: the mean transfer time of a group is compared with the (lower) median
 //    of the groups of the same kind; a group above slow_ratio (1.1) times it is suspicious.
 //    Kinds with a single group cannot be compared and are skipped;
-//  - compute: a rank "arrives last" in a collective when it enters strictly after every
-//    other member; the delay it alone imposes is max(e) - (second-largest e). A slow rank
-//    arrives last in the collectives of EVERY group it belongs to, while its victims, which
-//    inherit its delay and may arrive last in their other groups, are on time in the group
-//    they share with it. A rank is a compute suspect when, in each of its groups, it
-//    arrives last in at least min_late_fraction of the collectives, and the mean delay it
-//    imposes per collective is at least min_imposed_wait_fraction of the median transfer
-//    time over all collectives (so that healthy jitter is not a suspect).
+//  - compute: a slow rank arrives last in the collectives of EVERY group it belongs to,
+//    while its victims, which inherit its delay and may arrive last in their other groups,
+//    are on time in the group they share with it. A rank is a compute suspect when, in
+//    each of its groups, it arrives last in at least min_late_fraction of the
+//    collectives, and the mean delay it imposes per collective is at least
+//    min_imposed_wait_fraction of the median transfer time over all collectives (so that
+//    healthy jitter is not a suspect).
 // Suspects are ranked: compute by mean imposed delay, communication by ratio.
 //
 // Pure function; thread-safe.
@@ -33,10 +36,11 @@
 
 namespace peregrine {
 
+// enter_ns and exit_ns are on the member's own clock; only exit_ns - enter_ns is used.
 struct MemberTiming {
   int rank = 0;
-  int64_t enter_ns = 0;  // the member's collective started (CUDA event before the call)
-  int64_t exit_ns = 0;   // the member's collective finished (CUDA event after the call)
+  int64_t enter_ns = 0;  // the member's collective started (CUDA event / host entry)
+  int64_t exit_ns = 0;   // the member's collective finished (CUDA event / host exit)
 };
 
 // One collective (or one point-to-point exchange) of one communication group.

@@ -127,6 +127,63 @@ TEST_CASE("CompareGroups separates a slow rank and a congested group at once", "
   CHECK(suspects->communication[0].group_index == 2);
 }
 
+// Every rank's timings on its own clock, off by up to +-5 ms from the others (hosts under
+// NTP): only durations are compared, so the verdicts do not move.
+std::vector<CollectiveTiming> SkewClocks(std::vector<CollectiveTiming> timings, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> skew(-5'000'000, 5'000'000);
+  std::map<int, int64_t> offset;
+  for (CollectiveTiming& c : timings) {
+    for (MemberTiming& m : c.members) {
+      if (!offset.count(m.rank)) offset[m.rank] = skew(rng);
+      m.enter_ns += offset[m.rank];
+      m.exit_ns += offset[m.rank];
+    }
+  }
+  return timings;
+}
+
+TEST_CASE("CompareGroups uses durations only: clock offsets between hosts change nothing", "[unit]") {
+  const ParallelLayout layout = Layout();
+  Scenario s;
+  s.slow_rank = 6;
+  s.congested_kind = GroupKind::kData;
+  s.congested_group = 2;
+  const std::vector<CollectiveTiming> timings = Simulate(layout, s, 60, 7);
+  auto same_clock = CompareGroups(timings);
+  auto skewed = CompareGroups(SkewClocks(timings, 11));
+  REQUIRE(same_clock.ok());
+  REQUIRE(skewed.ok());
+  REQUIRE(skewed->compute.size() == 1);
+  CHECK(skewed->compute[0].rank == 6);
+  REQUIRE(!skewed->communication.empty());
+  CHECK(skewed->communication[0].kind == GroupKind::kData);
+  CHECK(skewed->communication[0].group_index == 2);
+  CHECK(skewed->median_transfer_ns == same_clock->median_transfer_ns);
+  CHECK(skewed->compute[0].mean_imposed_wait_ns == same_clock->compute[0].mean_imposed_wait_ns);
+}
+
+TEST_CASE("CompareGroups: transfer is the shortest stay, the last arriver the member with it", "[unit]") {
+  // Three members on unrelated clocks: stays 9, 4 and 7 ms. Rank 1 arrived last (4 ms is the
+  // transfer), rank 0 waited 5 ms, rank 2 waited 3 ms, and rank 1 imposed 7 - 4 = 3 ms.
+  std::vector<CollectiveTiming> timings;
+  for (int i = 0; i < 10; ++i) {
+    CollectiveTiming c;
+    c.kind = GroupKind::kTensor;
+    c.members = {{0, 1'000'000'000, 1'009'000'000}, {1, 5, 4'000'005}, {2, -70'000'000, -63'000'000}};
+    timings.push_back(c);
+  }
+  GroupComparisonOptions options;
+  options.min_imposed_wait_fraction = 0.5;
+  auto out = CompareGroups(timings, options);
+  REQUIRE(out.ok());
+  CHECK(out->median_transfer_ns == 4'000'000);
+  REQUIRE(out->compute.size() == 1);
+  CHECK(out->compute[0].rank == 1);
+  CHECK(out->compute[0].mean_imposed_wait_ns == 3'000'000);
+  CHECK(out->compute[0].mean_own_wait_ns == 0);
+}
+
 TEST_CASE("CompareGroups finds nothing in a healthy job", "[unit]") {
   auto suspects = CompareGroups(Simulate(Layout(), {}, 80, 6));
   REQUIRE(suspects.ok());

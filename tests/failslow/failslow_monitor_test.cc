@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -292,6 +293,136 @@ TEST_CASE("RemoveDeadAgentRingDirs deletes only directories of agents that are g
   CHECK(!std::filesystem::exists(dead));
   CHECK(std::filesystem::exists(live));
   CHECK(std::filesystem::exists(other));
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+// A ring written record by record, the way the hook and its CUDA resolver thread write it.
+class RawRing {
+ public:
+  RawRing(const std::string& dir, int rank) {
+    const std::string path =
+        dir + "/peregrine-nccl-r" + std::to_string(rank) + "-p" + std::to_string(getpid()) + ".ring";
+    bytes_ = ring::RingBytes(kCapacity);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes_)) == 0);
+    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(base_ != MAP_FAILED);
+    ring::InitRing(base_, kCapacity, getpid(), rank, 0, 1);
+  }
+  ~RawRing() { ::munmap(base_, bytes_); }
+  // A traffic call; returns its ring seq.
+  uint64_t Call(uint8_t op, uint64_t comm, uint64_t call_index, int64_t t, bool in_group = false) {
+    ring::RecordPayload p{};
+    p.time_ns = static_cast<uint64_t>(t);
+    p.comm_id = comm;
+    p.count = 1024;
+    p.link = call_index;
+    p.rank = 0;
+    p.nranks = 2;
+    p.peer = op == ring::kOpSend || op == ring::kOpRecv ? 1 : -1;
+    p.op = op;
+    p.datatype = 7;
+    p.flags = ring::kFlagProfiled | (in_group ? ring::kFlagInGroup : 0);
+    return Append(p);
+  }
+  uint64_t GroupEnd(int64_t t) {
+    ring::RecordPayload p{};
+    p.time_ns = static_cast<uint64_t>(t);
+    p.value = 1;  // closes depth 1
+    p.rank = -1;
+    p.nranks = -1;
+    p.peer = -1;
+    p.op = ring::kOpGroupEnd;
+    p.flags = ring::kFlagProfiled;
+    return Append(p);
+  }
+  void Completion(uint8_t kind, uint64_t call_seq, int64_t duration, int64_t t) {
+    ring::RecordPayload p{};
+    p.time_ns = static_cast<uint64_t>(t);
+    p.link = call_seq;
+    p.value = static_cast<uint64_t>(duration);
+    p.rank = -1;
+    p.nranks = -1;
+    p.peer = -1;
+    p.op = kind;
+    Append(p);
+  }
+
+ private:
+  static constexpr uint32_t kCapacity = 1u << 12;
+  uint64_t Append(const ring::RecordPayload& p) {
+    return ring::AppendRecord(static_cast<ring::RingHeader*>(base_), ring::Records(base_), p);
+  }
+  size_t bytes_ = 0;
+  void* base_ = nullptr;
+};
+
+// comm id -> sequence -> exit - enter, from a heartbeat's profiles.
+std::map<uint64_t, std::map<uint64_t, int64_t>> Durations(const FailSlowMonitor& monitor) {
+  google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
+  monitor.FillCommProfiles(&profiles);
+  std::map<uint64_t, std::map<uint64_t, int64_t>> out;
+  for (const v1::CommProfile& p : profiles) {
+    for (const v1::CollectiveTiming& t : p.collectives()) out[p.comm_id()][t.sequence()] = t.exit_time() - t.enter_time();
+  }
+  return out;
+}
+
+TEST_CASE("monitor attaches device times that arrive late and out of order; a group's time goes to its operations",
+          "[unit]") {
+  TempDir dir;
+  FailSlowMonitorOptions options;
+  options.ring_dir = dir.path();
+  auto created = FailSlowMonitor::Create(options);
+  REQUIRE(created.ok());
+  FailSlowMonitor& monitor = **created;
+  RawRing r(dir.path(), 0);
+  monitor.Poll(kUnixOffset, 0);  // opens the ring
+  monitor.SetMode(/*profiling=*/true, /*trap=*/false);
+
+  // Three all-reduces on comm 7, each with its host exit (tiny: an asynchronous launch).
+  int64_t t = 1000 * kMs;
+  uint64_t seq[3];
+  for (int i = 0; i < 3; ++i) {
+    seq[i] = r.Call(ring::kOpAllReduce, 7, static_cast<uint64_t>(i), t);
+    r.Completion(ring::kOpHostExit, seq[i], 20'000, t + 20'000);
+    t += 10 * kMs;
+  }
+  // A grouped send/recv on comm 9 (call numbers 0 and 1), closed by GroupEnd.
+  const uint64_t send = r.Call(ring::kOpSend, 9, 0, t, /*in_group=*/true);
+  r.Completion(ring::kOpHostExit, send, 1'000, t + 1'000);
+  const uint64_t recv = r.Call(ring::kOpRecv, 9, 1, t + 2'000, /*in_group=*/true);
+  r.Completion(ring::kOpHostExit, recv, 1'000, t + 3'000);
+  const uint64_t group_end = r.GroupEnd(t + 4'000);
+  r.Completion(ring::kOpHostExit, group_end, 50'000, t + 54'000);
+  monitor.Poll(kUnixOffset + t, t);
+  {
+    auto d = Durations(monitor);
+    CHECK(d[7] == std::map<uint64_t, int64_t>{{0, 20'000}, {1, 20'000}, {2, 20'000}});  // host times so far
+    CHECK(d[9] == std::map<uint64_t, int64_t>{{0, 50'000}, {1, 50'000}});  // the group's host time
+  }
+  // The resolver thread appends device times later, newest call first, after a newer call.
+  t += 10 * kMs;
+  const uint64_t later = r.Call(ring::kOpAllReduce, 7, 3, t);
+  r.Completion(ring::kOpDeviceTime, seq[2], 3 * kMs, t + 1);
+  r.Completion(ring::kOpDeviceTime, group_end, 8 * kMs, t + 2);
+  r.Completion(ring::kOpDeviceTime, seq[0], 1 * kMs, t + 3);
+  monitor.Poll(kUnixOffset + t, t);
+  // A host exit arriving after the device time does not replace it.
+  r.Completion(ring::kOpHostExit, later, 20'000, t + 4);
+  r.Completion(ring::kOpDeviceTime, seq[1], 2 * kMs, t + 5);
+  r.Completion(ring::kOpHostExit, seq[1], 99'000, t + 6);
+  monitor.Poll(kUnixOffset + t, t);
+  auto d = Durations(monitor);
+  CHECK(d[7] == std::map<uint64_t, int64_t>{{0, 1 * kMs}, {1, 2 * kMs}, {2, 3 * kMs}, {3, 20'000}});
+  CHECK(d[9] == std::map<uint64_t, int64_t>{{0, 8 * kMs}, {1, 8 * kMs}});
 }
 
 }  // namespace
