@@ -90,7 +90,10 @@ absl::StatusOr<std::string> ResolveExecutable(std::string_view name, std::string
 class Supervisor {
  public:
   struct Options {
-    size_t tail_lines = 50;
+    // Enough for the controller to see a rank's Python traceback behind what a launcher
+    // prints after it (torchrun: its own traceback, ChildFailedError's box, other ranks'
+    // shutdown lines); worst case tail_lines x max_line_bytes per process (~1 MB).
+    size_t tail_lines = 120;
     size_t max_line_bytes = 8192;
   };
 

@@ -61,33 +61,88 @@ int NetworkAlarmsWithin(const std::vector<NetworkAlarmRecord>& history, const st
   return n;
 }
 
+namespace {
+
+// Deterministic errors of the user's code (IndentationError and TabError are
+// SyntaxErrors, UnboundLocalError a NameError).
+constexpr absl::string_view kUserCodeErrors[] = {
+    "TypeError",   "IndexError",       "AttributeError", "ImportError", "ModuleNotFoundError", "SyntaxError",
+    "IndentationError", "TabError",    "NameError",      "UnboundLocalError", "KeyError",     "ValueError"};
+
+// Launchers that wrap a rank's failure in their own exception (torchrun); the rank's own
+// error, printed before, is the cause.
+constexpr absl::string_view kLauncherWrappers[] = {"ChildFailedError"};
+
+// Drops the "[rank3]: " / "[default0]:" prefix torchrun puts before a rank's lines.
+absl::string_view StripRankPrefix(absl::string_view line) {
+  if (line.empty() || line.front() != '[') return line;
+  const size_t close = line.find("]:");
+  if (close == absl::string_view::npos || close > 32) return line;
+  size_t i = 1;
+  while (i < close && absl::ascii_isalpha(static_cast<unsigned char>(line[i]))) ++i;
+  const size_t digits_from = i;
+  while (i < close && absl::ascii_isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  if (i != close || digits_from == close) return line;
+  line.remove_prefix(close + 2);
+  if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  return line;
+}
+
+// A traceback frame: File "path", line N[, in function].
+bool IsFrameLine(absl::string_view stripped) {
+  return absl::StartsWith(stripped, "File \"") && absl::StrContains(stripped, "\", line ");
+}
+
+// The exception's class name (last component of "pkg.mod.Name: message" or "Name"), or
+// "" when the line is not of that form.
+absl::string_view ExceptionName(absl::string_view stripped) {
+  absl::string_view name = stripped.substr(0, stripped.find(':'));
+  if (name.empty()) return "";
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return "";
+  }
+  if (const size_t dot = name.rfind('.'); dot != absl::string_view::npos) name = name.substr(dot + 1);
+  if (name.empty() || !absl::ascii_isupper(static_cast<unsigned char>(name.front()))) return "";
+  return name;
+}
+
+}  // namespace
+
 std::optional<std::string> UserCodeError(const std::vector<std::string>& last_log_lines) {
-  static constexpr absl::string_view kErrors[] = {"TypeError",   "IndexError",          "AttributeError",
-                                                  "ImportError", "ModuleNotFoundError", "SyntaxError",
-                                                  "NameError",   "KeyError",            "ValueError"};
+  // Every traceback in the tail ends at its first unindented line after the header or a
+  // frame line; that line names the exception. The header may be missing: a SyntaxError
+  // in the main script has none, and a deep traceback's header falls out of the tail.
   bool in_traceback = false;
-  std::optional<std::string> found;
+  std::vector<absl::string_view> exceptions;
   for (const std::string& raw : last_log_lines) {
-    absl::string_view line = absl::StripAsciiWhitespace(raw);
-    if (absl::StartsWith(line, "Traceback (most recent call last):")) {
+    const absl::string_view line = StripRankPrefix(raw);
+    const absl::string_view stripped = absl::StripAsciiWhitespace(line);
+    if (stripped.empty()) continue;
+    if (absl::StartsWith(stripped, "Traceback (most recent call last):")) {
       in_traceback = true;
-      found.reset();
       continue;
     }
-    if (!in_traceback || raw.empty() || raw.front() == ' ' || raw.front() == '\t') continue;
-    // The exception line: "<name>: message" or "<name>", name possibly module-qualified.
-    absl::string_view name = line.substr(0, line.find(':'));
-    if (name.find(' ') != absl::string_view::npos) continue;
-    if (const size_t dot = name.rfind('.'); dot != absl::string_view::npos) name = name.substr(dot + 1);
-    for (absl::string_view e : kErrors) {
-      if (name == e) {
-        found = std::string(line);
-        break;
-      }
+    if (line.front() == ' ' || line.front() == '\t') {
+      if (IsFrameLine(stripped)) in_traceback = true;
+      continue;
     }
-    in_traceback = false;  // a traceback ends at its first unindented line
+    if (!in_traceback) continue;
+    in_traceback = false;
+    if (!ExceptionName(stripped).empty()) exceptions.push_back(stripped);
   }
-  return found;
+  // The last exception decides (a chain ends with the one that killed the process); a
+  // launcher's wrapper defers to the rank's error before it.
+  for (auto it = exceptions.rbegin(); it != exceptions.rend(); ++it) {
+    const absl::string_view name = ExceptionName(*it);
+    if (std::find(std::begin(kLauncherWrappers), std::end(kLauncherWrappers), name) != std::end(kLauncherWrappers)) {
+      continue;
+    }
+    if (std::find(std::begin(kUserCodeErrors), std::end(kUserCodeErrors), name) != std::end(kUserCodeErrors)) {
+      return std::string(*it);
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::optional<CodeVersionSpec> RollbackTarget(const std::vector<VersionRecord>& history) {

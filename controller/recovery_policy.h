@@ -37,12 +37,20 @@ int RecordNetworkAlarms(const std::string& machine_id, const AgentObservation& a
 int NetworkAlarmsWithin(const std::vector<NetworkAlarmRecord>& history, const std::string& machine_id, int64_t now,
                         int64_t window_ns);
 
-// Recognises a user-code error in a process's last output lines (oldest first): a
-// Python traceback ("Traceback (most recent call last):") followed later by a line
-// "<Error>: ..." or "<Error>" where <Error> is one of TypeError, IndexError,
-// AttributeError, ImportError, ModuleNotFoundError, SyntaxError, NameError, KeyError,
-// ValueError (optionally module-qualified, e.g. "builtins.KeyError"). Returns that line;
-// nullopt otherwise (a crash in native code, an OOM kill, a NCCL timeout).
+// Recognises a user-code error in a process's last output lines (oldest first). A
+// Python traceback is a "Traceback (most recent call last):" header and/or indented
+// `File "...", line N` frame lines, ended by the first unindented line, the exception
+// line "<Error>: ..." or "<Error>" (optionally module-qualified). The header is not
+// required: a SyntaxError in the main script prints none, and a deep traceback's header
+// falls out of the tail. torchrun's "[rankN]: " line prefixes are ignored. The LAST
+// traceback decides (a chained exception ends with the one that killed the process),
+// except a launcher's wrapper (torchrun's ChildFailedError), which defers to the
+// traceback before it (the rank's own error). It is a user-code error when that
+// exception is one of TypeError, IndexError, AttributeError, ImportError,
+// ModuleNotFoundError, SyntaxError, IndentationError, TabError, NameError,
+// UnboundLocalError, KeyError, ValueError: the exception line is returned. nullopt
+// otherwise (another exception such as a RuntimeError from NCCL, a crash in native code,
+// an OOM kill, no traceback).
 std::optional<std::string> UserCodeError(const std::vector<std::string>& last_log_lines);
 
 // The version a rollback restores: the newest entry before the last one (the current

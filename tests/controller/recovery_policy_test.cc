@@ -1,6 +1,7 @@
 #include "controller/recovery_policy.h"
 
 #include <catch2/catch.hpp>
+#include <fstream>
 
 namespace peregrine {
 namespace {
@@ -31,6 +32,62 @@ TEST_CASE("UserCodeError recognises Python tracebacks ending in user-code errors
       {{"Traceback (most recent call last):", "\x01\x02 :::", "TypeError is mentioned here: no"}, std::nullopt},
   };
   for (const Case& c : cases) CHECK(UserCodeError(c.lines) == c.want);
+}
+
+std::vector<std::string> Sample(const std::string& name) {
+  std::ifstream in(std::string(PEREGRINE_SOURCE_DIR "/tests/controller/testdata/tracebacks/") + name + ".txt");
+  REQUIRE(in);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE_FALSE(lines.empty());
+  return lines;
+}
+
+std::vector<std::string> LastLines(std::vector<std::string> lines, size_t n) {
+  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<long>(n));
+  return lines;
+}
+
+// Real python3 output (testdata/tracebacks/generate.sh wrote it).
+TEST_CASE("UserCodeError on real Python output: no header, deep, chained, torchrun-wrapped", "[unit]") {
+  struct Case {
+    const char* sample;
+    size_t tail;  // the last N lines, as an agent's bounded tail keeps them
+    std::optional<std::string> want;
+  };
+  const Case cases[] = {
+      {"syntax_error_main", 50, "SyntaxError: invalid syntax"},  // no "Traceback" header at all
+      {"indentation_error_import", 50,
+       "IndentationError: expected an indented block after function definition on line 1"},
+      // 80 frames: the header is ~240 lines up; the last 50 lines still show frames.
+      {"deep_type_error", 50, "TypeError: can only concatenate str (not \"int\") to str"},
+      {"deep_type_error", 4, "TypeError: can only concatenate str (not \"int\") to str"},
+      {"deep_type_error", 1000, "TypeError: can only concatenate str (not \"int\") to str"},
+      {"chained_value_error", 50, "ValueError: config is missing batch_size"},
+      {"chained_runtime_error", 50, std::nullopt},  // KeyError, then a RuntimeError: not user code
+      {"module_not_found", 50, "ModuleNotFoundError: No module named 'flash_attn_not_installed'"},
+      {"torchrun_child_failed", 50, "AttributeError: 'Model' object has no attribute 'forward_with_cache'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.sample << " (last " << c.tail << " lines)");
+    CHECK(UserCodeError(LastLines(Sample(c.sample), c.tail)) == c.want);
+  }
+  // Cut inside the last frame: without a frame line the last line could be any text.
+  CHECK(UserCodeError(LastLines(Sample("deep_type_error"), 3)) == std::nullopt);  // no frame line left: any text
+  // torchrun's per-rank prefixes ("[rank0]: ", "[default3]:") are ignored.
+  for (const char* prefix : {"[rank0]: ", "[default3]:"}) {
+    std::vector<std::string> prefixed;
+    for (const std::string& line : Sample("deep_type_error")) prefixed.push_back(prefix + line);
+    INFO(prefix);
+    CHECK(UserCodeError(LastLines(prefixed, 50)) == "TypeError: can only concatenate str (not \"int\") to str");
+  }
+  // The wrapper alone (the rank's traceback fell out of the tail) is no user-code error.
+  CHECK(UserCodeError(LastLines(Sample("torchrun_child_failed"), 24)) == std::nullopt);
+  // Garbage: binary noise, a half line, brackets that are no rank prefix.
+  CHECK(UserCodeError({"\x7f\x01\x02", "  File \"", "[rank]: TypeError: x", "[0]: Traceback"}) == std::nullopt);
+  CHECK(UserCodeError({"  File \"a.py\", line 1", "[1x]: TypeError: x"}) == std::nullopt);
+  CHECK(UserCodeError({"  File \"a.py\", line 1", ": TypeError"}) == std::nullopt);
+  CHECK(UserCodeError({"  File \"a.py\", line 1", "typeError: lower-case is no exception class"}) == std::nullopt);
 }
 
 CodeVersionSpec Code(const std::string& rev) { return CodeVersionSpec{"", {"train", rev}, rev, {}}; }
