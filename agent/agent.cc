@@ -309,6 +309,19 @@ class Agent::Impl {
       *event.mutable_fail_slow() = std::move(fs);
       SendEvent(std::move(event));
     }
+    if (pending_trap_) {
+      const FailSlowMonitor::PauseCheck check = failslow_->CheckPaused();
+      if (check.paused) {
+        Finish(pending_trap_->id, absl::OkStatus());
+        pending_trap_.reset();
+      } else if (now >= pending_trap_->deadline) {
+        Finish(pending_trap_->id,
+               absl::DeadlineExceededError(absl::StrCat("nccl_mode trap: training did not pause within ",
+                                                        absl::FormatDuration(kTrapPauseDeadline),
+                                                        "; waiting for ", check.waiting_for)));
+        pending_trap_.reset();
+      }
+    }
     for (const NcclRingFailure& f : failslow_->TakeRingFailures()) {
       ReportLog(absl::StrCat("NCCL hook of rank ", f.global_rank, " (pid ", f.pid,
                              ") runs without a ring, so that rank is not tracked for fail-slow: ", f.reason));
@@ -607,8 +620,17 @@ class Agent::Impl {
         if (!failslow_) {
           Finish(id, absl::FailedPreconditionError("nccl_mode: this agent runs without the NCCL hook (--nccl-hook)"));
         } else {
+          if (pending_trap_) {
+            Finish(pending_trap_->id, absl::AbortedError("nccl_mode: superseded by a newer nccl_mode command"));
+            pending_trap_.reset();
+          }
           failslow_->SetMode(command.nccl_mode().profiling(), command.nccl_mode().trap());
-          Finish(id, absl::OkStatus());
+          if (command.nccl_mode().trap()) {
+            // Acknowledged by PollFailSlow once every live ring is really paused.
+            pending_trap_ = PendingTrap{id, absl::Now() + kTrapPauseDeadline};
+          } else {
+            Finish(id, absl::OkStatus());
+          }
         }
         break;
       case v1::Command::kHotUpdate: {
@@ -819,6 +841,14 @@ class Agent::Impl {
   // Control-loop state.
   std::unique_ptr<Supervisor> supervisor_;
   std::unique_ptr<FailSlowMonitor> failslow_;
+  // An nccl_mode command that set the trap, acknowledged only once training is paused.
+  struct PendingTrap {
+    std::string id;
+    absl::Time deadline;
+  };
+  // Below the controller's pause deadline (30 s), so its error names what did not pause.
+  static constexpr absl::Duration kTrapPauseDeadline = absl::Seconds(20);
+  std::optional<PendingTrap> pending_trap_;
   absl::Time next_failslow_poll_ = absl::InfinitePast();
   std::unique_ptr<InspectionRunner> inspections_;
   bool finished_ = false;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/nccl_hook/ring_format.h"
 
 namespace peregrine {
@@ -81,6 +82,9 @@ struct FailSlowMonitor::Ring {
   std::map<uint64_t, std::vector<CallRef>> groups;     // outermost GroupEnd seq -> its operations
   std::vector<CallRef> open_group;                     // in-group calls since the last group end
   std::map<uint64_t, CommWindow> windows;              // by comm id
+  bool inside_call = false;           // last call record had no host exit yet (profiling)
+  uint64_t pause_write_index = 0;     // at the previous CheckPaused
+  bool pause_checked = false;
 };
 
 void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling, bool trap,
@@ -190,6 +194,30 @@ FailSlowMonitor::~FailSlowMonitor() {
   std::filesystem::remove_all(options_.ring_dir, ec);  // best effort: nothing to report to
 }
 
+FailSlowMonitor::PauseCheck FailSlowMonitor::CheckPaused() {
+  PauseCheck out;
+  out.paused = true;
+  std::vector<std::string> waiting;
+  for (auto& [path, r] : rings_) {
+    ++out.rings;
+    const NcclRingInfo info = r->reader->Info();
+    const bool stable = r->pause_checked && info.write_index == r->pause_write_index;
+    r->pause_write_index = info.write_index;
+    r->pause_checked = true;
+    const bool held = info.trapped_now > 0 || (info.profiling && r->inside_call);
+    if (stable && held && trap_) continue;
+    out.paused = false;
+    waiting.push_back(absl::StrCat("rank ", r->global_rank, " (pid ", info.pid, "): ",
+                                   !trap_ ? "trap is off"
+                                   : !stable ? "still issuing NCCL calls"
+                                             : "neither waiting in the trap nor blocked inside a call"));
+  }
+  if (!trap_) out.paused = false;
+  out.waiting_for = absl::StrJoin(waiting, "; ");
+  if (!trap_ && waiting.empty()) out.waiting_for = "trap is off";
+  return out;
+}
+
 std::vector<NcclRingFailure> FailSlowMonitor::TakeRingFailures() {
   std::vector<NcclRingFailure> out;
   out.swap(new_failures_);
@@ -225,6 +253,9 @@ void FailSlowMonitor::Reset() {
 }
 
 void FailSlowMonitor::SetMode(bool profiling, bool trap) {
+  if (trap != trap_) {
+    for (auto& [path, r] : rings_) r->pause_checked = false;
+  }
   if (profiling && !profiling_) {
     for (auto& [path, r] : rings_) {
       r->pending.clear();
@@ -303,6 +334,11 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
   std::vector<NcclCallRecord> calls;
   calls.reserve(polled.records.size());
   for (const NcclRecord& rec : polled.records) {
+    if (rec.op == nccl_ring::kOpHostExit) {
+      r.inside_call = false;
+    } else if (rec.op != nccl_ring::kOpDeviceTime) {
+      r.inside_call = (rec.flags & nccl_ring::kFlagProfiled) != 0;
+    }
     if (IsNcclTrafficOp(rec.op)) {
       NcclCallRecord c;
       c.op = ToNcclOp(rec.op);

@@ -168,6 +168,20 @@ class FailSlowMonitor {
   // while profiling is off.
   void FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const;
 
+  // Whether trap mode has really paused training, judged on the rings as of the last
+  // Poll(). A ring is paused when its write index has not moved since the previous
+  // CheckPaused() call and either a thread waits in its trap, or (profiling on) its
+  // last call has entered NCCL without returning: blocked inside a collective whose peer
+  // is trapped (host-blocking NCCL, e.g. sim/'s; a real GPU's launches return, so that
+  // thread reaches the trap at its next call). Call it after Poll() at a steady cadence;
+  // the first call after SetMode(trap) never reports paused (nothing to compare yet).
+  struct PauseCheck {
+    bool paused = false;  // every live ring paused (also true with no ring at all)
+    int rings = 0;
+    std::string waiting_for;  // when not paused: which ranks and why, for an error
+  };
+  PauseCheck CheckPaused();
+
   // Processes whose hook could not create its ring (full or size-limited file system,
   // ...) and forward NCCL calls unrecorded, first seen by a Poll since the last call;
   // each is returned once. Their markers are deleted once the process has exited.

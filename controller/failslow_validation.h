@@ -98,6 +98,9 @@ struct FailSlowValidationOptions {
   uint32_t links_timeout_ms = 120'000;
   // A phase fails when its results are not all in this long after it began (the
   // diagnostics' own timeouts plus a margin for delivery).
+  // Pausing: an agent acknowledges the trap only once every training process on it is
+  // really paused (no NCCL call moving, a thread held in the trap or blocked in a call),
+  // and reports which rank did not pause after its own 20 s.
   int64_t pause_deadline_ns = 30'000'000'000;
   int64_t phase_margin_ns = 30'000'000'000;
 };
