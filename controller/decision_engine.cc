@@ -492,6 +492,20 @@ class Decider {
         inc->decision = "user-code error: roll back the code version";
         Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
         rolled_back = true;
+      } else if (!user_errors.empty()) {
+        // A deterministic error of the user's code and no earlier version: no machine is
+        // at fault (no diagnosis, never a replay); one reattempt in place, then give up.
+        inc->kind = "UserCodeError";
+        inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+        if (st.reattempts > 0) {
+          FailJob(inc, "UserCodeError",
+                  absl::StrFormat("user-code error again after a reattempt, and no earlier code version to roll "
+                                  "back to: the job fails (%s); fix the code and submit an update",
+                                  user_errors.front()));
+          return;
+        }
+        inc->decision = "user-code error and no earlier code version to roll back to: reattempt in place once";
+        ++st.reattempts;
       } else {
         // No culprit: stop training and diagnose (stop_time_diagnosis.h).
         inc->decided_at = 0;
@@ -572,6 +586,23 @@ class Decider {
     return d;
   }
 
+  // Ends the job as Failed on `inc` (no restart): the current version's outcome becomes
+  // Failed, the Failed condition carries `reason` and `message`, training is stopped.
+  void FailJob(Incident* inc, const std::string& reason, const std::string& message) {
+    JobStatus& st = plan_.status;
+    inc->decided_at = now_;
+    inc->decision = message;
+    st.phase = JobPhase::kFailed;
+    st.finished_at = now_;
+    if (!st.version_history.empty() && st.version_history.back().code == st.code) {
+      st.version_history.back().outcome = "Failed";
+    }
+    inc->actions.push_back("stop training; the job failed");
+    SetCondition(st, "Failed", true, reason, message, job_.metadata.generation, now_);
+    Event("Warning", "Failed", absl::StrCat("incident ", inc->id, ": ", message));
+    StopAll();
+  }
+
   // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and
   // restarts every machine in place.
   void FinishRecovery(Incident* inc, bool rolled_back) {
@@ -582,6 +613,7 @@ class Decider {
       st.phase = JobPhase::kFailed;
       st.finished_at = now_;
       inc->actions.push_back(absl::StrFormat("give up: %d recoveries exceed maxRecoveries", st.recoveries));
+      SetCondition(st, "Failed", true, "MaxRecoveriesExceeded", inc->actions.back(), job_.metadata.generation, now_);
       Event("Warning", "Failed", inc->actions.back());
       StopAll();
       return;

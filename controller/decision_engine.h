@@ -13,7 +13,10 @@
 //   - a training process exited with no machine at fault: reattempt in place; failing
 //     again before passing the failure step (maxReattempts), roll back the last code
 //     update; a user-code error (Python traceback: TypeError, ...) rolls back at once when
-//     an earlier version exists (recovery_policy.h);
+//     an earlier version exists (recovery_policy.h); without one it is reattempted in
+//     place once (no diagnosis, never a replay) and, failing again before passing the
+//     failure step, the job fails (phase Failed, condition Failed/UserCodeError, the
+//     version's outcome Failed);
 //   - hot update: spec.codeVersion differs from the running code: urgent (annotation
 //     peregrine.dev/hot-update: urgent) restarts in place now, otherwise at the next
 //     failure-triggered restart or when hotUpdateWindowHours expire; rollback restores

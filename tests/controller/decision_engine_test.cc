@@ -551,6 +551,101 @@ TEST_CASE("A user-code error with no earlier version is reattempted", "[unit]") 
 }
 
 
+// A user-code error is deterministic: rolled back when an earlier version exists,
+// otherwise reattempted at most once and then the job fails; never diagnosed or replayed.
+TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a diagnosis or replay", "[unit]") {
+  struct Failure {
+    bool user_error;
+    uint64_t progress_before = 0;  // > 0: every rank completes this step before the failure
+  };
+  struct Row {
+    const char* name;
+    bool earlier_version;
+    std::vector<Failure> failures;
+    std::vector<const char*> decisions;  // per incident, a substring of its decision
+    bool failed;
+  };
+  const Row rows[] = {
+      {"no earlier version: one reattempt, then the job fails",
+       false,
+       {{true}, {true}},
+       {"reattempt in place once", "the job fails"},
+       true},
+      {"no earlier version: a reattempt that passes the failure step earns another",
+       false,
+       {{true}, {true, 40}, {true}},
+       {"reattempt in place once", "reattempt in place once", "the job fails"},
+       true},
+      {"an earlier version: rolled back at once", true, {{true}}, {"roll back"}, false},
+      {"after the rollback nothing older is left: one reattempt, then the job fails",
+       true,
+       {{true}, {true}, {true}},
+       {"roll back", "reattempt in place once", "the job fails"},
+       true},
+      {"a native crash after the user-code reattempt takes the no-culprit ladder (diagnosis), not Failed",
+       false,
+       {{true}, {false}},
+       {"reattempt in place once", "stop-time diagnosis"},
+       false},
+  };
+  for (const Row& row : rows) {
+    INFO(row.name);
+    World w = row.earlier_version ? UpdatedWorld(/*urgent=*/true) : RunningWorld(20);
+    if (row.earlier_version) w.Step();  // v2 runs
+    for (const Failure& f : row.failures) {
+      if (f.progress_before > 0) {
+        w.Progress(f.progress_before);
+        w.now += kSecond;
+        w.Step();
+      }
+      AgentObservation* a = w.Agent(w.status.slots[2].pod);
+      a->phase = AgentTrainingPhase::kExited;
+      a->exits = {RankExit{4, 1, 0,
+                           f.user_error ? std::vector<std::string>{"  File \"train.py\", line 3, in <module>",
+                                                                   "    model(x, y, z)",
+                                                                   "TypeError: forward() takes 2 positional arguments"}
+                                        : std::vector<std::string>{"Segmentation fault (core dumped)"}}};
+      Triage(w);
+    }
+    REQUIRE(w.status.incidents.size() == row.decisions.size());
+    for (size_t i = 0; i < row.decisions.size(); ++i) {
+      const Incident& inc = w.status.incidents[i];
+      INFO("incident " << i << ": " << inc.decision);
+      CHECK_THAT(inc.decision, Catch::Contains(row.decisions[i]));
+      if (inc.kind == "UserCodeError") CHECK(inc.diagnosis.empty());
+    }
+    const bool all_user_errors =
+        std::all_of(row.failures.begin(), row.failures.end(), [](const Failure& f) { return f.user_error; });
+    if (all_user_errors) {
+      for (const CommandToSend& c : w.diagnostics_seen) CHECK(c.diagnostic.kind != "replay");
+      CHECK(w.diagnostics_seen.empty());
+    }
+    CHECK(w.status.evicted.empty());
+    CHECK((w.status.phase == JobPhase::kFailed) == row.failed);
+    const Condition* failed = nullptr;
+    for (const Condition& c : w.status.conditions) {
+      if (c.type == "Failed") failed = &c;
+    }
+    if (row.failed) {
+      REQUIRE(failed != nullptr);
+      CHECK(failed->status == "True");
+      CHECK(failed->reason == "UserCodeError");
+      CHECK_THAT(failed->message, Catch::Contains("TypeError: forward()"));
+      CHECK(w.status.version_history.back().outcome == "Failed");
+      CHECK(w.status.incidents.back().kind == "UserCodeError");
+      CHECK(w.status.finished_at == w.now);
+      // Deciding again changes nothing: no restart, no new incident.
+      const uint64_t attempt = w.status.attempt;
+      w.now += kSecond;
+      w.Step();
+      CHECK(w.status.attempt == attempt);
+      CHECK(w.status.incidents.size() == row.decisions.size());
+    } else {
+      CHECK(failed == nullptr);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Stop-time diagnosis (stop_time_diagnosis.h) and the escalation ladder
 // ---------------------------------------------------------------------------
