@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/analyze/ring_file.h"
 
 namespace peregrine {
 namespace {
@@ -42,7 +43,10 @@ constexpr char kUsage[] =
     "  so it has no change point of its own, but its peers show it.\n"
     "\n"
     "nccl: NCCL call sequences, format detected from the content:\n"
-    "  - Peregrine JSON lines: {\"op\":\"AllReduce\",\"comm\":\"0x..\",\"count\":N,\"datatype\":7,\n"
+    "  - a Peregrine NCCL ring file (binary, 'PEGRRING' magic): what libperegrine_nccl.so writes\n"
+    "    per training process (PEREGRINE_NCCL_RING_DIR/peregrine-nccl-r<RANK>-p<PID>.ring, or\n"
+    "    /dev/shm/peregrine-nccl-r<RANK>-p<PID>); copy it before its agent deletes it;\n"
+    "  - JSON lines: {\"op\":\"AllReduce\",\"comm\":\"0x..\",\"count\":N,\"datatype\":7,\n"
     "    \"time_ns\":T[,\"rank\":R]} one call per line;\n"
     "  - NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs ('NCCL INFO AllReduce: opCount ... count N\n"
     "    datatype D ... comm 0x..'), one stream per host:pid; iteration times need timestamps\n"
@@ -263,7 +267,16 @@ int RunNccl(const Parsed& p, std::ostream& out, std::ostream& err) {
     err << "peregrinectl analyze: " << text.status().message() << "\n";
     return 1;
   }
-  absl::StatusOr<NcclTrace> trace = ParseNcclTrace(*text, path);
+  absl::StatusOr<NcclTrace> trace;
+  if (LooksLikeNcclRing(*text)) {
+    trace = ReadNcclRingFile(*text, path);
+  } else if (absl::string_view(*text).substr(0, 4096).find('\0') != absl::string_view::npos) {
+    trace = absl::InvalidArgumentError(absl::StrCat(
+        path, ": binary data without the Peregrine ring magic \"PEGRRING\": not a Peregrine "
+              "NCCL ring, NCCL_DEBUG log or Kineto trace"));
+  } else {
+    trace = ParseNcclTrace(*text, path);
+  }
   if (!trace.ok()) {
     err << "peregrinectl analyze: " << trace.status().message() << "\n";
     return 1;

@@ -486,6 +486,7 @@ const char* NcclTraceFormatName(NcclTraceFormat format) {
     case NcclTraceFormat::kPeregrineJsonl: return "peregrine-jsonl";
     case NcclTraceFormat::kNcclDebugLog: return "nccl-debug-log";
     case NcclTraceFormat::kKinetoTrace: return "kineto-trace";
+    case NcclTraceFormat::kPeregrineRing: return "peregrine-ring";
   }
   return "?";
 }

@@ -1,7 +1,9 @@
-// NCCL call sequences from users' files, for `peregrinectl analyze nccl`. Three formats,
-// detected from the content:
+// NCCL call sequences from users' files, for `peregrinectl analyze nccl`. Three text
+// formats, detected from the content (the fourth input, a binary ring file written by
+// libperegrine_nccl.so, is read by ring_file.h):
 //
-//  (a) Peregrine JSON lines: one object per line, one NCCL call each:
+//  (a) JSON lines: one object per line, one NCCL call each (for tools that export calls;
+//      Peregrine itself writes binary rings, see ring_file.h):
 //        {"op":"AllReduce","comm":"0x55d0c1a2b300","count":262144,"datatype":7,
 //         "time_ns":1712000000123456789,"rank":0}
 //      op: NCCL's name (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, Send, Recv,
@@ -40,8 +42,8 @@
 
 namespace peregrine {
 
-enum class NcclTraceFormat { kPeregrineJsonl, kNcclDebugLog, kKinetoTrace };
-// "peregrine-jsonl", "nccl-debug-log", "kineto-trace".
+enum class NcclTraceFormat { kPeregrineJsonl, kNcclDebugLog, kKinetoTrace, kPeregrineRing };
+// "peregrine-jsonl", "nccl-debug-log", "kineto-trace", "peregrine-ring".
 const char* NcclTraceFormatName(NcclTraceFormat format);
 
 // "AllReduce", "AllGather", ... (NCCL's spelling).
