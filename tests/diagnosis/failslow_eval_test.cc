@@ -64,37 +64,5 @@ TEST_CASE("ScoreDetections counts hits, misses and false positives by episode", 
   }
 }
 
-TEST_CASE("BOCD with verification beats sliding window and plain BOCD", "[unit]") {
-  for (FailSlowKind kind : {FailSlowKind::kCompute, FailSlowKind::kCommunication}) {
-    INFO(FailSlowKindName(kind));
-    FailSlowTraceOptions options;
-    options.kind = kind;
-    options.length = 1500;
-    DetectorSummary sw, bocd, bocdv;
-    for (uint64_t t = 0; t < 60; ++t) {
-      const LabelledTrace trace = GenerateFailSlowTrace(9000 + t, options);
-      auto a = ReportedStarts(FailSlowDetectorKind::kSlidingWindow, trace.iteration_ms, trace.restarts);
-      auto b = ReportedStarts(FailSlowDetectorKind::kBocd, trace.iteration_ms, trace.restarts);
-      auto c = ReportedStarts(FailSlowDetectorKind::kBocdVerified, trace.iteration_ms, trace.restarts);
-      REQUIRE(a.ok());
-      REQUIRE(b.ok());
-      REQUIRE(c.ok());
-      sw.Add(ScoreDetections(trace, *a));
-      bocd.Add(ScoreDetections(trace, *b));
-      bocdv.Add(ScoreDetections(trace, *c));
-    }
-    INFO("SlidingWindow " << sw.ToString());
-    INFO("BOCD          " << bocd.ToString());
-    INFO("BOCD+V        " << bocdv.ToString());
-    CHECK(bocdv.accuracy() > sw.accuracy());
-    CHECK(bocdv.accuracy() > bocd.accuracy());
-    CHECK(bocdv.fpr() < sw.fpr());
-    CHECK(bocdv.fpr() < bocd.fpr());
-    CHECK(bocdv.accuracy() >= 0.85);
-    CHECK(bocdv.fpr() <= 0.05);
-    CHECK(bocdv.fnr() <= 0.12);
-  }
-}
-
 }  // namespace
 }  // namespace peregrine
