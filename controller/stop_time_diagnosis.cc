@@ -236,7 +236,55 @@ std::string HealthyDigest(const std::vector<std::string>& digests) {
   return best_n >= 2 && !tie ? best : "";
 }
 
+// The median of the values (the mean of the two middle ones for an even count); 0 if none.
+double MedianOf(const std::vector<std::pair<int, double>>& keyed) {
+  std::vector<double> values;
+  for (const auto& [key, v] : keyed) values.push_back(v);
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Fails the answers of a bandwidth stage round that passed on contents but whose busbw is
+// far below the round's median (SlowBandwidthOutliers).
+void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& tasks, std::vector<Judged>* judged) {
+  std::vector<std::pair<int, double>> busbw;
+  for (size_t i = 0; i < judged->size(); ++i) {
+    const Judged& j = (*judged)[i];
+    if (j.answer != Answer::kPassed || j.outcome == nullptr || j.outcome->not_present) continue;
+    // The fastest run's figure when the agent reports it (robust to a loaded host).
+    auto it = j.outcome->figures.find("peak_busbw_gbps");
+    if (it == j.outcome->figures.end()) it = j.outcome->figures.find("busbw_gbps");
+    if (it != j.outcome->figures.end()) busbw.emplace_back(static_cast<int>(i), it->second);
+  }
+  const std::vector<int> slow = SlowBandwidthOutliers(busbw);
+  if (slow.empty()) return;
+  const double median = MedianOf(busbw);
+  const std::map<int, double> value(busbw.begin(), busbw.end());
+  for (int i : slow) {
+    Judged& j = (*judged)[static_cast<size_t>(i)];
+    const DiagnosisMachine& m = ctx.machines[static_cast<size_t>(tasks[static_cast<size_t>(i)].slot)];
+    j.answer = Answer::kFailed;
+    const double mine = value.at(i);
+    j.line = absl::StrFormat("%s: FAILED: busbw %.3g GB/s below %.2gx the round median %.3g GB/s%s",
+                             m.machine_id.empty() ? m.pod : m.machine_id, mine, kSlowBandwidthFraction, median,
+                             Figures(*j.outcome));
+  }
+}
+
 }  // namespace
+
+std::vector<int> SlowBandwidthOutliers(const std::vector<std::pair<int, double>>& busbw_gbps, double fraction) {
+  std::vector<int> out;
+  if (busbw_gbps.size() < 2) return out;
+  const double median = MedianOf(busbw_gbps);
+  if (!(median > 0)) return out;
+  for (const auto& [key, v] : busbw_gbps) {
+    if (v < fraction * median) out.push_back(key);
+  }
+  return out;
+}
 
 std::string DiagnosisCommandId(const std::string& prefix, const std::string& stage, int round, const std::string& pod) {
   return absl::StrCat(prefix, "/", stage, round > 0 ? absl::StrCat("-r", round) : "", "/", pod);
@@ -308,6 +356,7 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
         return out;
       }
       // The round is complete: judge it.
+      if (st->stage == "all_to_all" || st->stage == "all_gather") ApplyBandwidthRule(ctx, tasks, &judged);
       const std::string round_tag = rounds > 1 ? absl::StrFormat("round %d: ", st->round) : "";
       for (const Judged& j : judged) record.results.push_back(absl::StrCat(round_tag, j.line));
       if (st->stage == "stop") {

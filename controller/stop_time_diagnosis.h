@@ -19,6 +19,11 @@
 //               machine); the digest shared by the most groups of the same shape (at least
 //               two, strictly more than any other digest) is healthy, the others fail; the
 //               failing horizontal and vertical groups intersect in the faulty machine.
+// Bandwidth (all_to_all, all_gather): a machine whose answer passed on contents but whose
+// bus bandwidth (peak_busbw_gbps, the fastest repetition, when reported; busbw_gbps
+// otherwise) is below kSlowBandwidthFraction x the median of the machines that passed in
+// the same stage round fails too (SlowBandwidthOutliers), so a degraded NVLink or NIC is
+// caught by comparison with its peers, without a fixed GB/s threshold.
 // Judging a machine's answer: not_present -> passed (recorded); a command error (e.g. an
 // agent without that diagnostic: UNIMPLEMENTED) -> no evidence, passed (recorded as
 // unavailable); no answer by the stage deadline (the kind's timeout + kAnswerMarginNs) ->
@@ -36,6 +41,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "controller/job_spec.h"
@@ -44,6 +50,18 @@
 namespace peregrine {
 
 inline constexpr int64_t kAnswerMarginNs = 30'000'000'000;
+
+// A machine's bus bandwidth below this fraction of its round's median fails the stage. The
+// stand-in cluster on a shared CPU shows healthy machines down to about 0.6x the median
+// (scheduling noise); real degradations worth evicting for (NVLink falling back to PCIe,
+// a NIC at a quarter of its rate or worse) are far below 0.25x.
+inline constexpr double kSlowBandwidthFraction = 0.25;
+
+// The keys of `busbw_gbps` (e.g. task or slot indices) whose value is below `fraction` x the
+// median of all the values (the mean of the two middle values for an even count). Fewer
+// than two values, or a median <= 0, give none. Pure.
+std::vector<int> SlowBandwidthOutliers(const std::vector<std::pair<int, double>>& busbw_gbps,
+                                       double fraction = kSlowBandwidthFraction);
 
 // One slot of the job as the diagnosis sees it.
 struct DiagnosisMachine {

@@ -25,7 +25,7 @@ struct CheckPlan {
 
 struct RankReport {
   bool parsed = false;
-  double algbw = 0, busbw = 0;
+  double algbw = 0, busbw = 0, peak_busbw = -1;  // -1: an older tool without the figure
   std::set<int> bad, nan;
 };
 
@@ -38,6 +38,7 @@ RankReport ParseReport(const std::vector<std::string>& lines) {
     try {
       r.algbw = j.at("algbw_gbps").get<double>();
       r.busbw = j.at("busbw_gbps").get<double>();
+      r.peak_busbw = j.value("peak_busbw_gbps", -1.0);
       for (const auto& s : j.at("bad_senders")) r.bad.insert(s.get<int>());
       for (const auto& s : j.at("nan_senders")) r.nan.insert(s.get<int>());
       r.parsed = true;
@@ -73,7 +74,7 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
     env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
     processes.push_back(DiagnosticProcess{g,
-                                          {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes),
+                                          {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes), "--repeats", "5",
                                            "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000)),
                                            "--device-buffers", inv.InStandInCluster() ? "off" : "auto"},
                                           FlattenEnv(env)});
@@ -87,7 +88,7 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     return result;
   }
   std::set<int> bad, nan;
-  double algbw = -1, busbw = -1;
+  double algbw = -1, busbw = -1, peak_busbw = -1;
   std::vector<std::string> errors;
   for (const DiagnosticProcessOutcome& p : run->processes) {
     RankReport r = ParseReport(p.lines);
@@ -99,10 +100,12 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     nan.insert(r.nan.begin(), r.nan.end());
     algbw = algbw < 0 ? r.algbw : std::min(algbw, r.algbw);
     busbw = busbw < 0 ? r.busbw : std::min(busbw, r.busbw);
+    if (r.peak_busbw >= 0) peak_busbw = peak_busbw < 0 ? r.peak_busbw : std::min(peak_busbw, r.peak_busbw);
   }
   if (algbw >= 0) {
     (*result.mutable_figures())["algbw_gbps"] = algbw;
     (*result.mutable_figures())["busbw_gbps"] = busbw;
+    if (peak_busbw >= 0) (*result.mutable_figures())["peak_busbw_gbps"] = peak_busbw;
   }
   std::vector<std::string> problems;
   if (run->timed_out) problems.push_back(inv.TimedOutDetail());

@@ -322,6 +322,19 @@ TEST_CASE("A crash with no culprit and a corrupting NIC on one machine: the neig
   RunCulpritStageScenario(nic, "all_gather");
 }
 
+// A slow NIC (the link bandwidth fault on every link of the machine, 10 MB/s against the
+// hundreds of MB/s of the stand-in's loopback): contents arrive right everywhere, but both
+// all-gather pairs of the machine show a bus bandwidth far below the other pairs', so the
+// bandwidth rule fails them and exactly that machine is the culprit.
+TEST_CASE("A crash with no culprit and a bandwidth-capped NIC on one machine: the all-gather bandwidth isolates it",
+          "[e2e]") {
+  FaultRequest capped;
+  capped.kind = "link";
+  capped.local_rank = -1;
+  capped.bandwidth_bytes_per_second = 1e7;
+  RunCulpritStageScenario(capped, "all_gather");
+}
+
 // A GPU that crashes every time (the fault stays): training crashes, the diagnosis's EUD
 // self-test aborts on that GPU, its machine is evicted at the first stage, and the job
 // completes on a standby.
