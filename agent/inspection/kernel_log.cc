@@ -77,14 +77,32 @@ const char* XidClassName(XidClass c) {
 
 XidClass ClassifyXid(int xid) {
   switch (xid) {
-    case 48: case 62: case 63: case 64: case 74: case 79: case 92: case 94: case 95:
-    case 119: case 120: case 140:
+    // The catalogue's immediate action is a GPU reset or a node reboot (or the GPU is gone):
+    // the machine cannot run the job until repaired.
+    case 46: case 48: case 62: case 64: case 74: case 79: case 95: case 119: case 120: case 140:
       return XidClass::kMachineFatal;
     case 13: case 31: case 43: case 45:
       return XidClass::kApplication;
+    // 63 (row remapping recorded: applied at the next reset), 92 (high single-bit ECC
+    // rate, corrected), 94 (contained ECC error: only the process that touched the memory
+    // is killed, the page is offlined, the GPU stays usable), and the rest.
     default:
       return XidClass::kRecoverable;
   }
+}
+
+XidClass ClassifyXidEvent(const XidEvent& event) {
+  if (event.xid == 154) {  // "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    const size_t to = event.detail.rfind(" to ");
+    const absl::string_view action = to == std::string::npos ? absl::string_view(event.detail)
+                                                             : absl::string_view(event.detail).substr(to);
+    if (absl::StrContains(action, "Reset Required") || absl::StrContains(action, "Reboot Required") ||
+        absl::StrContains(action, "Drain")) {
+      return XidClass::kMachineFatal;
+    }
+    return XidClass::kRecoverable;
+  }
+  return ClassifyXid(event.xid);
 }
 
 const char* XidDescription(int xid) {
@@ -92,6 +110,7 @@ const char* XidDescription(int xid) {
     case 13: return "graphics engine exception";
     case 31: return "GPU memory page fault";
     case 43: return "GPU stopped processing (channel reset)";
+    case 46: return "GPU stopped processing";
     case 45: return "preemptive cleanup after a previous error";
     case 48: return "double-bit ECC error";
     case 62: return "internal micro-controller halt";
@@ -105,6 +124,7 @@ const char* XidDescription(int xid) {
     case 119: return "GSP RPC timeout";
     case 120: return "GSP error";
     case 140: return "unrecovered ECC error";
+    case 154: return "GPU recovery action changed";
     default: return "";
   }
 }
@@ -274,7 +294,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
       add_error(xid.status());
     } else if (xid->has_value()) {
       XidEvent& e = **xid;
-      if (ClassifyXid(e.xid) == XidClass::kMachineFatal) {
+      if (ClassifyXidEvent(e) == XidClass::kMachineFatal) {
         fatal_[e.pci] = e;
       } else {
         auto& events = this_run[e.pci];
@@ -311,7 +331,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
     std::vector<std::string> parts;
     bool application = true;
     for (const XidEvent& e : events) {
-      const XidClass c = ClassifyXid(e.xid);
+      const XidClass c = ClassifyXidEvent(e);
       application &= c == XidClass::kApplication;
       parts.push_back(absl::StrFormat("Xid %d (%s)", e.xid, XidClassName(c)));
     }

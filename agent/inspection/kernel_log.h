@@ -9,10 +9,18 @@
 //     fallen off the bus." (pid=/name= are absent on older drivers).
 //   Block errors: "I/O error, dev sdb, sector 2048 op 0x1:(WRITE) ...", "Buffer I/O error on
 //     dev nvme0n1p1, logical block 0, ...", "EXT4-fs error (device sda1): ...".
-// Xid classes (NVIDIA's Xid catalogue): machine-fatal (the machine must be evicted: 48 DBE,
-// 62 micro-controller halt, 63/64 row-remap event/failure, 74 NVLink, 79 fallen off the
-// bus, 92/94/95 ECC, 119/120 GSP, 140 unrecovered ECC), application errors (the job's code:
-// 13, 31, 43, 45), and everything else recoverable.
+// Xid classes, after the resolution buckets of NVIDIA's Xid catalogue
+// (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html):
+//   machine-fatal (reset the GPU or reboot; the machine is evicted): 46 GPU stopped
+//     processing, 48 double-bit ECC, 62 micro-controller halt, 64 row-remap / page
+//     retirement failure, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120
+//     GSP, 140 unrecovered ECC, and 154 when the recovery action it names is a reset, a
+//     reboot or a drain;
+//   application errors (the job's code; restart the application): 13, 31, 43, 45;
+//   recoverable, everything else, notably 63 (a row remapping recorded, applied at the
+//     next GPU reset), 92 (high single-bit ECC rate, corrected) and 94 (contained ECC
+//     error: the process that touched the memory is killed, the page offlined, the GPU
+//     stays usable), and 154 with recovery action None.
 //
 // Parsers are pure; KernelLogInspection keeps the reader position and the machine-fatal
 // events (which stay reported until the agent restarts). Thread-compatible.
@@ -61,6 +69,10 @@ struct XidEvent {
   std::string process_name;
   std::string detail;  // the rest of the message
 };
+
+// The class of one event: ClassifyXid, except Xid 154 whose class is the recovery
+// action in its text.
+XidClass ClassifyXidEvent(const XidEvent& event);
 
 // nullopt when the message is not an Xid line; kInvalidArgument when it starts like one
 // ("NVRM: Xid (") but is malformed.

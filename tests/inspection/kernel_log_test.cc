@@ -78,11 +78,33 @@ TEST_CASE("kernel log: Xid lines and their classes", "[unit]") {
   CHECK(!ParseXid("NVRM: Xid (PCI:0000:db:00 79").ok());
   CHECK(!ParseXid("NVRM: Xid (PCI:0000:db:00): seventy-nine, GPU gone").ok());
 
-  for (int fatal : {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}) {
+  // NVIDIA's Xid catalogue: reset / reboot -> machine-fatal; restart the app -> application;
+  // corrected, contained or deferred to the next reset -> recoverable.
+  for (int fatal : {46, 48, 62, 64, 74, 79, 95, 119, 120, 140}) {
+    INFO("Xid " << fatal);
     CHECK(ClassifyXid(fatal) == XidClass::kMachineFatal);
   }
   for (int app : {13, 31, 43, 45}) CHECK(ClassifyXid(app) == XidClass::kApplication);
-  CHECK(ClassifyXid(8) == XidClass::kRecoverable);
+  for (int recoverable : {8, 63, 92, 94}) {
+    INFO("Xid " << recoverable);
+    CHECK(ClassifyXid(recoverable) == XidClass::kRecoverable);
+  }
+  // Xid 154 carries its recovery action.
+  auto event = [](const char* message) {
+    absl::StatusOr<std::optional<XidEvent>> e = ParseXid(message);
+    REQUIRE(e.ok());
+    REQUIRE(e->has_value());
+    return **e;
+  };
+  CHECK(ClassifyXidEvent(event("NVRM: Xid (PCI:0000:17:00): 154, GPU recovery action changed from 0x0 (None) to "
+                               "0x1 (GPU Reset Required)")) == XidClass::kMachineFatal);
+  CHECK(ClassifyXidEvent(event("NVRM: Xid (PCI:0000:17:00): 154, GPU recovery action changed from 0x0 (None) to "
+                               "0x2 (Node Reboot Required)")) == XidClass::kMachineFatal);
+  CHECK(ClassifyXidEvent(event("NVRM: Xid (PCI:0000:17:00): 154, GPU recovery action changed from 0x1 (GPU Reset "
+                               "Required) to 0x0 (None)")) == XidClass::kRecoverable);
+  CHECK(ClassifyXidEvent(event("NVRM: Xid (PCI:0000:17:00): 154, garbled")) == XidClass::kRecoverable);
+  CHECK(ClassifyXidEvent(event("NVRM: Xid (PCI:0000:17:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, "
+                               "D-RST: No")) == XidClass::kMachineFatal);
   CHECK(std::string(XidDescription(79)) == "GPU has fallen off the bus");
 
   CHECK(ParseBlockIoError("blk_update_request: I/O error, dev nvme1n1, sector 209715200 op 0x1:(WRITE)") ==
@@ -106,9 +128,27 @@ TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", 
   CHECK(fallen->status == InspectionStatus::kFault);
   CHECK(fallen->machine_attributed);
   CHECK(fallen->details.at("xid") == "79");
+  // Xid 63 (a row remapping recorded, applied at the next reset) and 94 (a contained ECC
+  // error) leave the GPU usable: a warning, not the machine's fault.
   const InspectionResult* remap = Find(rs, "PCI:0000:5d:00");
   REQUIRE(remap != nullptr);
-  CHECK(remap->status == InspectionStatus::kFault);  // Xid 63: row remap, machine-fatal
+  CHECK(remap->status == InspectionStatus::kWarning);
+  CHECK(!remap->machine_attributed);
+  CHECK(remap->details.at("class") == "recoverable");
+  const InspectionResult* contained = Find(rs, "PCI:0000:9b:00");
+  REQUIRE(contained != nullptr);
+  CHECK(contained->status == InspectionStatus::kWarning);
+  CHECK(!contained->machine_attributed);
+  CHECK_THAT(contained->summary, Catch::Contains("Xid 94 (recoverable)"));
+  // Xid 95 (uncontained ECC) and 154 asking for a GPU reset are the machine's.
+  for (const char* pci : {"PCI:0000:ab:00", "PCI:0000:17:00"}) {
+    INFO(pci);
+    const InspectionResult* r = Find(rs, pci);
+    REQUIRE(r != nullptr);
+    CHECK(r->status == InspectionStatus::kFault);
+    CHECK(r->machine_attributed);
+    CHECK(r->details.at("class") == "machine_fatal");
+  }
   const InspectionResult* app = Find(rs, "PCI:0000:3a:00");
   REQUIRE(app != nullptr);
   CHECK(app->status == InspectionStatus::kWarning);
