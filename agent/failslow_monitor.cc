@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -82,6 +83,10 @@ struct FailSlowMonitor::Ring {
   std::map<uint64_t, std::vector<CallRef>> groups;     // outermost GroupEnd seq -> its operations
   std::vector<CallRef> open_group;                     // in-group calls since the last group end
   std::map<uint64_t, CommWindow> windows;              // by comm id
+  // Since the process started (every traffic record, profiling or not): collectives per
+  // communicator, and sends/recvs per (communicator, op, peer), for cross-rank matching.
+  std::map<uint64_t, uint64_t> collectives_seen;
+  std::map<std::tuple<uint64_t, uint8_t, int>, uint64_t> p2p_seen;
   bool inside_call = false;           // last call record had no host exit yet (profiling)
   uint64_t pause_write_index = 0;     // at the previous CheckPaused
   bool pause_checked = false;
@@ -347,6 +352,9 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
       c.datatype = rec.datatype;
       c.enter_ns = static_cast<int64_t>(rec.time_ns);
       calls.push_back(c);
+      const bool p2p = rec.op == nccl_ring::kOpSend || rec.op == nccl_ring::kOpRecv;
+      const uint64_t match_sequence =
+          p2p ? r.p2p_seen[{rec.comm_id, rec.op, rec.peer}]++ : r.collectives_seen[rec.comm_id]++;
       if (profiling_ && rec.comm_id != 0) {
         CommWindow& w = r.windows[rec.comm_id];
         w.rank_in_comm = rec.rank;
@@ -356,7 +364,8 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
         col.op = rec.op;
         col.enter_ns = static_cast<int64_t>(rec.time_ns);
         col.bytes = rec.count * DataTypeBytes(rec.datatype);
-        col.peer = rec.peer;
+        col.peer = p2p ? rec.peer : -1;
+        col.match_sequence = match_sequence;
         while (w.collectives.size() > options_.profile_window) w.collectives.erase(w.collectives.begin());
         const CallRef ref{rec.comm_id, rec.call_index};
         r.pending[rec.seq] = ref;
@@ -453,10 +462,11 @@ void FailSlowMonitor::FillCommProfiles(google::protobuf::RepeatedPtrField<v1::Co
       p->set_rank_in_comm(static_cast<uint32_t>(std::max(w.rank_in_comm, 0)));
       p->set_comm_size(static_cast<uint32_t>(std::max(w.comm_size, 0)));
       p->set_global_rank(static_cast<uint32_t>(std::max(r->global_rank, 0)));
-      for (const auto& [sequence, c] : w.collectives) {
+      for (const auto& [call_index, c] : w.collectives) {
         if (c.duration_ns < 0) continue;  // not completed yet
         v1::CollectiveTiming* t = p->add_collectives();
-        t->set_sequence(sequence);
+        t->set_sequence(c.match_sequence);
+        t->set_peer(c.peer);
         t->set_op(OpName(c.op));
         t->set_enter_time(c.enter_ns + last_offset_ns_);
         t->set_exit_time(c.enter_ns + c.duration_ns + last_offset_ns_);

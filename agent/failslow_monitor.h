@@ -202,6 +202,7 @@ class FailSlowMonitor {
     DurationSource source = DurationSource::kNone;
     uint64_t bytes = 0;
     int peer = -1;
+    uint64_t match_sequence = 0;  // equal on every member (see CollectiveTiming.sequence)
   };
   struct CommWindow {
     int rank_in_comm = -1;

@@ -453,7 +453,8 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           cp.rank_in_comm = static_cast<int>(p.rank_in_comm());
           cp.comm_size = static_cast<int>(p.comm_size());
           for (const v1::CollectiveTiming& t : p.collectives()) {
-            cp.collectives.push_back(CollectiveObservation{t.sequence(), t.op(), t.enter_time(), t.exit_time()});
+            cp.collectives.push_back(
+                CollectiveObservation{t.sequence(), t.op(), t.enter_time(), t.exit_time(), t.peer()});
           }
           obs.comm_profiles.push_back(std::move(cp));
         }

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,10 +64,14 @@ struct Localization {
 Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions& options, double healthy_seconds) {
   Localization out;
   const ParallelLayout& layout = *in.layout;
-  // comm id -> rank_in_comm -> (global rank, sequence -> timing)
+  // comm id -> rank_in_comm -> (global rank, timings). Collectives are keyed by their
+  // sequence on the communicator; point-to-point calls by (send or recv, peer, n-th with
+  // that peer), so the k-th send from a to b pairs with b's k-th recv from a.
+  enum P2p { kCollective = 0, kSend = 1, kRecv = 2 };
+  using TimingKey = std::tuple<int, int, uint64_t>;  // (P2p, peer rank in comm, sequence)
   struct Member {
     int global_rank = -1;
-    std::map<uint64_t, std::pair<int64_t, int64_t>> timings;
+    std::map<TimingKey, std::pair<int64_t, int64_t>> timings;
   };
   std::map<uint64_t, std::map<int, Member>> comms;
   std::map<uint64_t, int> comm_size;
@@ -80,7 +85,10 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
       Member& m = comms[p.comm_id][p.rank_in_comm];
       m.global_rank = p.global_rank;
       for (const CollectiveObservation& c : p.collectives) {
-        if (c.exit >= c.enter) m.timings[c.sequence] = {c.enter, c.exit};
+        if (c.exit < c.enter) continue;
+        const int kind = c.op == "send" ? kSend : c.op == "recv" ? kRecv : kCollective;
+        if (kind != kCollective && (c.peer < 0 || c.peer >= p.comm_size)) continue;
+        m.timings[TimingKey{kind, kind == kCollective ? -1 : c.peer, c.sequence}] = {c.enter, c.exit};
       }
     }
   }
@@ -97,18 +105,37 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
     std::optional<CommGroup> group = MatchGroup(layout, globals);
     if (!group || size < 2) continue;  // the world communicator, or unknown
     int complete = 0;
-    for (const auto& [seq, first] : members.begin()->second.timings) {
+    for (const auto& [key, first] : members.begin()->second.timings) {
+      if (std::get<0>(key) != kCollective) continue;
       CollectiveTiming t;
       t.kind = group->kind;
       t.group_index = group->index;
       for (const auto& [r, m] : members) {
-        auto it = m.timings.find(seq);
+        auto it = m.timings.find(key);
         if (it == m.timings.end()) break;
         t.members.push_back(MemberTiming{m.global_rank, it->second.first, it->second.second});
       }
       if (static_cast<int>(t.members.size()) != size) continue;
       collectives.push_back(std::move(t));
       ++complete;
+    }
+    // Point-to-point: each send with the matching recv of its peer.
+    for (const auto& [sender, sm] : members) {
+      for (const auto& [key, send] : sm.timings) {
+        const auto& [kind, peer, seq] = key;
+        if (kind != kSend || peer == sender) continue;
+        auto receiver = members.find(peer);
+        if (receiver == members.end()) continue;
+        auto recv = receiver->second.timings.find(TimingKey{kRecv, sender, seq});
+        if (recv == receiver->second.timings.end()) continue;
+        CollectiveTiming t;
+        t.kind = group->kind;
+        t.group_index = group->index;
+        t.members.push_back(MemberTiming{sm.global_rank, send.first, send.second});
+        t.members.push_back(MemberTiming{receiver->second.global_rank, recv->second.first, recv->second.second});
+        collectives.push_back(std::move(t));
+        ++complete;
+      }
     }
     per_group[{group->kind, group->index}] += complete;
   }

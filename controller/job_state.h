@@ -294,10 +294,11 @@ struct RankFailSlowObservation {
 
 // Profiling (CommProfile): one rank's recent collectives on one communicator.
 struct CollectiveObservation {
-  uint64_t sequence = 0;  // n-th call on the communicator (equal on every member)
+  uint64_t sequence = 0;  // equal on every member: n-th collective, or n-th send/recv with `peer`
   std::string op;
   int64_t enter = 0;
-  int64_t exit = 0;
+  int64_t exit = 0;       // exit - enter: time spent in the operation (one host's clock)
+  int peer = -1;          // send/recv: the peer's rank in the communicator
 };
 struct CommProfileObservation {
   uint64_t comm_id = 0;

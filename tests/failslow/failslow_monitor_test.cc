@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "agent/nccl_hook/ring_format.h"
@@ -364,13 +365,16 @@ class RawRing {
   void* base_ = nullptr;
 };
 
-// comm id -> sequence -> exit - enter, from a heartbeat's profiles.
-std::map<uint64_t, std::map<uint64_t, int64_t>> Durations(const FailSlowMonitor& monitor) {
+// comm id -> "<op><sequence>" -> exit - enter, from a heartbeat's profiles.
+using DurationMap = std::map<std::string, int64_t>;
+std::map<uint64_t, DurationMap> Durations(const FailSlowMonitor& monitor) {
   google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
   monitor.FillCommProfiles(&profiles);
-  std::map<uint64_t, std::map<uint64_t, int64_t>> out;
+  std::map<uint64_t, DurationMap> out;
   for (const v1::CommProfile& p : profiles) {
-    for (const v1::CollectiveTiming& t : p.collectives()) out[p.comm_id()][t.sequence()] = t.exit_time() - t.enter_time();
+    for (const v1::CollectiveTiming& t : p.collectives()) {
+      out[p.comm_id()][t.op() + std::to_string(t.sequence())] = t.exit_time() - t.enter_time();
+    }
   }
   return out;
 }
@@ -405,8 +409,8 @@ TEST_CASE("monitor attaches device times that arrive late and out of order; a gr
   monitor.Poll(kUnixOffset + t, t);
   {
     auto d = Durations(monitor);
-    CHECK(d[7] == std::map<uint64_t, int64_t>{{0, 20'000}, {1, 20'000}, {2, 20'000}});  // host times so far
-    CHECK(d[9] == std::map<uint64_t, int64_t>{{0, 50'000}, {1, 50'000}});  // the group's host time
+    CHECK(d[7] == DurationMap{{"allreduce0", 20'000}, {"allreduce1", 20'000}, {"allreduce2", 20'000}});  // host times
+    CHECK(d[9] == DurationMap{{"send0", 50'000}, {"recv0", 50'000}});  // the group's host time
   }
   // The resolver thread appends device times later, newest call first, after a newer call.
   t += 10 * kMs;
@@ -421,8 +425,40 @@ TEST_CASE("monitor attaches device times that arrive late and out of order; a gr
   r.Completion(ring::kOpHostExit, seq[1], 99'000, t + 6);
   monitor.Poll(kUnixOffset + t, t);
   auto d = Durations(monitor);
-  CHECK(d[7] == std::map<uint64_t, int64_t>{{0, 1 * kMs}, {1, 2 * kMs}, {2, 3 * kMs}, {3, 20'000}});
-  CHECK(d[9] == std::map<uint64_t, int64_t>{{0, 8 * kMs}, {1, 8 * kMs}});
+  CHECK(d[7] ==
+        DurationMap{{"allreduce0", 1 * kMs}, {"allreduce1", 2 * kMs}, {"allreduce2", 3 * kMs}, {"allreduce3", 20'000}});
+  CHECK(d[9] == DurationMap{{"send0", 8 * kMs}, {"recv0", 8 * kMs}});
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("monitor numbers sends and recvs per peer and collectives apart from them", "[unit]") {
+  TempDir dir;
+  FailSlowMonitorOptions options;
+  options.ring_dir = dir.path();
+  auto created = FailSlowMonitor::Create(options);
+  REQUIRE(created.ok());
+  FailSlowMonitor& monitor = **created;
+  RawRing r(dir.path(), 0);
+  // Before profiling: counted all the same (the peer counts its calls from its start too).
+  r.Call(ring::kOpSend, 9, 0, 1 * kMs);
+  monitor.Poll(kUnixOffset, 0);
+  monitor.SetMode(/*profiling=*/true, /*trap=*/false);
+  const uint64_t send = r.Call(ring::kOpSend, 9, 1, 2 * kMs);
+  const uint64_t recv = r.Call(ring::kOpRecv, 9, 2, 3 * kMs);
+  const uint64_t allreduce = r.Call(ring::kOpAllReduce, 9, 3, 4 * kMs);
+  for (uint64_t s : {send, recv, allreduce}) r.Completion(ring::kOpHostExit, s, kMs, 5 * kMs);
+  monitor.Poll(kUnixOffset, 0);
+  google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
+  monitor.FillCommProfiles(&profiles);
+  REQUIRE(profiles.size() == 1);
+  std::vector<std::tuple<std::string, uint64_t, int>> got;
+  for (const v1::CollectiveTiming& t : profiles[0].collectives()) got.emplace_back(t.op(), t.sequence(), t.peer());
+  CHECK(got == std::vector<std::tuple<std::string, uint64_t, int>>{{"send", 1, 1}, {"recv", 0, 1}, {"allreduce", 0, -1}});
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// Point-to-point matching in the fail-slow policy: pipeline send/recv between 4 stages,
+// issued as grouped batches (batch_isend_irecv) in a different order on every stage, so
+// that per-communicator call numbers differ between ranks. Each send pairs with its
+// peer's recv by (sender, receiver, n-th between them); a congested pipeline group is
+// named, its healthy twin is not.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <set>
+
+#include "controller/failslow_policy.h"
+
+namespace peregrine {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kNow = 1'700'000'000'000'000'000;
+
+struct Profiles {
+  // (global rank, comm id) -> profile
+  std::map<std::pair<int, uint64_t>, CommProfileObservation> by_rank_comm;
+  CommProfileObservation& Of(int rank, uint64_t comm, int rank_in_comm, int size) {
+    CommProfileObservation& p = by_rank_comm[{rank, comm}];
+    p.comm_id = comm;
+    p.global_rank = rank;
+    p.rank_in_comm = rank_in_comm;
+    p.comm_size = size;
+    return p;
+  }
+};
+
+// Each host's clock is offset from the others by rank * 3 ms (only durations count).
+int64_t Clock(int rank) { return kNow - 60'000 * kMs + rank * 3 * kMs; }
+
+TEST_CASE("FailSlowPolicy pairs pipeline sends with their recvs across 4 stages and grouped batches", "[unit]") {
+  auto layout_or = ParallelLayout::Create(/*tensor=*/1, /*pipeline=*/4, /*data=*/2, /*gpus=*/2);
+  REQUIRE(layout_or.ok());
+  const ParallelLayout& layout = *layout_or;
+  constexpr int kIterations = 12;
+  const int congested_pp = 1;
+  Profiles profiles;
+  std::map<int, std::map<int, uint64_t>> sends_between;  // (sender, receiver) in comm -> count
+  for (const CommGroup& g : layout.Groups(GroupKind::kPipeline)) {
+    const uint64_t comm = 500 + static_cast<uint64_t>(g.index);
+    const int n = static_cast<int>(g.ranks.size());
+    REQUIRE(n == 4);
+    std::map<std::pair<int, int>, uint64_t> pair_seq;
+    const int64_t transfer = (g.index == congested_pp ? 5 : 1) * kMs;
+    for (int it = 0; it < kIterations; ++it) {
+      // Forward activations s -> s+1, then gradients s+1 -> s; a receiver arrives 2 ms
+      // before its sender and waits. Each stage issues its batch in its own order.
+      for (int dir = 0; dir < 2; ++dir) {
+        for (int s = 0; s + 1 < n; ++s) {
+          const int from = dir == 0 ? s : s + 1;
+          const int to = dir == 0 ? s + 1 : s;
+          const uint64_t k = pair_seq[{from, to}]++;
+          const int64_t t = static_cast<int64_t>(it) * 100 * kMs + (dir * 10 + s) * 7 * kMs;
+          const int sender = g.ranks[static_cast<size_t>(from)];
+          const int receiver = g.ranks[static_cast<size_t>(to)];
+          profiles.Of(sender, comm, from, n)
+              .collectives.push_back({k, "send", Clock(sender) + t, Clock(sender) + t + transfer, to});
+          profiles.Of(receiver, comm, to, n)
+              .collectives.push_back(
+                  {k, "recv", Clock(receiver) + t - 2 * kMs, Clock(receiver) + t + transfer, from});
+        }
+      }
+    }
+    // Reverse the order of every odd stage's records: the calls' order on a rank does
+    // not matter, only (peer, n-th with that peer).
+    for (int s = 1; s < n; s += 2) {
+      auto& c = profiles.Of(g.ranks[static_cast<size_t>(s)], comm, s, n).collectives;
+      std::reverse(c.begin(), c.end());
+    }
+  }
+  // Data-parallel all-reduces (2 ranks each), everyone on time.
+  for (const CommGroup& g : layout.Groups(GroupKind::kData)) {
+    const uint64_t comm = 600 + static_cast<uint64_t>(g.index);
+    for (size_t m = 0; m < g.ranks.size(); ++m) {
+      for (int it = 0; it < kIterations; ++it) {
+        const int64_t t = static_cast<int64_t>(it) * 100 * kMs + 90 * kMs;
+        profiles.Of(g.ranks[m], comm, static_cast<int>(m), static_cast<int>(g.ranks.size()))
+            .collectives.push_back({static_cast<uint64_t>(it), "allreduce", Clock(g.ranks[m]) + t,
+                                    Clock(g.ranks[m]) + t + 3 * kMs, -1});
+      }
+    }
+  }
+
+  FailSlowPolicyInput in;
+  in.job_name = "j";
+  in.layout = &layout;
+  in.attempt = 1;
+  for (int m = 0; m < layout.machines(); ++m) {
+    in.slot_machines.push_back(std::to_string(10 + m));
+    AgentObservation a;
+    a.pod = "j-m" + std::to_string(m);
+    a.machine_id = std::to_string(10 + m);
+    a.connected = true;
+    a.attempt = 1;
+    a.acked_attempt = 1;
+    a.nccl_profiling = true;
+    in.agents.push_back(a);
+  }
+  const CommGroup slow = layout.Group(GroupKind::kPipeline, congested_pp);
+  RankFailSlowObservation& fs = in.agents[static_cast<size_t>(layout.MachineOf(slow.ranks[0]))].fail_slow[slow.ranks[0]];
+  fs.slow = true;
+  fs.onset = kNow - 3000 * kMs;
+  fs.severity = 0.4;
+  fs.before_seconds = 0.1;
+  fs.after_seconds = 0.14;
+  for (auto& [key, p] : profiles.by_rank_comm) {
+    in.agents[static_cast<size_t>(layout.MachineOf(key.first))].comm_profiles.push_back(p);
+  }
+
+  FailSlowDecision d = DecideFailSlow(in, kNow);
+  REQUIRE(d.findings.size() == 1);
+  const FailSlowFinding& f = d.findings[0];
+  INFO(f.detail);
+  CHECK(f.state == "Localized");
+  CHECK(f.kind == "communication");
+  CHECK(f.group == "pp 1");
+  std::vector<int> ranks = slow.ranks;
+  std::sort(ranks.begin(), ranks.end());
+  CHECK(f.ranks == ranks);
+  // The transfer is the pair's shortest stay (the sender's, 5 ms), not the receiver's wait.
+  CHECK(f.detail.find("transfer 5.00 ms = 5.00x") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace peregrine
