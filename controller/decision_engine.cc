@@ -307,8 +307,10 @@ class Decider {
       const double downtime = static_cast<double>(now_ - open->detected_at) / kNanosPerSecond;
       const double redo = static_cast<double>(open->step_at_failure - std::min(open->step_at_failure, open->resume_step)) *
                           st.mean_iteration_seconds;
-      open->training_time_lost_seconds = downtime + redo;
-      st.training_time_lost_seconds += open->training_time_lost_seconds;
+      // Added to what the incident already counts (a hang's time without a step before
+      // it was detected, which the job total got at detection).
+      open->training_time_lost_seconds += downtime + redo;
+      st.training_time_lost_seconds += downtime + redo;
       st.phase = JobPhase::kRunning;
       Event("Normal", "Recovered",
             absl::StrFormat("incident %d: training resumed at step %d (attempt %d); %.1f s of training time lost",
@@ -561,6 +563,7 @@ class Decider {
                                               st.slots.size()));
         // The hang began before it could be detected: that time is lost training time too.
         st.training_time_lost_seconds += d.silent_seconds;
+        inc.training_time_lost_seconds = d.silent_seconds;
         inc.actions.push_back(absl::StrFormat("%.1f s without a step before detection counted as lost training time",
                                               d.silent_seconds));
         st.incidents.push_back(inc);
@@ -619,8 +622,12 @@ class Decider {
       return;
     }
     if (st.pending_code && !rolled_back) {
+      const std::string from = st.code.revision;
       ApplyCode(*st.pending_code, "lazy hot update at the failure-triggered restart");
       inc->actions.push_back(absl::StrCat("apply the pending code update (revision ", st.code.revision, ")"));
+      Event("Normal", "HotUpdate",
+            absl::StrFormat("code revision %s -> %s at the failure-triggered restart of incident %d (lazy update)",
+                            from, st.code.revision, inc->id));
     }
     StartNewAttempt(inc);
   }

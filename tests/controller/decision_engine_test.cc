@@ -481,6 +481,14 @@ TEST_CASE("A lazy hot update waits for the next failure-triggered restart", "[un
   CHECK(w.status.code.revision == "v2");
   CHECK_FALSE(w.status.pending_code.has_value());
   for (const CommandToSend& c : plan.commands) CHECK(c.assignment.code.revision == "v2");
+  // The change is an event like any hot update, and recorded in the version history.
+  bool event = false;
+  for (const JobEvent& e : plan.events) {
+    event = event || (e.reason == "HotUpdate" && e.message.find("-> v2") != std::string::npos &&
+                      e.message.find("failure-triggered restart") != std::string::npos);
+  }
+  CHECK(event);
+  CHECK(w.status.version_history.back().reason == "lazy hot update at the failure-triggered restart");
 }
 
 TEST_CASE("A lazy hot update is applied when its window expires", "[unit]") {

@@ -173,6 +173,10 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
   CHECK(w.captures.size() == 4);
   for (const CommandToSend& c : w.captures) CHECK(c.kind == CommandKind::kCaptureStacks);
   CHECK(w.status.triage_deadline > w.now);
+  // The time without a step before detection is lost: counted for the incident and the job.
+  const double silent = w.status.incidents[0].training_time_lost_seconds;
+  CHECK(silent >= 19.0);
+  CHECK(w.status.training_time_lost_seconds == silent);
 
   w.now += kSecond;  // captures outstanding: nothing new
   plan = w.Step();
@@ -230,6 +234,11 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
   w.Step();
   CHECK(w.status.incidents[0].resumed_at == w.now);
   CHECK(w.status.phase == JobPhase::kRunning);
+  // The incident's figure is the silent time plus the downtime since detection; the job's
+  // total (one incident) is the same figure.
+  const double downtime = static_cast<double>(w.now - w.status.incidents[0].detected_at) / kSecond;
+  CHECK(w.status.incidents[0].training_time_lost_seconds == Approx(silent + downtime));
+  CHECK(w.status.training_time_lost_seconds == Approx(w.status.incidents[0].training_time_lost_seconds));
 }
 
 TEST_CASE("A controller restart during the capture re-sends the same capture ids and evicts once", "[unit]") {
