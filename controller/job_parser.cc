@@ -307,6 +307,13 @@ absl::Status ValidateTrainingJob(const TrainingJob& job) {
     return FieldError("metadata.name", absl::StrCat("'", job.metadata.name,
                                                      "' is not a DNS-1123 label (lowercase letters, digits, '-')"));
   }
+  if (job.metadata.name.size() > static_cast<size_t>(kMaxJobNameLength) || job.metadata.name.front() < 'a' ||
+      job.metadata.name.front() > 'z') {
+    return FieldError("metadata.name",
+                      absl::StrFormat("'%s' must start with a letter and have at most %d characters: it names the "
+                                      "job's Service and prefixes its pods' hostnames <job>-m<slot>-<serial>",
+                                      job.metadata.name, kMaxJobNameLength));
+  }
   if (!IsDns1123Label(job.metadata.namespace_)) {
     return FieldError("metadata.namespace", absl::StrCat("'", job.metadata.namespace_, "' is not a DNS-1123 label"));
   }

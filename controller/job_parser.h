@@ -18,6 +18,13 @@
 
 namespace peregrine {
 
+// The longest TrainingJob name: a pod's hostname is its name, a DNS label of at most 63
+// characters, and the longest pod name is "<job>-m<slot>-<serial>" with a slot below
+// 100000 (5 digits) and a replacement serial of up to 7 digits: 63 - 15 = 48. The name is
+// also the headless Service's, so it must start with a letter (DNS-1035). The CRD has
+// the same rule.
+inline constexpr int kMaxJobNameLength = 48;
+
 // Parses one TrainingJob document. On success the job is also valid (ValidateTrainingJob).
 // kInvalidArgument names the field and the reason on any error.
 absl::StatusOr<TrainingJob> ParseTrainingJob(std::string_view text);

@@ -1,5 +1,6 @@
 #include "controller/kube_cluster.h"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include <random>
@@ -262,6 +263,23 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   }
   meta["ownerReferences"] = json::array({OwnerReference(job)});
   return json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(meta)}, {"spec", std::move(spec)}};
+}
+
+absl::Status ValidateForKubernetes(const TrainingJob& job) {
+  if (job.metadata.name.size() > static_cast<size_t>(kMaxJobNameLength)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "metadata.name: '%s' has %d characters, at most %d fit the pod hostnames <job>-m<slot>-<serial> (63)",
+        job.metadata.name, job.metadata.name.size(), kMaxJobNameLength));
+  }
+  KubeClusterOptions options;
+  options.controller_address = "controller:7400";
+  options.agent_image = "agent";
+  const int last = std::max(job.spec.machines - 1, 0);
+  for (const PodToCreate& pod : {PodToCreate{absl::StrCat(job.metadata.name, "-m", last), PodRole::kActive, last},
+                                 PodToCreate{absl::StrCat(job.metadata.name, "-s0"), PodRole::kStandby, -1}}) {
+    if (auto built = BuildPod(job, pod, options); !built.ok()) return built.status();
+  }
+  return absl::OkStatus();
 }
 
 KubeCluster::KubeCluster(kube::RestClient* client, kube::Informer* pods, kube::Informer* nodes,

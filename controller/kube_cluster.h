@@ -52,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controller/cluster.h"
+#include "controller/job_parser.h"
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/rest_client.h"
@@ -98,6 +99,13 @@ std::string JobSecretName(const TrainingJob& job);   // "<job>-peregrine-token"
 // nvidia.com/gpu limit or request other than gpusPerMachine.
 absl::StatusOr<nlohmann::json> BuildPod(const TrainingJob& job, const PodToCreate& pod,
                                         const KubeClusterOptions& options);
+
+// Checks what the CRD schema cannot see but a cluster needs to run the job: that
+// BuildPod can make the active pod of the last slot and a standby from spec.template
+// (a container or codeVersion.image to make one, an image, no conflicting nvidia.com/gpu)
+// and that the name fits the pod hostnames (kMaxJobNameLength, job_parser.h). OK, or kInvalidArgument
+// naming the field; the controller reports it as Valid=False and creates nothing.
+absl::Status ValidateForKubernetes(const TrainingJob& job);
 
 // A short label value (<= 63 characters of [A-Za-z0-9._-], starting and ending
 // alphanumeric) summarising `reason`; "unknown" when nothing is left.

@@ -72,6 +72,22 @@ std::string MetaString(const json& object, const char* key) {
   return v && v->is_string() ? v->get<std::string>() : "";
 }
 
+constexpr char kInvalidSpec[] = "InvalidSpec";
+constexpr char kPodRejected[] = "PodRejected";
+
+// True when the object's status says the API server refused this generation's pods.
+bool PodsRejected(const json& object, int64_t generation) {
+  const json* conds = Path(object, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return false;
+  for (const json& c : *conds) {
+    if (c.value("type", "") == "Valid" && c.value("status", "") == "False" && c.value("reason", "") == kPodRejected &&
+        c.value("observedGeneration", int64_t{-1}) == generation) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The identity of the TrainingJob object, enough for the cluster's per-job calls when the
 // spec cannot be parsed (deletion of an invalid job).
 TrainingJob MinimalJob(const json& object) {
@@ -129,7 +145,12 @@ class ErrorTrackingCluster final : public Cluster {
   explicit ErrorTrackingCluster(KubeCluster* inner) : inner_(inner) {}
 
   absl::Status CreatePod(const TrainingJob& job, const PodToCreate& pod) override {
-    return Track(inner_->CreatePod(job, pod));
+    absl::Status s = inner_->CreatePod(job, pod);
+    // 400/422 (or a pod BuildPod cannot make): retrying the same pod cannot succeed.
+    if (absl::IsInvalidArgument(s) && rejected_.ok()) {
+      rejected_ = absl::InvalidArgumentError(absl::StrCat("pod ", pod.name, " cannot be created: ", s.message()));
+    }
+    return Track(s);
   }
   absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override {
     return Track(inner_->DeletePod(job, name, grace_ms));
@@ -165,6 +186,12 @@ class ErrorTrackingCluster final : public Cluster {
     first_error_ = absl::OkStatus();
     return s;
   }
+  // The first permanent pod-creation failure since the last call (OK when none).
+  absl::Status TakeRejection() {
+    absl::Status s = std::move(rejected_);
+    rejected_ = absl::OkStatus();
+    return s;
+  }
 
  private:
   void Note(const absl::Status& s) {
@@ -176,6 +203,7 @@ class ErrorTrackingCluster final : public Cluster {
   }
   KubeCluster* const inner_;
   absl::Status first_error_;
+  absl::Status rejected_;
 };
 
 // A stream to a follower replica: ends at once with UNAVAILABLE so the agent redials
@@ -253,6 +281,9 @@ struct KubeMode::Impl final : public JobDirectory {
   // is used without the map lock; the lock guards the map's shape.
   absl::Mutex jobs_mu;
   std::map<std::string, std::unique_ptr<JobEntry>> entries ABSL_GUARDED_BY(jobs_mu);
+  // Jobs whose pods the API server refused for good: key -> "<uid>/<generation>". The
+  // status says so too (PodsRejected), but the cache can lag behind this replica's write.
+  std::map<std::string, std::string> rejected ABSL_GUARDED_BY(jobs_mu);
 
   bool IsLeader() const {
     if (lost.load() || shut_down.load()) return false;
@@ -345,6 +376,9 @@ struct KubeMode::Impl final : public JobDirectory {
     json manifest = *cached;
     manifest.erase("status");
     absl::StatusOr<TrainingJob> job = ParseTrainingJob(manifest.dump());
+    if (job.ok()) {
+      if (absl::Status s = ValidateForKubernetes(*job); !s.ok()) job = s;
+    }
     if (!job.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("TrainingJob ", key, " is invalid already (fix it with kubectl): ", job.status().message()));
@@ -382,6 +416,10 @@ struct KubeMode::Impl final : public JobDirectory {
   // and its metric series go away.
   void ForgetJob(const std::string& key) {
     RemoveEntry(key);
+    {
+      absl::MutexLock lock(&jobs_mu);
+      rejected.erase(key);
+    }
     registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
     const size_t slash = key.find('/');
     metrics->ForgetJob(key.substr(0, slash), key.substr(slash + 1));
@@ -400,8 +438,10 @@ struct KubeMode::Impl final : public JobDirectory {
     registry->SetDesired(key, {});
   }
 
-  // Writes Valid=False (keeping whatever else the status holds) unless it is there already.
-  absl::Status MarkInvalid(const json& object, const absl::Status& why) {
+  // Writes Valid=False with `reason` (keeping whatever else the status holds) unless it
+  // is there already. kInvalidSpec: the spec cannot run; kPodRejected: the API server
+  // refused a pod built from it (400/422), so the same round would fail again.
+  absl::Status MarkInvalid(const json& object, const absl::Status& why, const char* reason = kInvalidSpec) {
     const int64_t generation = Path(object, {"metadata", "generation"}) && (*Path(object, {"metadata", "generation"})).is_number()
                                    ? (*Path(object, {"metadata", "generation"})).get<int64_t>()
                                    : 0;
@@ -410,8 +450,15 @@ struct KubeMode::Impl final : public JobDirectory {
     if (const json* st = Path(object, {"status"}); st != nullptr && st->is_object() && st->contains("phase")) {
       if (auto parsed = JobStatusFromJson(st->dump()); parsed.ok()) status = *std::move(parsed);
     }
+    if (std::string(reason) == kPodRejected) {
+      // The job's controller may have written a newer status this round than the cache.
+      auto loaded = cluster->LoadStatus(MinimalJob(object));
+      if (!loaded.ok()) return loaded.status();
+      if (loaded->has_value()) status = **std::move(loaded);
+    }
     for (const Condition& c : status.conditions) {
-      if (c.type == "Valid" && c.status == "False" && c.message == message && c.observed_generation == generation) {
+      if (c.type == "Valid" && c.status == "False" && c.reason == reason && c.message == message &&
+          c.observed_generation == generation) {
         return absl::OkStatus();
       }
     }
@@ -421,12 +468,12 @@ struct KubeMode::Impl final : public JobDirectory {
       if (c.type != "Valid") continue;
       if (c.status != "False") c.last_transition_time = now;
       c.status = "False";
-      c.reason = "InvalidSpec";
+      c.reason = reason;
       c.message = message;
       c.observed_generation = generation;
       found = true;
     }
-    if (!found) status.conditions.push_back(Condition{"Valid", "False", "InvalidSpec", message, generation, now});
+    if (!found) status.conditions.push_back(Condition{"Valid", "False", reason, message, generation, now});
     status.observed_generation = generation;
     TrainingJob job = MinimalJob(object);
     return cluster->PersistStatus(job, status);
@@ -500,6 +547,9 @@ struct KubeMode::Impl final : public JobDirectory {
     json manifest = *object;
     manifest.erase("status");
     absl::StatusOr<TrainingJob> job = ParseTrainingJob(manifest.dump());
+    if (job.ok()) {
+      if (absl::Status s = ValidateForKubernetes(*job); !s.ok()) job = s;
+    }
     if (!job.ok()) {
       RemoveEntry(key);
       if (absl::Status s = MarkInvalid(*object, job.status()); !s.ok()) {
@@ -507,6 +557,20 @@ struct KubeMode::Impl final : public JobDirectory {
       } else {
         queue->Forget(key);
       }
+      return;
+    }
+    const std::string rejection_key = absl::StrCat(job->metadata.uid, "/", job->metadata.generation);
+    bool rejected_here = false;
+    {
+      absl::MutexLock lock(&jobs_mu);
+      auto it = rejected.find(key);
+      rejected_here = it != rejected.end() && it->second == rejection_key;
+      if (it != rejected.end() && !rejected_here) rejected.erase(it);
+    }
+    if (rejected_here || PodsRejected(*object, job->metadata.generation)) {
+      // This generation's pods were refused by the API server: wait for a spec change.
+      RemoveEntry(key);
+      queue->Forget(key);
       return;
     }
     JobEntry* entry = FindEntry(key);
@@ -554,6 +618,21 @@ struct KubeMode::Impl final : public JobDirectory {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const absl::Status error = entry->cluster->TakeError();
     metrics->ObserveReconcile(seconds, !error.ok());
+    if (absl::Status refusal = entry->cluster->TakeRejection(); !refusal.ok()) {
+      // Not retried: the same pod would be refused again. Pods already running are left
+      // alone; fixing the spec (a new generation) starts reconciling again.
+      RemoveEntry(key);
+      {
+        absl::MutexLock lock(&jobs_mu);
+        rejected[key] = absl::StrCat(job->metadata.uid, "/", job->metadata.generation);
+      }
+      if (absl::Status s = MarkInvalid(*object, refusal, kPodRejected); !s.ok()) {
+        queue->AddRateLimited(key);
+      } else {
+        queue->Forget(key);
+      }
+      return;
+    }
     if (!error.ok()) {
       queue->AddRateLimited(key);
       return;

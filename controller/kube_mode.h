@@ -8,8 +8,13 @@
 //     runs one round of that job's JobController (Start(run_loop=false) once, then
 //     ReconcileOnce()); a clean round is requeued after the plan's requeue delay (at most
 //     the resync period), a round with an API error with the per-key rate limiter;
-//   - invalid specs (ParseTrainingJob fails): status condition Valid=False with the
-//     parser's message, observedGeneration set, and no pods;
+//   - invalid specs (ParseTrainingJob or ValidateForKubernetes fails, e.g. a template
+//     without a container and no codeVersion.image, an nvidia.com/gpu limit other than
+//     gpusPerMachine): status condition Valid=False reason InvalidSpec with the message,
+//     observedGeneration set, and no pods;
+//   - a pod the API server refuses for good (400/422 on create): Valid=False reason
+//     PodRejected naming the pod and the server's message; the job is not reconciled
+//     again (no retry loop) until its spec changes; pods already running are left alone;
 //   - deletion: the finalizer peregrine.dev/teardown is added on first sight; once the
 //     job has a deletionTimestamp its pods (actives and standbys) are deleted with their
 //     grace period and the finalizer is removed, after which the API server's garbage

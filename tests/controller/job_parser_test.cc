@@ -66,6 +66,9 @@ TEST_CASE("ParseTrainingJob names the field and the reason", "[unit]") {
       {"max: 2", "max: 0", "spec.standby.max: must be >= min (1)"},
       {"dailyFailureRate: 0.02", "dailyFailureRate: 2", "spec.standby.dailyFailureRate: must be within [0, 1]"},
       {"name: demo", "name: Demo_Job", "metadata.name: 'Demo_Job' is not a DNS-1123 label"},
+      {"name: demo", "name: " + std::string(49, 'a'), "metadata.name: '" + std::string(49, 'a') +
+                                                          "' must start with a letter and have at most 48 characters"},
+      {"name: demo", "name: 7b-demo", "metadata.name: '7b-demo' must start with a letter"},
       {"command: [\"sim-trainer\", \"--steps\", \"10\"]", "command: sim-trainer", "spec.codeVersion.command: expected a list"},
       {"kind: TrainingJob", "kind: Job", "kind: 'Job' is not TrainingJob"},
       {"apiVersion: peregrine.dev/v1alpha1", "apiVersion: v1", "apiVersion: 'v1' is not peregrine.dev/v1alpha1"},

@@ -265,7 +265,18 @@ spec: {machines: "4", gpusPerMachine: 2, parallelism: {data: 8}, codeVersion: {c
   SECTION("name that is not a DNS-1123 label") {
     YAML::Node doc = Demo();
     doc["metadata"]["name"] = "demo.v2";
-    CHECK_THAT(Errors(doc), Catch::Contains("metadata.name must be a DNS-1123 label"));
+    CHECK_THAT(Errors(doc), Catch::Contains("metadata.name must be a DNS-1035 label"));
+  }
+  SECTION("name too long for the pod hostnames, or not starting with a letter") {
+    for (const std::string& name : {std::string(49, 'a'), std::string("7b-llm"), std::string("llm-")}) {
+      YAML::Node doc = Demo();
+      doc["metadata"]["name"] = name;
+      INFO(name);
+      CHECK_THAT(Errors(doc), Catch::Contains("metadata.name must be a DNS-1035 label of at most 48 characters"));
+    }
+    YAML::Node doc = Demo();
+    doc["metadata"]["name"] = std::string(48, 'a');
+    CHECK(Errors(doc) == "");
   }
   SECTION("fail-slow tiers out of order") {
     YAML::Node doc = Demo();

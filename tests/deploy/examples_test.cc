@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -90,6 +91,7 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
       if (job->metadata.namespace_.empty()) job->metadata.namespace_ = "default";
       job->metadata.uid = "uid-1";
 
+      CHECK(ValidateForKubernetes(*job).ok());
       PodToCreate active{ActivePodName(job->metadata.name, job->spec.machines - 1), PodRole::kActive,
                          job->spec.machines - 1};
       PodToCreate standby{absl::StrCat(job->metadata.name, "-s0"), PodRole::kStandby, -1};
@@ -148,6 +150,66 @@ TEST_CASE("BuildPod gives the trainer gpusPerMachine GPUs and rejects a conflict
       CHECK((requests.is_null() || !requests.contains(kGpuResource)));
     } else {
       CHECK(requests[kGpuResource] == c.want_request);
+    }
+  }
+}
+
+TEST_CASE("ValidateForKubernetes rejects jobs the schema admits but no cluster can run", "[unit]") {
+  struct Case {
+    const char* name;
+    std::function<void(TrainingJob&)> change;
+    const char* expected;  // "" when valid
+  };
+  const json trainer = {{"name", "trainer"}, {"image", "example.com/train:1"}};
+  const std::vector<Case> cases = {
+      {"valid", [](TrainingJob&) {}, ""},
+      {"no template, image from codeVersion", [](TrainingJob& j) { j.spec.template_json.clear(); }, ""},
+      {"no template and no image",
+       [](TrainingJob& j) {
+         j.spec.template_json.clear();
+         j.spec.code.image.clear();
+       },
+       "spec.template.spec.containers: the pod template needs a container"},
+      {"template without containers and no image",
+       [](TrainingJob& j) {
+         j.spec.template_json = R"({"spec": {"nodeSelector": {"gpu": "h100"}}})";
+         j.spec.code.image.clear();
+       },
+       "spec.template.spec.containers"},
+      {"container without image and no codeVersion.image",
+       [](TrainingJob& j) {
+         j.spec.template_json = R"({"spec": {"containers": [{"name": "trainer"}]}})";
+         j.spec.code.image.clear();
+       },
+       "spec.template.spec.containers[0].image: required"},
+      {"conflicting GPU limit",
+       [&](TrainingJob& j) {
+         json c = trainer;
+         c["resources"] = {{"limits", {{"nvidia.com/gpu", 8}}}};
+         j.spec.template_json = json{{"spec", {{"containers", json::array({c})}}}}.dump();
+       },
+       "resources.limits.nvidia.com/gpu: 8 conflicts with spec.gpusPerMachine = 4"},
+      {"template not an object", [](TrainingJob& j) { j.spec.template_json = "[1]"; }, "spec.template: not a JSON object"},
+      {"name too long for the pod hostnames", [](TrainingJob& j) { j.metadata.name = std::string(49, 'a'); },
+       "metadata.name: '" },
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    TrainingJob job;
+    job.metadata.name = "llm";
+    job.metadata.namespace_ = "ml";
+    job.spec.machines = 2;
+    job.spec.gpus_per_machine = 4;
+    job.spec.code.image = "example.com/train:2";
+    job.spec.code.command = {"train"};
+    job.spec.template_json = json{{"spec", {{"containers", json::array({trainer})}}}}.dump();
+    c.change(job);
+    const absl::Status s = ValidateForKubernetes(job);
+    if (std::string(c.expected).empty()) {
+      CHECK(s.ok());
+    } else {
+      CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+      CHECK_THAT(std::string(s.message()), Catch::Contains(c.expected));
     }
   }
 }

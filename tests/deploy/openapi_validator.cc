@@ -115,13 +115,18 @@ std::optional<double> NumberField(const YAML::Node& self, const char* key) {
 
 const std::map<std::string, CelRule>& CelRules() {
   static const auto* rules = new std::map<std::string, CelRule>{
-      // Root: metadata.name is a DNS-1123 label (the server already enforces a
-      // DNS-1123 subdomain, so "at most 63 characters and no dot" is the difference).
-      {"size(self.metadata.name) <= 63 && !self.metadata.name.contains('.')",
+      // Root: metadata.name is a DNS-1035 label of at most 48 characters (it names the
+      // Service; pod hostnames <job>-m<slot>-<serial> must stay within 63).
+      {"size(self.metadata.name) <= 48 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
        [](const YAML::Node& self) -> std::optional<bool> {
          if (!self["metadata"] || !self["metadata"]["name"]) return std::nullopt;
          const std::string name = self["metadata"]["name"].Scalar();
-         return name.size() <= 63 && name.find('.') == std::string::npos;
+         if (name.empty() || name.size() > 48 || name.front() < 'a' || name.front() > 'z') return false;
+         if (name.back() == '-') return false;
+         for (char c : name) {
+           if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+         }
+         return true;
        }},
       // spec: the TP x PP x DP product covers every GPU exactly.
       {"self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.data == "

@@ -10,13 +10,18 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
 #include "controller/job_state.h"
 #include "controller/kube_mode.h"
 #include "controller/peregrinectl.h"
 #include "controller/status_json.h"
+#include "tests/deploy/openapi_validator.h"
 #include "tests/kube_e2e/harness.h"
 
 namespace peregrine::e2e {
@@ -423,10 +428,25 @@ TEST_CASE("a 100-machine job converges with a bounded number of API calls", "[in
   CHECK(st.slots.size() == kMachines);
 }
 
-TEST_CASE("an invalid TrainingJob gets Valid=False and no pods", "[integration]") {
+// The CRD's schema, as the API server would apply it (the deploy suite's validator).
+std::vector<std::string> SchemaErrors(const json& manifest) {
+  const YAML::Node crd = YAML::LoadFile(PEREGRINE_SOURCE_DIR "/crds/peregrine.dev_trainingjobs.yaml");
+  YAML::Node doc = YAML::Load(manifest.dump());
+  return ValidateAgainstSchema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], doc);
+}
+
+TEST_CASE("a TrainingJob the schema admits but no cluster can run gets Valid=False and no pods",
+          "[integration]") {
   Env env;
   env.StartController();
-  env.Submit(JobManifest("bad", 2, /*data_parallel=*/3));
+  // gpusPerMachine 1, but the template's trainer asks for 2 GPUs: the schema cannot see
+  // inside the pod template, the controller can.
+  json manifest = JobManifest("bad", 2);
+  manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {{"limits", {{"nvidia.com/gpu", 2}}}};
+  const std::vector<std::string> schema_errors = SchemaErrors(manifest);
+  INFO(absl::StrJoin(schema_errors, "\n"));
+  REQUIRE(schema_errors.empty());
+  env.Submit(manifest);
   REQUIRE(env.WaitStatus("bad", [](const JobStatus& st) {
     const Condition* c = FindCondition(st, "Valid");
     return c != nullptr && c->status == "False";
@@ -434,16 +454,52 @@ TEST_CASE("an invalid TrainingJob gets Valid=False and no pods", "[integration]"
   auto st = *env.Status("bad");
   const Condition* c = FindCondition(st, "Valid");
   CHECK(c->reason == "InvalidSpec");
-  CHECK(absl::StrContains(c->message, "parallelism"));
+  CHECK_THAT(c->message, Catch::Contains("nvidia.com/gpu: 2 conflicts with spec.gpusPerMachine = 1"));
   CHECK(st.phase == JobPhase::kPending);
   CHECK(env.server.RequestCountForTest("create", "pods") == 0);
   // Fixing the spec lets it start.
   auto obj = env.server.GetForTest(kJobs, kNs, "bad");
   REQUIRE(obj.ok());
   auto fixed = *obj;
-  fixed["spec"]["parallelism"]["data"] = 2;
+  fixed["spec"]["template"]["spec"]["containers"][0].erase("resources");
   REQUIRE(env.client->Update(TrainingJobsPath(kNs), "bad", fixed).ok());
   CHECK(env.WaitStatus("bad", [](const JobStatus& s) {
+    const Condition* v = FindCondition(s, "Valid");
+    return v != nullptr && v->status == "True";
+  }));
+  CHECK(Eventually([&] { return env.server.RequestCountForTest("create", "pods") >= 2; }));
+}
+
+TEST_CASE("a pod the API server refuses with 422 becomes Valid=False PodRejected, not a retry loop",
+          "[integration]") {
+  Env env;
+  env.StartController();
+  // An admission webhook or a pod-level rule the controller cannot know: 422 Invalid.
+  env.server.FailNextRequestsForTest("create", "pods", 1, 422);
+  env.Submit(JobManifest("refused", 2));
+  REQUIRE(env.WaitStatus("refused", [](const JobStatus& st) {
+    const Condition* c = FindCondition(st, "Valid");
+    return c != nullptr && c->status == "False";
+  }));
+  const JobStatus refused = *env.Status("refused");
+  const Condition* c = FindCondition(refused, "Valid");
+  CHECK(c->reason == "PodRejected");
+  CHECK_THAT(c->message, Catch::Contains("cannot be created") && Catch::Contains("422"));
+  // The first create was refused; the round stopped there and nothing was retried,
+  // also across the resync period (2 s) and the status writes that wake the job.
+  const int creates = env.server.RequestCountForTest("create", "pods");
+  CHECK(creates >= 1);
+  REQUIRE(env.client->MergePatch(TrainingJobsPath(kNs), "refused", json{{"metadata", {{"labels", {{"touched", "1"}}}}}})
+              .ok());  // an informer event that is not a spec change
+  // Absence cannot be waited on: watch for a retry over 3 s, longer than the resync
+  // (2 s) and than many rounds of the old 5 ms-doubling retry. A slow machine can only
+  // make this pass without a retry, never fail a correct controller.
+  CHECK_FALSE(Eventually([&] { return env.server.RequestCountForTest("create", "pods") > creates; },
+                         absl::Seconds(3)));
+  // A spec change (new generation) tries again, and this time the server accepts.
+  REQUIRE(env.client->MergePatch(TrainingJobsPath(kNs), "refused", json{{"spec", {{"faultTolerance", {{"restartGraceSeconds", 2}}}}}})
+              .ok());
+  CHECK(env.WaitStatus("refused", [](const JobStatus& s) {
     const Condition* v = FindCondition(s, "Valid");
     return v != nullptr && v->status == "True";
   }));
@@ -458,7 +514,8 @@ TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]"
   // The job's metric series are live while it runs ...
   const std::string series = "job=\"gone\",namespace=\"train\"";
   REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_job_last_completed_step{" + series); }));
-  CHECK(absl::StrContains(Scrape(*mode), "peregrine_jobs{phase=\"Running\"} 1"));
+  // The metrics follow the status write within the same round: wait for them.
+  CHECK(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_jobs{phase=\"Running\"} 1"); }));
   REQUIRE(env.client->Delete(TrainingJobsPath(kNs), "gone").ok());
   REQUIRE(Eventually([&] { return !env.server.GetForTest(kJobs, kNs, "gone").ok(); }));
   CHECK(Eventually([&] {
