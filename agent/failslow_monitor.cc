@@ -410,10 +410,27 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
     ++stats_.iterations;
     r.last_iteration_seconds = seconds;
     if (s.pattern_epoch != r.pattern_epoch) {
-      // A new period: its first iterations are a new warm-up (the detector keeps its state).
+      // A new period (a reconfiguration, a new model phase): its iterations are not
+      // comparable with the old ones, so the series starts over: a new warm-up and a new
+      // detector whose baseline is the new level. An open slowdown cannot be followed
+      // into the new series; it is closed here (at the new series' start) so the
+      // controller does not wait for an end that would never come.
       r.pattern_epoch = s.pattern_epoch;
       auto fresh = IterationWarmup::Create(options_.warmup);  // options validated in Create
       if (fresh.ok()) r.warmup.emplace(std::move(*fresh));
+      const bool was_slow = r.detector->in_slowdown();
+      auto detector = FailSlowDetector::Create(options_.detector);
+      if (detector.ok()) r.detector.emplace(std::move(*detector));
+      r.sample_starts.clear();
+      r.first_sample_index = 0;
+      ++stats_.series_restarts;
+      if (was_slow && r.global_rank >= 0) {
+        v1::FailSlowEvent w;
+        w.set_global_rank(static_cast<uint32_t>(r.global_rank));
+        w.set_kind(v1::FailSlowEvent::KIND_SLOWDOWN_END);
+        w.set_onset_time(s.start_ns + offset);
+        out.push_back(std::move(w));
+      }
     }
     if (!r.warmup->Accept(seconds)) {
       ++stats_.warmup_iterations;
@@ -426,8 +443,14 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
     }
     FailSlowUpdate update = r.detector->Update(seconds);
     for (const FailSlowEvent& e : update.events) {
+      if (r.global_rank < 0) {
+        // A process without RANK cannot be named; reporting it as rank 0 would blame
+        // rank 0. Counted instead.
+        ++stats_.unranked_events;
+        continue;
+      }
       v1::FailSlowEvent w;
-      w.set_global_rank(static_cast<uint32_t>(std::max(r.global_rank, 0)));
+      w.set_global_rank(static_cast<uint32_t>(r.global_rank));
       w.set_kind(ToWire(e.kind));
       const int64_t at = e.index - r.first_sample_index;
       const int64_t start = at >= 0 && at < static_cast<int64_t>(r.sample_starts.size())
@@ -456,12 +479,13 @@ void FailSlowMonitor::AttachDuration(Ring& r, const CallRef& call, int64_t durat
 void FailSlowMonitor::FillCommProfiles(google::protobuf::RepeatedPtrField<v1::CommProfile>* out) const {
   if (!profiling_) return;
   for (const auto& [path, r] : rings_) {
+    if (r->global_rank < 0) continue;  // cannot be placed in the layout (no RANK)
     for (const auto& [comm_id, w] : r->windows) {
       v1::CommProfile* p = out->Add();
       p->set_comm_id(comm_id);
       p->set_rank_in_comm(static_cast<uint32_t>(std::max(w.rank_in_comm, 0)));
       p->set_comm_size(static_cast<uint32_t>(std::max(w.comm_size, 0)));
-      p->set_global_rank(static_cast<uint32_t>(std::max(r->global_rank, 0)));
+      p->set_global_rank(static_cast<uint32_t>(r->global_rank));
       for (const auto& [call_index, c] : w.collectives) {
         if (c.duration_ns < 0) continue;  // not completed yet
         v1::CollectiveTiming* t = p->add_collectives();

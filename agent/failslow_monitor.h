@@ -60,7 +60,9 @@ void AddNcclHookEnvironment(const std::string& hook_path, const std::string& rin
 // ranks of a restarted job still starting on the same (loaded) machine, a period detected
 // on calls buffered during start-up. A series starts when a training process starts (its
 // ring opens: a new attempt, a restart in place, a standby activation), on Reset(), and
-// when the iteration tracker detects a new period (pattern_epoch changes). Its samples
+// when the iteration tracker detects a new period (pattern_epoch changes; the detector
+// restarts too, so a reconfiguration that lengthens iterations is a new baseline, not a
+// fail-slow, and an open slowdown is closed with a SLOWDOWN_END). Its samples
 // are dropped until:
 //  - at least min_iterations (default 20) have been dropped, and
 //  - the level has settled: the median of the last `window` (8) dropped samples is within
@@ -130,6 +132,9 @@ struct FailSlowMonitorStats {
   uint64_t warmup_iterations = 0;  // dropped by the warm-up rule (in `iterations` too)
   uint64_t events = 0;
   uint64_t ring_failures = 0;      // processes that run without a ring (see TakeRingFailures)
+  uint64_t series_restarts = 0;    // a new period was detected: warm-up and detector restarted
+  uint64_t unranked_events = 0;    // changes of processes without RANK, not reported
+
 };
 
 // A rank's tracking state, for status and tests.
@@ -150,6 +155,8 @@ class FailSlowMonitor {
   ~FailSlowMonitor();
 
   // Reads every ring; returns the verified changes found since the last call, in order.
+  // A process without RANK (global rank -1) is tracked (Ranks()) but its changes and
+  // profiles are not reported: it cannot be named (stats().unranked_events counts them).
   // `unix_now_ns` and `monotonic_now_ns` are read together by the caller and convert the
   // hook's CLOCK_MONOTONIC times to Unix time.
   std::vector<v1::FailSlowEvent> Poll(int64_t unix_now_ns, int64_t monotonic_now_ns);

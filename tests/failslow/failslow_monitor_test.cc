@@ -49,7 +49,8 @@ class TempDir {
 class TrainerRing {
  public:
   TrainerRing(const std::string& dir, int rank) {
-    path_ = dir + "/peregrine-nccl-r" + std::to_string(rank) + "-p" + std::to_string(getpid()) + ".ring";
+    path_ = dir + "/peregrine-nccl-r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + "-p" +
+            std::to_string(getpid()) + ".ring";
     bytes_ = ring::RingBytes(kCapacity);
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     REQUIRE(fd >= 0);
@@ -61,6 +62,15 @@ class TrainerRing {
   }
   ~TrainerRing() { ::munmap(base_, bytes_); }
 
+  // One iteration of another pattern (6 calls: a reconfigured job) starting at `start_ns`.
+  void IterationB(int64_t start_ns) {
+    Call(start_ns, 11, 2000, ring::kOpAllReduce);
+    Call(start_ns + 1 * kMs, 14, 512, ring::kOpReduceScatter);
+    Call(start_ns + 2 * kMs, 14, 512, ring::kOpAllGather);
+    Call(start_ns + 3 * kMs, 12, 256, ring::kOpAllGather);
+    Call(start_ns + 4 * kMs, 13, 64, ring::kOpSend);
+    Call(start_ns + 5 * kMs, 13, 64, ring::kOpRecv);
+  }
   // One iteration of a 4-call pattern starting at `start_ns`.
   void Iteration(int64_t start_ns) {
     Call(start_ns, 11, 1000, ring::kOpAllReduce);
@@ -459,6 +469,85 @@ TEST_CASE("monitor numbers sends and recvs per peer and collectives apart from t
   std::vector<std::tuple<std::string, uint64_t, int>> got;
   for (const v1::CollectiveTiming& t : profiles[0].collectives()) got.emplace_back(t.op(), t.sequence(), t.peer());
   CHECK(got == std::vector<std::tuple<std::string, uint64_t, int>>{{"send", 1, 1}, {"recv", 0, 1}, {"allreduce", 0, -1}});
+}
+
+}  // namespace
+}  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+// `a` iterations of the 4-call pattern at 100 ms, then `b` of the 6-call pattern at
+// `b_ms`, polled every 10 iterations.
+Run Reconfigure(int a, int b, double b_ms, int rank) {
+  TempDir dir;
+  FailSlowMonitorOptions options;
+  options.ring_dir = dir.path();
+  auto monitor = FailSlowMonitor::Create(options);
+  REQUIRE(monitor.ok());
+  TrainerRing r(dir.path(), rank);
+  Run run;
+  int64_t t = 5'000 * kMs;
+  for (int i = 0; i < a + b; ++i) {
+    if (i < a) {
+      r.Iteration(t);
+      t += static_cast<int64_t>(100 * Noise(i) * kMs);
+    } else {
+      r.IterationB(t);
+      t += static_cast<int64_t>(b_ms * Noise(i) * kMs);
+    }
+    if (i % 10 == 9) {
+      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+    }
+  }
+  r.IterationB(t);
+  for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+  run.stats = (*monitor)->stats();
+  run.ranks = (*monitor)->Ranks();
+  return run;
+}
+
+TEST_CASE("a reconfiguration that lengthens iterations is a new baseline, not a fail-slow", "[unit]") {
+  const Run run = Reconfigure(150, 250, 150, 2);
+  INFO("events " << run.events.size() << ", restarts " << run.stats.series_restarts);
+  CHECK(run.stats.series_restarts >= 2);  // the first period, then the new one
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].period == 6);
+  CHECK(!run.ranks[0].in_slowdown);
+  CHECK(run.events.empty());
+  // The same new level without a new pattern is a fail-slow: the detector does see +50%.
+  std::vector<double> same_pattern;
+  for (int i = 0; i < 400; ++i) same_pattern.push_back((i < 150 ? 100.0 : 150.0) * Noise(i));
+  const Run slow = Feed(FailSlowMonitorOptions{}, same_pattern);
+  REQUIRE(!slow.events.empty());
+  CHECK(slow.events[0].kind() == v1::FailSlowEvent::KIND_SLOWDOWN_START);
+}
+
+TEST_CASE("a process without RANK is tracked but never reported as a rank", "[unit]") {
+  TempDir dir;
+  FailSlowMonitorOptions options;
+  options.ring_dir = dir.path();
+  auto monitor = FailSlowMonitor::Create(options);
+  REQUIRE(monitor.ok());
+  (*monitor)->SetMode(/*profiling=*/true, /*trap=*/false);
+  TrainerRing r(dir.path(), -1);
+  std::vector<v1::FailSlowEvent> events;
+  int64_t t = 5'000 * kMs;
+  for (int i = 0; i < 400; ++i) {
+    r.Iteration(t);
+    t += static_cast<int64_t>((i < 150 ? 100.0 : 150.0) * Noise(i) * kMs);
+    if (i % 10 == 9) {
+      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) events.push_back(e);
+    }
+  }
+  CHECK(events.empty());
+  CHECK((*monitor)->stats().unranked_events >= 1);  // the slowdown was seen, not reported
+  REQUIRE((*monitor)->Ranks().size() == 1);
+  CHECK((*monitor)->Ranks()[0].global_rank == -1);
+  CHECK((*monitor)->Ranks()[0].in_slowdown);
+  google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
+  (*monitor)->FillCommProfiles(&profiles);
+  CHECK(profiles.empty());
 }
 
 }  // namespace
