@@ -217,11 +217,15 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   // Slow ranks of the current attempt.
   std::vector<int> slow_ranks;
   int64_t onset = 0;
+  int64_t recovery = 0;  // the latest recovery onset the agents reported
   double severity = 0, healthy = 0, slow_level = 0;
   for (const AgentObservation& a : in.agents) {
     if (!CurrentActive(a, in.attempt)) continue;
     for (const auto& [rank, fs] : a.fail_slow) {
-      if (!fs.slow) continue;
+      if (!fs.slow) {
+        recovery = std::max(recovery, fs.ended_at);
+        continue;
+      }
       slow_ranks.push_back(rank);
       if (onset == 0 || (fs.onset != 0 && fs.onset < onset)) onset = fs.onset;
       if (fs.severity >= severity) {
@@ -261,12 +265,14 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
       open->slow_iteration_seconds = slow_level;
     }
   } else if (open != nullptr && slow_ranks.empty()) {
-    open->ended_at = now;
+    // The end is when the iterations recovered (the agents' change point), not when the
+    // controller heard of it; `now` only when no rank reported a usable recovery onset.
+    open->ended_at = recovery > open->onset && recovery <= now ? recovery : now;
     open->state = "Recovered";
     d.events.push_back(JobEvent{
         "Normal", "FailSlowRecovered",
         absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
-                        static_cast<double>(now - open->onset) / 1e9,
+                        static_cast<double>(open->ended_at - open->onset) / 1e9,
                         open->kind.empty() ? " (never localized)"
                                            : absl::StrCat(" (", open->kind, ": ",
                                                           open->kind == "communication"

@@ -20,8 +20,9 @@
 //    finding (ranks = every slow rank), both a "compute+communication" finding (ranks =
 //    the slow ranks, group = the congested groups); machines = the machines of the slow
 //    ranks and groups. Without a verdict the comparison is retried on the next profiles;
-//  - recovery: when no rank is slow any more the finding ends (Recovered, ended_at) and
-//    profiling is switched off.
+//  - recovery: when no rank is slow any more the finding ends (Recovered; ended_at = the
+//    latest recovery onset the agents reported, `now` when none is usable) and profiling
+//    is switched off.
 // The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold
 // "mitigate", else "replace". Mitigation is not decided here. Findings are bounded
 // (kMaxFailSlowFindings, oldest dropped).

@@ -127,3 +127,59 @@ TEST_CASE("FailSlowPolicy pairs pipeline sends with their recvs across 4 stages 
 
 }  // namespace
 }  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("FailSlowPolicy ends a finding at the recovery onset the agents reported", "[unit]") {
+  auto layout_or = ParallelLayout::Create(/*tensor=*/2, /*pipeline=*/1, /*data=*/2, /*gpus=*/2);
+  REQUIRE(layout_or.ok());
+  const ParallelLayout& layout = *layout_or;
+  FailSlowPolicyInput in;
+  in.job_name = "j";
+  in.layout = &layout;
+  in.attempt = 1;
+  for (int m = 0; m < layout.machines(); ++m) {
+    in.slot_machines.push_back(std::to_string(10 + m));
+    AgentObservation a;
+    a.pod = "j-m" + std::to_string(m);
+    a.connected = true;
+    a.attempt = 1;
+    a.acked_attempt = 1;
+    in.agents.push_back(a);
+  }
+  RankFailSlowObservation& fs = in.agents[1].fail_slow[2];
+  fs.slow = true;
+  fs.onset = kNow - 60'000 * kMs;
+  fs.severity = 0.5;
+  FailSlowDecision opened = DecideFailSlow(in, kNow - 50'000 * kMs);
+  REQUIRE(opened.findings.size() == 1);
+  in.findings = opened.findings;
+  in.next_finding_id = opened.next_finding_id;
+
+  struct Case {
+    const char* name;
+    int64_t reported_end;
+    int64_t want_end;
+  };
+  const Case cases[] = {
+      {"reported onset", kNow - 20'000 * kMs, kNow - 20'000 * kMs},
+      {"none reported", 0, kNow},
+      {"before the onset (bad input)", kNow - 70'000 * kMs, kNow},
+      {"in the future (bad input)", kNow + 1, kNow},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    FailSlowPolicyInput recovered = in;
+    RankFailSlowObservation& r = recovered.agents[1].fail_slow[2];
+    r.slow = false;
+    r.ended_at = c.reported_end;
+    FailSlowDecision d = DecideFailSlow(recovered, kNow);
+    REQUIRE(d.findings.size() == 1);
+    CHECK(d.findings[0].state == "Recovered");
+    CHECK(d.findings[0].ended_at == c.want_end);
+  }
+}
+
+}  // namespace
+}  // namespace peregrine

@@ -98,6 +98,18 @@ void PrintLatency(const char* what, const FailSlowFinding& f, uint64_t step_at_i
   std::fflush(stdout);
 }
 
+// The finding ends at the recovery onset the agents reported: the first healthy
+// iteration, which may have started up to one slow iteration before the fault was
+// cleared (the clear lands mid-iteration), and never later than when it was observed.
+void CheckRecoveryOnset(const FailSlowFinding& f, int64_t cleared_at, int64_t observed_at) {
+  INFO("ended_at " << f.ended_at << ", cleared_at " << cleared_at << ", slow iteration "
+                   << f.slow_iteration_seconds << " s");
+  CHECK(f.state == "Recovered");
+  CHECK(f.ended_at >= cleared_at - static_cast<int64_t>(f.slow_iteration_seconds * 1e9) - 1);
+  CHECK(f.ended_at <= observed_at);
+  CHECK(f.ended_at > f.onset);
+}
+
 TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its recovery", "[e2e]") {
   TempDir dir;
   auto started = LocalMode::Start(FailSlowJob(), Options(dir.path()));
@@ -165,8 +177,8 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   CHECK(after.fail_slows.size() == 1);
   CHECK(r.state == "Recovered");
   CHECK(r.kind == "compute");
-  CHECK(r.ended_at >= cleared_at);
-  std::printf("[failslow_e2e] compute recovery reported %.2f s after the fault was cleared\n",
+  CheckRecoveryOnset(r, cleared_at, UnixNow());
+  std::printf("[failslow_e2e] compute recovery onset %.2f s after the fault was cleared\n",
               static_cast<double>(r.ended_at - cleared_at) / 1e9);
   const std::string timeline = TimelineText(*mode.mode);
   CHECK_THAT(timeline, Catch::Contains("FailSlowDetected"));
@@ -242,6 +254,24 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   for (const std::string& l : want_links) CHECK(slow_links.count(l) == 1);
   CHECK(validated.attempt == before.attempt);
   PrintValidation("communication, link delayed 20 ms per message", v);
+
+  // The link recovers: the finding ends at the reported recovery onset.
+  FaultRequest clear;
+  clear.kind = "clear";
+  const int64_t cleared_at = UnixNow();
+  REQUIRE(mode->Inject(clear).ok());
+  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
+    return Latest(s) != nullptr && Latest(s)->ended_at != 0;
+  }, 180));
+  const JobStatus after = mode->controller().Snapshot();
+  const FailSlowFinding& r = *Latest(after);
+  CHECK(after.fail_slows.size() == 1);
+  CHECK(r.kind == "communication");
+  CheckRecoveryOnset(r, cleared_at, UnixNow());
+  CHECK_THAT(TimelineText(*mode.mode), Catch::Contains("FailSlowRecovered"));
+  CHECK(after.incidents.empty());
+  std::printf("[failslow_e2e] link recovery onset %.2f s after the fault was cleared\n",
+              static_cast<double>(r.ended_at - cleared_at) / 1e9);
 }
 
 // Waits for a localized (or ended) finding after `faults` were injected at step 50.
