@@ -258,6 +258,9 @@ struct PodObservation {
   bool running = false;  // the pod's processes are alive
   bool failed = false;   // the pod terminated or its machine is gone
   std::string reason;    // why it failed ("process group exited with signal 9", "node NotReady")
+  // Why a pod that is neither running nor failed cannot start, as the cluster shows it
+  // ("ImagePullBackOff: ...", "Unschedulable: ..."); empty while nothing is wrong.
+  std::string waiting_reason;
 };
 
 enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };

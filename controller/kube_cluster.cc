@@ -4,10 +4,12 @@
 #include <cctype>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -139,6 +141,36 @@ absl::Status SetGpuLimit(const TrainingJob& job, json& trainer) {
   return absl::OkStatus();
 }
 
+// Why a Pending pod cannot start, or "" when it is just on its way (ContainerCreating,
+// PodInitializing, waiting to be scheduled without a verdict yet).
+std::string StuckReason(const json& pod) {
+  static const std::set<std::string>* const kStuck = new std::set<std::string>{
+      "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
+      "RunContainerError"};
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    const json* statuses = Path(pod, {"status", list});
+    if (statuses == nullptr || !statuses->is_array()) continue;
+    for (const json& cs : *statuses) {
+      const json* waiting = Path(cs, {"state", "waiting"});
+      if (waiting == nullptr || !waiting->is_object()) continue;
+      const std::string reason = Str(*waiting, "reason");
+      if (!kStuck->count(reason)) continue;
+      const std::string message = Str(*waiting, "message");
+      return absl::StrCat(reason, " (container ", Str(cs, "name"), ")", message.empty() ? "" : ": ",
+                          message.substr(0, 200));
+    }
+  }
+  if (const json* conds = Path(pod, {"status", "conditions"}); conds && conds->is_array()) {
+    for (const json& c : *conds) {
+      if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False" && Str(c, "reason") == "Unschedulable") {
+        const std::string message = Str(c, "message");
+        return absl::StrCat("Unschedulable", message.empty() ? "" : ": ", message.substr(0, 200));
+      }
+    }
+  }
+  return "";
+}
+
 std::string NewToken() {
   std::random_device rd;
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
@@ -265,6 +297,65 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   return json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(meta)}, {"spec", std::move(spec)}};
 }
 
+PodObservation ObservePod(const json& pod, const json* node, absl::Time now, absl::Duration standby_pending_timeout) {
+  PodObservation obs;
+  obs.name = Str(pod["metadata"], "name");
+  const json* node_name = Path(pod, {"spec", "nodeName"});
+  obs.machine_id = node_name && node_name->is_string() ? node_name->get<std::string>() : "";
+  const json* phase_json = Path(pod, {"status", "phase"});
+  const std::string phase = phase_json && phase_json->is_string() ? phase_json->get<std::string>() : "Pending";
+  if (phase == "Failed" || phase == "Succeeded") {
+    obs.failed = true;
+    obs.reason = TerminationReason(pod, phase);
+  } else if (phase == "Running") {
+    obs.running = true;
+  }
+  if (!obs.machine_id.empty() && !obs.failed && node != nullptr) {
+    const std::string ready = NodeReady(*node);
+    if (ready == "False" || ready == "Unknown") {
+      obs.running = false;
+      obs.failed = true;
+      obs.reason = absl::StrCat("node ", obs.machine_id, " NotReady");
+    }
+  }
+  if (obs.running || obs.failed) return obs;
+  obs.waiting_reason = StuckReason(pod);
+  if (obs.waiting_reason.empty()) return obs;
+  const json* role = Path(pod, {"metadata", "labels", kRoleLabel});
+  const json* created = Path(pod, {"metadata", "creationTimestamp"});
+  absl::Time created_at;
+  std::string parse_error;
+  if (role == nullptr || *role != "standby" || created == nullptr || !created->is_string() ||
+      !absl::ParseTime(absl::RFC3339_full, created->get<std::string>(), &created_at, &parse_error)) {
+    return obs;
+  }
+  const absl::Duration pending = now - created_at;
+  if (pending >= standby_pending_timeout) {
+    obs.failed = true;
+    obs.reason = absl::StrCat("stuck Pending for ", absl::FormatDuration(absl::Trunc(pending, absl::Seconds(1))),
+                              ": ", obs.waiting_reason);
+    obs.machine_id.clear();  // an image or scheduling problem is not the node's fault
+  }
+  return obs;
+}
+
+std::string StuckPodsMessage(const std::vector<PodObservation>& pods) {
+  constexpr int kMaxListed = 5;
+  std::vector<std::string> parts;
+  int more = 0;
+  for (const PodObservation& p : pods) {
+    if (p.waiting_reason.empty()) continue;
+    if (static_cast<int>(parts.size()) < kMaxListed) {
+      parts.push_back(absl::StrCat(p.name, ": ", p.waiting_reason));
+    } else {
+      ++more;
+    }
+  }
+  std::string out = absl::StrJoin(parts, "; ");
+  if (more > 0) absl::StrAppend(&out, "; and ", more, " more");
+  return out;
+}
+
 absl::Status ValidateForKubernetes(const TrainingJob& job) {
   if (job.metadata.name.size() > static_cast<size_t>(kMaxJobNameLength)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -329,6 +420,7 @@ absl::Status KubeCluster::DeletePod(const TrainingJob& job, const std::string& n
 absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const TrainingJob& job) {
   if (!pods_->HasSynced()) return absl::UnavailableError("the pod cache has not synced yet");
   std::vector<PodObservation> out;
+  const absl::Time now = absl::Now();
   for (const kube::ObjectPtr& pod : pods_->ByIndex(kPodsByJobIndex, absl::StrCat(job.metadata.namespace_, "/",
                                                                                    job.metadata.name))) {
     if (const json* ts = Path(*pod, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) continue;
@@ -338,31 +430,27 @@ absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const Training
       for (const json& r : *refs) owned = owned || Str(r, "uid") == job.metadata.uid;
       if (!owned) continue;
     }
-    PodObservation obs;
-    obs.name = Str((*pod)["metadata"], "name");
-    const json* node = Path(*pod, {"spec", "nodeName"});
-    obs.machine_id = node && node->is_string() ? node->get<std::string>() : "";
-    const json* phase_json = Path(*pod, {"status", "phase"});
-    const std::string phase = phase_json && phase_json->is_string() ? phase_json->get<std::string>() : "Pending";
-    if (phase == "Failed" || phase == "Succeeded") {
-      obs.failed = true;
-      obs.reason = TerminationReason(*pod, phase);
-    } else if (phase == "Running") {
-      obs.running = true;
+    kube::ObjectPtr node;
+    if (const json* n = Path(*pod, {"spec", "nodeName"}); n && n->is_string() && !n->get<std::string>().empty()) {
+      node = nodes_->Get(n->get<std::string>());
     }
-    if (!obs.machine_id.empty() && !obs.failed) {
-      if (kube::ObjectPtr n = nodes_->Get(obs.machine_id); n != nullptr) {
-        const std::string ready = NodeReady(*n);
-        if (ready == "False" || ready == "Unknown") {
-          obs.running = false;
-          obs.failed = true;
-          obs.reason = absl::StrCat("node ", obs.machine_id, " NotReady");
-        }
-      }
-    }
-    out.push_back(std::move(obs));
+    out.push_back(ObservePod(*pod, node.get(), now, options_.standby_pending_timeout));
   }
+  absl::MutexLock lock(&stuck_mu_);
+  stuck_[absl::StrCat(job.metadata.namespace_, "/", job.metadata.name)].seen = StuckPodsMessage(out);
   return out;
+}
+
+void KubeCluster::ForgetJob(const TrainingJob& job) {
+  absl::MutexLock lock(&stuck_mu_);
+  stuck_.erase(absl::StrCat(job.metadata.namespace_, "/", job.metadata.name));
+}
+
+bool KubeCluster::StuckPodsChanged(const TrainingJob& job) {
+  absl::MutexLock lock(&stuck_mu_);
+  auto it = stuck_.find(absl::StrCat(job.metadata.namespace_, "/", job.metadata.name));
+  if (it == stuck_.end()) return false;
+  return it->second.written_once ? it->second.seen != it->second.written : !it->second.seen.empty();
 }
 
 std::vector<std::string> KubeCluster::CachedPodNames(const TrainingJob& job) {
@@ -399,7 +487,41 @@ absl::Status KubeCluster::RecordEvent(const TrainingJob& job, const JobEvent& ev
                          event.reason, event.message);
 }
 
-absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus& status) {
+absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus& engine_status) {
+  JobStatus status = engine_status;
+  const std::string key = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
+  std::string stuck_message;
+  int64_t since_ns = 0;
+  {
+    absl::MutexLock lock(&stuck_mu_);
+    const StuckState& st = stuck_[key];
+    stuck_message = st.seen;
+    const bool stuck = !stuck_message.empty();
+    since_ns = st.written_once && st.stuck == stuck ? st.since_ns : absl::ToUnixNanos(absl::Now());
+    // A condition already in the status (a restarted controller) keeps its time.
+    for (const Condition& c : status.conditions) {
+      if (!st.written_once && c.type == kPodsStuckCondition && (c.status == "True") == stuck) {
+        since_ns = c.last_transition_time;
+      }
+    }
+  }
+  const bool stuck = !stuck_message.empty();
+  // The reason is the first stuck pod's ("<pod>: <Reason> ...").
+  std::string reason = "NoStuckPods";
+  if (stuck) {
+    const size_t start = stuck_message.find(": ") + 2;
+    reason = stuck_message.substr(start, stuck_message.find_first_of(" :;", start) - start);
+  }
+  Condition cond{kPodsStuckCondition, stuck ? "True" : "False", reason,
+                 stuck ? stuck_message : "no pod of the job is stuck", job.metadata.generation, since_ns};
+  bool found = false;
+  for (Condition& c : status.conditions) {
+    if (c.type == kPodsStuckCondition) {
+      c = cond;
+      found = true;
+    }
+  }
+  if (!found) status.conditions.push_back(cond);
   json body = json::parse(JobStatusToJson(status), nullptr, false);
   if (body.is_discarded()) return absl::InternalError("JobStatusToJson produced invalid JSON");
   if (auto s = CheckMayWrite("write status"); !s.ok()) return s;
@@ -415,7 +537,14 @@ absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus&
         object["status"] = body;
         return absl::OkStatus();
       });
-  return written.status();
+  if (!written.ok()) return written.status();
+  absl::MutexLock lock(&stuck_mu_);
+  StuckState& st = stuck_[key];
+  st.written = stuck_message;
+  st.written_once = true;
+  st.stuck = stuck;
+  st.since_ns = since_ns;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<JobStatus>> KubeCluster::LoadStatus(const TrainingJob& job) {

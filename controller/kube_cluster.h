@@ -19,7 +19,9 @@
 //   - ListPods maps the cached pods labelled peregrine.dev/job=<name> (excluding those
 //     with a deletionTimestamp) to PodObservation: phase Running -> running; Failed or
 //     Succeeded (the agent never exits on its own while the job runs) -> failed; a node
-//     whose Ready condition is False or Unknown -> failed ("node X NotReady").
+//     whose Ready condition is False or Unknown -> failed ("node X NotReady"); a pod
+//     stuck Pending carries the reason, and a standby stuck too long fails (ObservePod).
+//   - PersistStatus adds the PodsStuck condition (from the last ListPods) to the status.
 //   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
 //     so a pod re-created under the same name is never deleted by a stale decision.
 //   - QuarantineMachine (called by JobController for every machine the decision engine
@@ -43,6 +45,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +54,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "controller/cluster.h"
 #include "controller/job_parser.h"
 #include "controller/kube/events.h"
@@ -86,7 +91,31 @@ struct KubeClusterOptions {
   std::string agent_image;         // holds /opt/peregrine/bin/peregrine-agent
   uint32_t rendezvous_port = 29500;
   int heartbeat_ms = 0;            // 0: the agent's default
+  // A standby pod still Pending with a stuck reason this long after its creation is
+  // reported failed, so the decision engine deletes it and creates another.
+  absl::Duration standby_pending_timeout = absl::Minutes(10);
 };
+
+// The condition KubeCluster adds to every status it writes: True while a pod of the
+// job is stuck (ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...,
+// Unschedulable), with the pods and reasons in the message.
+inline constexpr char kPodsStuckCondition[] = "PodsStuck";
+
+// Pure: one pod as the controller sees it at `now`. `node` is the pod's Node (nullptr
+// when unknown). Running -> running; Failed/Succeeded -> failed with the container's
+// termination reason; Node Ready False/Unknown -> failed "node X NotReady"; Pending with
+// a container waiting on ErrImagePull, ImagePullBackOff, InvalidImageName,
+// CreateContainerConfigError, CreateContainerError or RunContainerError, or with
+// PodScheduled=False reason Unschedulable -> waiting_reason "<Reason>: <message>"; a
+// standby (label peregrine.dev/role=standby) stuck so for longer than
+// `standby_pending_timeout` since its creationTimestamp -> failed, with no machine_id
+// (the node is not to blame for an image or scheduling problem).
+PodObservation ObservePod(const nlohmann::json& pod, const nlohmann::json* node, absl::Time now,
+                          absl::Duration standby_pending_timeout);
+
+// The PodsStuck condition's message for `pods` ("" when none is stuck): at most five
+// "<pod>: <waiting_reason>" entries joined by "; ", then "and N more".
+std::string StuckPodsMessage(const std::vector<PodObservation>& pods);
 
 // Names of the per-job objects.
 std::string JobServiceName(const TrainingJob& job);  // the headless Service: the job's name
@@ -130,6 +159,11 @@ class KubeCluster final : public Cluster {
   absl::StatusOr<std::string> EnsureJobObjects(const TrainingJob& job);
   // Names of every cached pod of the job, including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);
+  // True when the stuck pods ListPods last saw differ from what the last PersistStatus
+  // wrote into the PodsStuck condition (the caller then persists the status again).
+  bool StuckPodsChanged(const TrainingJob& job);
+  // Drops what is remembered about the job (it was deleted).
+  void ForgetJob(const TrainingJob& job);
 
  private:
   absl::Status CheckMayWrite(const char* what) const;
@@ -140,6 +174,15 @@ class KubeCluster final : public Cluster {
   kube::EventRecorder* const events_;
   const KubeClusterOptions options_;
   const std::function<bool()> may_write_;
+  struct StuckState {
+    std::string seen;       // StuckPodsMessage of the last ListPods
+    std::string written;    // the message the last status write carried
+    bool written_once = false;
+    int64_t since_ns = 0;   // lastTransitionTime of the condition written
+    bool stuck = false;     // its status
+  };
+  absl::Mutex stuck_mu_;
+  std::map<std::string, StuckState> stuck_ ABSL_GUARDED_BY(stuck_mu_);
 };
 
 }  // namespace peregrine

@@ -27,6 +27,8 @@ std::string KubeMainUsage() {
          "  --workers N                reconcile workers (default 1)\n"
          "  --rendezvous-port N        rank 0's rendezvous port in the pods (default 29500)\n"
          "  --resync-s N               look at every job at least this often (default 10)\n"
+         "  --standby-pending-timeout-s N  replace a standby stuck Pending (image pull,\n"
+         "                             unschedulable) after N seconds (default 600)\n"
          "  --log-level L              debug, info, warning or error (default info)\n";
 }
 
@@ -82,6 +84,9 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
     } else if (arg == "--resync-s") {
       s = number(&n, 1);
       m.resync = absl::Seconds(n);
+    } else if (arg == "--standby-pending-timeout-s") {
+      s = number(&n, 1);
+      m.standby_pending_timeout = absl::Seconds(n);
     } else if (arg == "--log-level") {
       if (value != "debug" && value != "info" && value != "warning" && value != "error") {
         return absl::InvalidArgumentError(

@@ -423,6 +423,10 @@ struct KubeMode::Impl final : public JobDirectory {
     registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
     const size_t slash = key.find('/');
     metrics->ForgetJob(key.substr(0, slash), key.substr(slash + 1));
+    TrainingJob gone;
+    gone.metadata.namespace_ = key.substr(0, slash);
+    gone.metadata.name = key.substr(slash + 1);
+    cluster->ForgetJob(gone);
   }
 
   void RemoveEntry(const std::string& key) {
@@ -637,6 +641,15 @@ struct KubeMode::Impl final : public JobDirectory {
       queue->AddRateLimited(key);
       return;
     }
+    if (cluster->StuckPodsChanged(entry->controller->job())) {
+      // A pod got stuck or unstuck without the decision changing: rewrite the status so
+      // its PodsStuck condition says so.
+      if (absl::Status s = entry->cluster->PersistStatus(entry->controller->job(), entry->controller->Snapshot());
+          !s.ok()) {
+        queue->AddRateLimited(key);
+        return;
+      }
+    }
     queue->Forget(key);
     absl::Duration after = options.resync;
     if (requeue_ns > 0) after = std::min(after, absl::Nanoseconds(requeue_ns));
@@ -700,6 +713,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   kopts.agent_image = options.agent_image;
   kopts.rendezvous_port = options.rendezvous_port;
   kopts.heartbeat_ms = options.agent_heartbeat_flag_ms;
+  kopts.standby_pending_timeout = options.standby_pending_timeout;
   impl->cluster = std::make_unique<KubeCluster>(impl->client.get(), impl->pods.get(), impl->nodes.get(),
                                                 impl->events.get(), kopts, [self] { return self->IsLeader(); });
 

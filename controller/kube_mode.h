@@ -75,6 +75,8 @@ struct KubeModeOptions {
   int heartbeat_ms = 1000;  // agents' heartbeat interval (sent in RegisterAck)
   int agent_heartbeat_flag_ms = 0;  // >0: also passed as the agents' --heartbeat-ms
   absl::Duration resync = absl::Seconds(10);  // every job is looked at least this often
+  // A standby stuck Pending (ImagePullBackOff, Unschedulable, ...) this long is replaced.
+  absl::Duration standby_pending_timeout = absl::Minutes(10);
   // Leader election on the Lease lease_namespace/lease_name.
   bool leader_elect = false;
   std::string lease_namespace = "default";

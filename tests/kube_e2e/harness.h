@@ -20,6 +20,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -293,6 +294,18 @@ class FakeKubelet {
     auto it = nodes_.find(pod);
     return it == nodes_.end() ? "" : it->second;
   }
+  // The pod `name`, whenever it is created, stays Pending with this status (what the
+  // kubelet or the scheduler reports: an image pull in back-off, no node fits) instead
+  // of running; Unstick lets it run.
+  void StickPod(const std::string& name, json status) {
+    absl::MutexLock lock(&mu_);
+    stuck_[name] = std::move(status);
+  }
+  void Unstick(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    stuck_.erase(name);
+    started_.erase(name);  // the loop starts it now
+  }
   // Errors found in pods the controller built (agent injection), empty when none.
   std::vector<std::string> PodErrors() {
     absl::MutexLock lock(&mu_);
@@ -327,6 +340,15 @@ class FakeKubelet {
     if (std::string err = CheckInjected(pod); !err.empty()) {
       absl::MutexLock lock(&mu_);
       pod_errors_.push_back(absl::StrCat(name, ": ", err));
+    }
+    std::optional<json> stuck;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = stuck_.find(name); it != stuck_.end()) stuck = it->second;
+    }
+    if (stuck.has_value()) {
+      (void)server_->MutateStatusForTest("pods", ns_, name, [&](json& status) { status = *stuck; });
+      return;
     }
     const std::string node = absl::StrCat("node-", next_node_++);
     json node_obj = {{"apiVersion", "v1"},
@@ -399,6 +421,7 @@ class FakeKubelet {
   std::map<std::string, std::string> nodes_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> started_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dead_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, json> stuck_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> pod_errors_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

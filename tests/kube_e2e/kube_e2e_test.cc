@@ -90,6 +90,7 @@ struct Env {
       o.renew_deadline = absl::Seconds(2);
       o.retry_period = absl::Milliseconds(300);
     }
+    if (tweak_options) tweak_options(o);
     return o;
   }
 
@@ -135,6 +136,7 @@ struct Env {
     return obj.ok() ? (*obj)["metadata"].value("uid", "") : "";
   }
 
+  std::function<void(KubeModeOptions&)> tweak_options;  // set before StartController
   FakeKubeApiServer server;
   kube::Config config;
   std::unique_ptr<kube::RestClient> client;
@@ -503,6 +505,53 @@ TEST_CASE("a pod the API server refuses with 422 becomes Valid=False PodRejected
     const Condition* v = FindCondition(s, "Valid");
     return v != nullptr && v->status == "True";
   }));
+}
+
+TEST_CASE("stuck pods show in the PodsStuck condition and a stuck standby is replaced", "[integration]") {
+  Env env;
+  env.tweak_options = [](KubeModeOptions& o) { o.standby_pending_timeout = absl::Seconds(2); };
+  env.StartController();
+  env.StartKubelet();
+  // The scheduler finds no node for machine 1; the first standby's image cannot be pulled.
+  env.kubelet->StickPod("stuck-m1", json{{"phase", "Pending"},
+                                         {"conditions", json::array({json{{"type", "PodScheduled"},
+                                                                          {"status", "False"},
+                                                                          {"reason", "Unschedulable"},
+                                                                          {"message", "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}}})}});
+  env.kubelet->StickPod("stuck-s0", json{{"phase", "Pending"},
+                                         {"containerStatuses",
+                                          json::array({json{{"name", "trainer"},
+                                                            {"state", {{"waiting", {{"reason", "ImagePullBackOff"},
+                                                                                    {"message", "Back-off pulling image \"example.com/train:1\""}}}}}}})}});
+  env.Submit(JobManifest("stuck", 2));
+  // The job says which pod is stuck and why.
+  REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
+    const Condition* c = FindCondition(st, "PodsStuck");
+    return c != nullptr && c->status == "True" && absl::StrContains(c->message, "stuck-m1: Unschedulable: 0/8 nodes");
+  }));
+  // The standby stuck past the pending timeout is deleted and another takes its place.
+  REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
+    return !st.standbys.empty() && st.standbys[0].pod != "stuck-s0";
+  }));
+  REQUIRE(Eventually([&] { return !env.server.GetForTest("pods", kNs, "stuck-s0").ok(); }));
+  {
+    const JobStatus st = *env.Status("stuck");
+    bool recorded = false;
+    for (const Eviction& e : st.evicted) {
+      recorded = recorded || (e.pod == "stuck-s0" && absl::StrContains(e.reason, "ImagePullBackOff") &&
+                              e.machine_id.empty());
+    }
+    CHECK(recorded);
+  }
+  CHECK(env.server.RequestCountForTest("patch", "nodes") == 0);  // no node was cordoned for it
+  // The active pod is never replaced for being unschedulable; once it is scheduled the job
+  // runs, the new standby becomes ready and the condition clears.
+  env.kubelet->Unstick("stuck-m1");
+  REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
+    const Condition* c = FindCondition(st, "PodsStuck");
+    return Phase(st, JobPhase::kRunning) && st.standby_ready == 1 && c != nullptr && c->status == "False";
+  }));
+  CHECK(env.Status("stuck")->slots[1].pod == "stuck-m1");
 }
 
 TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]") {
