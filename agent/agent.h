@@ -56,8 +56,10 @@ struct AgentOptions {
   std::string tls_ca_file;    // optional: TLS with this CA bundle
   std::string log_dir;        // optional: per-rank logs rank-<N>.log
   // optional: libperegrine_nccl.so; when set, training processes run with it preloaded
-  // and a FailSlowMonitor reads their NCCL rings (in <log_dir>/nccl-rings, or
-  // /tmp/peregrine-nccl-<pod> without a log dir) and reports fail-slow events.
+  // and a FailSlowMonitor reads their NCCL rings and reports fail-slow events. Rings
+  // live in $PEREGRINE_NCCL_RING_DIR when set, else /dev/shm/peregrine-nccl-<pod>-<pid>
+  // (removed on exit; dead agents' directories are swept), else <log_dir>/nccl-rings
+  // (or /tmp/peregrine-nccl-<pod> without a log dir) where there is no /dev/shm.
   std::string nccl_hook;
   uint32_t heartbeat_ms = 1000;
   uint32_t grace_ms = 10000;  // SIGTERM -> SIGKILL on agent shutdown
