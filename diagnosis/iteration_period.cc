@@ -33,15 +33,15 @@ uint64_t Mix(uint64_t h, uint64_t v) {
 size_t CountMismatches(const CallSymbol* a, const CallSymbol* b, size_t n, size_t limit) {
   size_t mismatches = 0;
   size_t t = 0;
+  // Full blocks have a compile-time trip count so that the compiler vectorises them at -O2.
   constexpr size_t kBlock = 128;
-  while (t < n) {
-    const size_t end = std::min(n, t + kBlock);
-    size_t block = 0;
-    for (size_t i = t; i < end; ++i) block += (a[i] != b[i]);
+  for (; t + kBlock <= n; t += kBlock) {
+    uint32_t block = 0;
+    for (size_t i = 0; i < kBlock; ++i) block += static_cast<uint32_t>(a[t + i] != b[t + i]);
     mismatches += block;
     if (mismatches > limit) return mismatches;
-    t = end;
   }
+  for (; t < n; ++t) mismatches += (a[t] != b[t]);
   return mismatches;
 }
 
@@ -226,6 +226,9 @@ absl::StatusOr<IterationTracker> IterationTracker::Create(
     return bad("min_calls", options.min_calls);
   }
   if (options.retry_interval < 1) return bad("retry_interval", options.retry_interval);
+  if (options.max_retry_interval < 1) {
+    return bad("max_retry_interval", options.max_retry_interval);
+  }
   if (!(options.extra_fraction >= 0.0)) return bad("extra_fraction", options.extra_fraction);
   if (options.extra_slack < 0) return bad("extra_slack", options.extra_slack);
   if (options.break_after < 1) return bad("break_after", options.break_after);
@@ -253,6 +256,8 @@ CallSymbol IterationTracker::Encode(const CallSignature& signature) {
   }
   const CallSymbol code = static_cast<CallSymbol>(codes_.size());
   codes_.emplace(signature, code);
+  // A new signature: the stream changed, so a failed detection is worth retrying soon.
+  ResetRetryInterval();
   return code;
 }
 
@@ -364,6 +369,7 @@ void IterationTracker::Break() {
   consecutive_rejects_ = 0;
   attempt_pending_ = true;
   calls_since_attempt_ = 0;
+  ResetRetryInterval();
 }
 
 void IterationTracker::Scan(std::vector<IterationSample>& out) {
@@ -473,12 +479,18 @@ std::vector<IterationSample> IterationTracker::Add(absl::Span<const NcclCallReco
     for (int round = 0; round < 4; ++round) {
       if (period_ > 0) Scan(out);
       if (period_ > 0) break;
-      const bool due = attempt_pending_ ||
-                       calls_since_attempt_ >= static_cast<uint64_t>(options_.retry_interval);
+      const bool due = attempt_pending_ || calls_since_attempt_ >= current_retry_interval_;
       if (!due || buffer_.size() < static_cast<size_t>(options_.min_calls)) break;
       attempt_pending_ = false;
       calls_since_attempt_ = 0;
-      if (!TryDetect()) break;
+      if (!TryDetect()) {
+        // Back off: the same calls, a little older, rarely give a different answer.
+        const uint64_t cap = static_cast<uint64_t>(
+            std::max(options_.max_retry_interval, options_.retry_interval));
+        current_retry_interval_ = std::min(cap, 2 * current_retry_interval_);
+        break;
+      }
+      ResetRetryInterval();
     }
     TrimBuffer();
   }

@@ -129,8 +129,14 @@ struct IterationTrackerOptions {
   int window = 4096;
   // Detection needs at least this many buffered calls.
   int min_calls = 48;
-  // After a failed detection, wait for this many new calls before trying again.
+  // After a failed detection, wait for retry_interval new calls before trying again; each
+  // further failure doubles the wait, up to max(max_retry_interval, retry_interval) calls.
+  // The wait returns to retry_interval when a signature never seen before arrives (the
+  // stream changed, e.g. training started after initialisation) and when a pattern breaks
+  // (a restart or reconfiguration). So a stream with no period costs about one detection
+  // per max_retry_interval calls, not one per retry_interval.
   int retry_interval = 128;
+  int max_retry_interval = 2048;
   // A span between two anchors may contain at most period * extra_fraction + extra_slack
   // calls beyond the pattern's.
   double extra_fraction = 0.25;
@@ -175,7 +181,12 @@ class IterationTracker {
     int64_t enter_ns;
     uint64_t position;  // 0-based position in the whole stream
   };
-  explicit IterationTracker(const IterationTrackerOptions& options) : options_(options) {}
+  explicit IterationTracker(const IterationTrackerOptions& options)
+      : options_(options),
+        current_retry_interval_(static_cast<uint64_t>(options.retry_interval)) {}
+  void ResetRetryInterval() {
+    current_retry_interval_ = static_cast<uint64_t>(options_.retry_interval);
+  }
 
   CallSymbol Encode(const CallSignature& signature);
   // Detects a period on the buffered calls and establishes the template and anchor.
@@ -194,6 +205,7 @@ class IterationTracker {
   uint64_t next_position_ = 0;
   uint64_t calls_since_attempt_ = 0;
   bool attempt_pending_ = true;
+  uint64_t current_retry_interval_ = 0;  // the backed-off wait; set by Create
 
   // The established pattern, valid while period_ > 0.
   int period_ = 0;
