@@ -46,7 +46,7 @@ ControllerMetrics::ControllerMetrics()
       reconcile_errors_(BuildCounter().Name("peregrine_reconcile_errors_total").Help("Reconcile rounds that hit an error.").Register(*registry_).Add({})),
       leader_(BuildGauge().Name("peregrine_controller_is_leader").Help("1 while this replica holds the leader lease.").Register(*registry_).Add({})),
       agents_connected_(BuildGauge().Name("peregrine_agents_connected").Help("Agent streams open.").Register(*registry_).Add({})),
-      workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Jobs waiting for a reconcile.").Register(*registry_).Add({})) {
+      workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Job keys ready to be reconciled (delayed resyncs not counted).").Register(*registry_).Add({})) {
   for (JobPhase p : kPhases) jobs_.Add({{"phase", JobPhaseName(p)}}).Set(0);
 }
 

@@ -115,7 +115,8 @@ class ApiObserver final : public kube::RequestObserver {
   void OnRequestDone(absl::string_view verb, absl::string_view resource, int http_code,
                      absl::Duration latency) override {
     const std::map<std::string, std::string> labels = {{"verb", std::string(verb)}, {"resource", std::string(resource)}};
-    duration_.Add(labels, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+    // A WATCH stays open for minutes by design: its duration is not a latency.
+    if (verb != "WATCH") duration_.Add(labels, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                                   2.5, 5, 10, 30})
         .Observe(absl::ToDoubleSeconds(latency));
     if (http_code == 0 || http_code >= 400) {
@@ -284,6 +285,7 @@ struct KubeMode::Impl final : public JobDirectory {
   // Jobs whose pods the API server refused for good: key -> "<uid>/<generation>". The
   // status says so too (PodsRejected), but the cache can lag behind this replica's write.
   std::map<std::string, std::string> rejected ABSL_GUARDED_BY(jobs_mu);
+  std::map<std::string, int> connected_agents ABSL_GUARDED_BY(jobs_mu);  // job key -> count
 
   bool IsLeader() const {
     if (lost.load() || shut_down.load()) return false;
@@ -340,7 +342,6 @@ struct KubeMode::Impl final : public JobDirectory {
     while (std::optional<std::string> key = queue->Get()) {
       Process(*key);
       queue->Done(*key);
-      metrics->SetWorkQueueDepth(queue->Len() + queue->NumWaiting());
     }
   }
 
@@ -412,6 +413,22 @@ struct KubeMode::Impl final : public JobDirectory {
                                          "hot-update window expires");
   }
 
+  // peregrine_agents_connected: the sum over jobs of their connected agents, recounted
+  // for a job each time it is reconciled (an agent connecting or leaving wakes its job).
+  void CountConnectedAgents(const std::string& key) {
+    int n = 0;
+    for (const AgentObservation& a : registry->Observe(key)) n += a.connected ? 1 : 0;
+    absl::MutexLock lock(&jobs_mu);
+    if (n == 0) {
+      connected_agents.erase(key);
+    } else {
+      connected_agents[key] = n;
+    }
+    int total = 0;
+    for (const auto& [job, count] : connected_agents) total += count;
+    metrics->SetAgentsConnected(total);
+  }
+
   // The job is deleted: its controller stops, its agents are told and disconnected,
   // and its metric series go away.
   void ForgetJob(const std::string& key) {
@@ -419,6 +436,10 @@ struct KubeMode::Impl final : public JobDirectory {
     {
       absl::MutexLock lock(&jobs_mu);
       rejected.erase(key);
+      connected_agents.erase(key);
+      int total = 0;
+      for (const auto& [job, count] : connected_agents) total += count;
+      metrics->SetAgentsConnected(total);
     }
     registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
     const size_t slash = key.find('/');
@@ -641,6 +662,7 @@ struct KubeMode::Impl final : public JobDirectory {
       queue->AddRateLimited(key);
       return;
     }
+    CountConnectedAgents(key);
     if (cluster->StuckPodsChanged(entry->controller->job())) {
       // A pod got stuck or unstuck without the decision changing: rewrite the status so
       // its PodsStuck condition says so.
@@ -685,6 +707,8 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   kube::Clock* clock = kube::RealClock();
 
   impl->queue = std::make_unique<kube::WorkQueue>(clock);
+  // Ready keys only (client-go's depth): delayed resyncs are not backlog.
+  impl->queue->SetDepthObserver([m = impl->metrics.get()](int depth) { m->SetWorkQueueDepth(depth); });
   kube::InformerOptions jobs_opts;
   jobs_opts.resource = TrainingJobsPath(options.watch_namespace);
   impl->jobs = std::make_unique<kube::Informer>(impl->client.get(), jobs_opts, clock, impl->random.get());

@@ -39,10 +39,13 @@
 //     (grpcService.leaderOnly) routes only to it, and a follower answers every agent
 //     stream with UNAVAILABLE, so an agent that reaches one backs off and redials.
 // Metrics (on the same registry as ControllerMetrics):
-//   peregrine_kube_api_request_duration_seconds{verb,resource} (histogram),
+//   peregrine_kube_api_request_duration_seconds{verb,resource} (histogram; WATCH
+//   requests are left out: they stay open for minutes by design),
 //   peregrine_kube_api_request_errors_total{verb,resource,code} (code: HTTP status,
-//   "0" when no response arrived), plus peregrine_workqueue_depth and
-//   peregrine_controller_is_leader from ControllerMetrics.
+//   "0" when no response arrived), plus from ControllerMetrics peregrine_workqueue_depth
+//   (keys ready to be reconciled, set on every add and get; delayed resyncs are not
+//   counted), peregrine_agents_connected (agent streams bound to the jobs this replica
+//   reconciles, recounted per job each round) and peregrine_controller_is_leader.
 //
 // Thread-safe: Start once, then any method from any thread; Shutdown is idempotent and
 // leaves every pod running (a restarted controller continues from the status).

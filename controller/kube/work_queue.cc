@@ -84,7 +84,18 @@ void WorkQueue::AddLocked(const std::string& item) {
   if (!dirty_.insert(item).second) return;  // already queued
   if (processing_.contains(item)) return;   // re-queued by Done()
   queue_.push_back(item);
+  ReportDepthLocked();
   cv_.Signal();
+}
+
+void WorkQueue::SetDepthObserver(std::function<void(int depth)> observer) {
+  absl::MutexLock lock(&mu_);
+  depth_observer_ = std::move(observer);
+  ReportDepthLocked();
+}
+
+void WorkQueue::ReportDepthLocked() {
+  if (depth_observer_) depth_observer_(static_cast<int>(queue_.size()));
 }
 
 void WorkQueue::Add(const std::string& item) {
@@ -135,6 +146,7 @@ void WorkQueue::PromoteReadyLocked() {
 std::string WorkQueue::PopLocked() {
   std::string item = std::move(queue_.front());
   queue_.pop_front();
+  ReportDepthLocked();
   processing_.insert(item);
   dirty_.erase(item);
   return item;
@@ -164,6 +176,7 @@ void WorkQueue::Done(const std::string& item) {
   processing_.erase(item);
   if (dirty_.contains(item)) {
     queue_.push_back(item);
+    ReportDepthLocked();
     cv_.Signal();
   }
 }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -117,6 +118,12 @@ class WorkQueue {
   // Marks `item` processed; if it was added meanwhile, it is queued again.
   void Done(const std::string& item);
 
+  // Called with the number of items ready to be handed out each time it changes (an
+  // add, a delayed item becoming ready, a Get, a Done that re-queues), under the queue's
+  // lock: it must be cheap and must not call back into the queue (a gauge's Set). Set it
+  // before the queue is used.
+  void SetDepthObserver(std::function<void(int depth)> observer);
+
   // Items ready to be handed out (delayed items count once their time has come).
   int Len();
   // Items waiting for their delay to pass.
@@ -128,12 +135,14 @@ class WorkQueue {
   void AddLocked(const std::string& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReportDepthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   std::unique_ptr<RateLimiter> rate_limiter_;
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::function<void(int)> depth_observer_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> processing_ ABSL_GUARDED_BY(mu_);
   // Delayed items ordered by ready time, and item -> its ready time (earliest wins).

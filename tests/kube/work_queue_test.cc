@@ -26,6 +26,28 @@ TEST_CASE("work queue: an item added while queued is queued once", "[unit]") {
   REQUIRE_FALSE(queue.TryGet().has_value());
 }
 
+TEST_CASE("work queue: the depth observer sees ready items on add and get, not delayed ones", "[unit]") {
+  ManualClock clock;
+  WorkQueue queue(&clock);
+  std::vector<int> depths;
+  queue.SetDepthObserver([&](int d) { depths.push_back(d); });
+  CHECK(depths == std::vector<int>{0});
+  queue.Add("ns/a");
+  queue.Add("ns/a");  // de-duplicated: no change
+  queue.AddAfter("ns/b", absl::Seconds(10));  // delayed: not depth
+  CHECK(depths.back() == 1);
+  REQUIRE(queue.TryGet() == "ns/a");
+  CHECK(depths.back() == 0);
+  queue.Add("ns/a");  // re-added while processing: queued again only at Done
+  CHECK(depths.back() == 0);
+  queue.Done("ns/a");
+  CHECK(depths.back() == 1);
+  clock.Advance(absl::Seconds(10));
+  CHECK(queue.Len() == 2);  // the delayed item became ready
+  CHECK(depths.back() == 2);
+  CHECK(depths == std::vector<int>{0, 1, 0, 1, 2});
+}
+
 TEST_CASE("work queue: an item re-added while processing runs again only after Done", "[unit]") {
   ManualClock clock;
   WorkQueue queue(&clock);

@@ -22,6 +22,7 @@
 #include "controller/peregrinectl.h"
 #include "controller/status_json.h"
 #include "tests/deploy/openapi_validator.h"
+#include "tests/deploy/run_process.h"
 #include "tests/kube_e2e/harness.h"
 
 namespace peregrine::e2e {
@@ -552,6 +553,34 @@ TEST_CASE("stuck pods show in the PodsStuck condition and a stuck standby is rep
     return Phase(st, JobPhase::kRunning) && st.standby_ready == 1 && c != nullptr && c->status == "False";
   }));
   CHECK(env.Status("stuck")->slots[1].pod == "stuck-m1");
+}
+
+TEST_CASE("kube-mode /metrics passes promtool and shows API requests and errors", "[integration]") {
+  Env env;
+  KubeMode* mode = env.StartController();
+  env.StartKubelet();
+  // One status write meets a 409 Conflict: it must show as an error series.
+  env.server.FailNextRequestsForTest("update", "trainingjobs.peregrine.dev/status", 1, 409);
+  env.Submit(JobManifest("metrics", 2));
+  REQUIRE(env.WaitStatus("metrics", [](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
+  }));
+  // Two actives and one standby hold agent streams.
+  REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_agents_connected 3"); }));
+  const std::string scrape = Scrape(*mode);
+  absl::StatusOr<ProcessResult> check = RunProcess({"promtool", "check", "metrics"}, {}, scrape);
+  REQUIRE(check.ok());  // promtool comes with the Debian package prometheus
+  INFO("promtool said:\n" << check->out << check->err << "\nscrape:\n" << scrape);
+  CHECK(check->exit_code == 0);
+  CHECK_THAT(scrape, Catch::Contains("peregrine_kube_api_request_duration_seconds_count{resource=\"pods\",verb=\"CREATE\"} 3"));
+  CHECK_THAT(scrape, Catch::Contains("peregrine_kube_api_request_duration_seconds_bucket{resource=\"trainingjobs\",verb=\"UPDATE_STATUS\""));
+  CHECK_THAT(scrape, Catch::Contains(
+                         "peregrine_kube_api_request_errors_total{code=\"409\",resource=\"trainingjobs\",verb=\"UPDATE_STATUS\"} 1"));
+  // Watches stay open for minutes: they are not request latencies.
+  CHECK_THAT(scrape, !Catch::Contains("verb=\"WATCH\",le="));
+  CHECK_THAT(scrape, !Catch::Contains("peregrine_kube_api_request_duration_seconds_count{resource=\"pods\",verb=\"WATCH\"}"));
+  // Nothing is waiting in the work queue once the job is steady (delayed resyncs are not depth).
+  CHECK(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_workqueue_depth 0"); }));
 }
 
 TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]") {
