@@ -85,6 +85,105 @@ double Kappa(double match, double chance) {
   return (match - chance) / (1.0 - chance);
 }
 
+// The most frequent element of `votes` (the smallest on ties) and its count; votes non-empty.
+template <typename T>
+std::pair<T, size_t> Majority(std::vector<T> votes) {
+  std::sort(votes.begin(), votes.end());
+  T best = votes[0];
+  size_t best_run = 0;
+  for (size_t i = 0; i < votes.size();) {
+    size_t j = i;
+    while (j < votes.size() && votes[j] == votes[i]) ++j;
+    if (j - i > best_run) {
+      best_run = j - i;
+      best = votes[i];
+    }
+    i = j;
+  }
+  return {best, best_run};
+}
+
+// Per phase of `period`, the majority symbol of x[base + r * period + phase] over r < reps.
+std::vector<CallSymbol> VotePattern(absl::Span<const CallSymbol> x, size_t base, size_t reps,
+                                    size_t period) {
+  std::vector<CallSymbol> pattern(period);
+  std::vector<CallSymbol> votes;
+  for (size_t phase = 0; phase < period; ++phase) {
+    votes.clear();
+    for (size_t r = 0; r < reps; ++r) votes.push_back(x[base + r * period + phase]);
+    pattern[phase] = Majority(votes).first;
+  }
+  return pattern;
+}
+
+// `window` filtered to the positions `kept` has the periodic pattern `filtered_pattern`,
+// voted over the periods starting at kept-index base, base + p, ... (reps of them). Returns
+// the pattern with the dropped calls that a majority of those periods have at the same
+// place (between the same two filtered phases) put back in.
+std::vector<CallSymbol> ReinstateDroppedCalls(absl::Span<const CallSymbol> window,
+                                              absl::Span<const size_t> kept, size_t base,
+                                              size_t reps,
+                                              absl::Span<const CallSymbol> filtered_pattern) {
+  const size_t p = filtered_pattern.size();
+  std::vector<CallSymbol> full;
+  full.reserve(p);
+  std::vector<std::vector<CallSymbol>> slots;
+  for (size_t phase = 0; phase < p; ++phase) {
+    full.push_back(filtered_pattern[phase]);
+    slots.clear();
+    for (size_t r = 0; r < reps; ++r) {
+      const size_t i = base + r * p + phase;
+      if (i + 1 >= kept.size()) continue;  // the window ends before the next kept call
+      slots.emplace_back(window.begin() + static_cast<long>(kept[i] + 1),
+                         window.begin() + static_cast<long>(kept[i + 1]));
+    }
+    if (slots.empty()) continue;
+    const size_t voters = slots.size();
+    auto [content, votes] = Majority(std::move(slots));
+    if (!content.empty() && 2 * votes > voters) full.insert(full.end(), content.begin(), content.end());
+  }
+  return full;
+}
+
+// The fewest insertions plus deletions (no substitutions) that turn `a` into `b`, if at most
+// `dmax`; -1 otherwise. Myers' O((|a| + |b|) * D) greedy algorithm, tracking the furthest
+// point reached on each diagonal with d edits and never leaving the edit grid.
+long MinInsertDeleteEdits(absl::Span<const CallSymbol> a, absl::Span<const CallSymbol> b,
+                          long dmax) {
+  const long n = static_cast<long>(a.size());
+  const long m = static_cast<long>(b.size());
+  constexpr long kUnreached = std::numeric_limits<long>::min() / 4;
+  const long off = dmax + 1;
+  std::vector<long> v(static_cast<size_t>(2 * dmax + 3), kUnreached);
+  auto at = [&](long k) -> long& { return v[static_cast<size_t>(off + k)]; };
+  for (long d = 0; d <= dmax; ++d) {
+    for (long k = -d; k <= d; k += 2) {
+      long x = kUnreached;
+      if (d == 0) {
+        x = 0;
+      } else {
+        // From diagonal k+1 by an insertion (y + 1), or from k-1 by a deletion (x + 1).
+        if (k + 1 <= d - 1 && at(k + 1) != kUnreached && at(k + 1) - k <= m) x = at(k + 1);
+        if (k - 1 >= -(d - 1) && at(k - 1) != kUnreached && at(k - 1) + 1 <= n) {
+          x = std::max(x, at(k - 1) + 1);
+        }
+      }
+      if (x == kUnreached) {
+        at(k) = kUnreached;
+        continue;
+      }
+      long y = x - k;
+      while (x < n && y < m && a[static_cast<size_t>(x)] == b[static_cast<size_t>(y)]) {
+        ++x;
+        ++y;
+      }
+      at(k) = x;
+      if (x == n && y == m) return d;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 size_t CallSignatureHash::operator()(const CallSignature& s) const {
@@ -226,6 +325,9 @@ absl::StatusOr<IterationTracker> IterationTracker::Create(
     return bad("min_calls", options.min_calls);
   }
   if (options.retry_interval < 1) return bad("retry_interval", options.retry_interval);
+  if (!(options.missing_fraction >= 0.0 && options.missing_fraction < 1.0)) {
+    return bad("missing_fraction", options.missing_fraction);
+  }
   if (options.max_retry_interval < 1) {
     return bad("max_retry_interval", options.max_retry_interval);
   }
@@ -284,30 +386,24 @@ bool IterationTracker::TryDetect() {
       for (size_t i = 0; i < kept->size(); ++i) filtered[i] = window[(*kept)[i]];
       absl::StatusOr<PeriodEstimate> estimate = DetectPeriod(filtered, options_.period);
       if (!estimate.ok()) continue;
-      const int p = estimate->period;
+      const int filtered_period = estimate->period;
       // Template: per phase, the majority symbol over the last few periods (aligned to the
       // end of the window), which outvotes a stray call.
       const size_t f = filtered.size();
-      const size_t reps = std::min<size_t>(kTemplateVotePeriods, f / static_cast<size_t>(p));
-      const size_t base = f - reps * static_cast<size_t>(p);
-      std::vector<CallSymbol> pattern(static_cast<size_t>(p));
-      for (int phase = 0; phase < p; ++phase) {
-        std::vector<CallSymbol> votes;
-        for (size_t r = 0; r < reps; ++r) votes.push_back(filtered[base + r * p + phase]);
-        std::sort(votes.begin(), votes.end());
-        CallSymbol best = votes[0];
-        size_t best_run = 0;
-        for (size_t i = 0; i < votes.size();) {
-          size_t j = i;
-          while (j < votes.size() && votes[j] == votes[i]) ++j;
-          if (j - i > best_run) {
-            best_run = j - i;
-            best = votes[i];
-          }
-          i = j;
-        }
-        pattern[static_cast<size_t>(phase)] = best;
+      const size_t reps =
+          std::min<size_t>(kTemplateVotePeriods, f / static_cast<size_t>(filtered_period));
+      const size_t base = f - reps * static_cast<size_t>(filtered_period);
+      std::vector<CallSymbol> pattern =
+          VotePattern(filtered, base, reps, static_cast<size_t>(filtered_period));
+      if (level > 0) {
+        // The filter dropped signatures by rarity; some of them may still be pattern calls
+        // (a call made once per iteration is rarer than stray calls inserted several times
+        // per iteration). Between two consecutive phases of the filtered pattern, take the
+        // dropped calls each period had there; a sequence that a majority of the periods
+        // share belongs to the pattern and is put back at that place.
+        pattern = ReinstateDroppedCalls(window, *kept, base, reps, pattern);
       }
+      const int p = static_cast<int>(pattern.size());
       // Anchor: the shortest cyclic m-gram that occurs exactly once per period.
       int anchor_start = -1;
       int anchor_len = 0;
@@ -376,6 +472,8 @@ void IterationTracker::Scan(std::vector<IterationSample>& out) {
   PEREGRINE_CHECK(period_ > 0) << "Scan without a pattern";
   const long limit = static_cast<long>(options_.break_after) * MaxSpanCalls();
   const size_t allowed_extra = static_cast<size_t>(MaxSpanCalls() - period_);
+  const size_t allowed_missing = static_cast<size_t>(
+      std::floor(static_cast<double>(period_) * options_.missing_fraction + 1e-9));
   for (size_t i = scan_from_; i < buffer_.size(); ++i) {
     const CallSymbol s = buffer_[i].symbol;
     // Every call since the last anchor counts towards the break limit (a new pattern may
@@ -400,18 +498,39 @@ void IterationTracker::Scan(std::vector<IterationSample>& out) {
       if (last_anchor_ >= 0) {
         // The span [last_anchor_, a) must contain the template as a subsequence with few
         // extra template-symbol calls.
+        // Fast path: the template is a subsequence (nothing missing). Otherwise a few
+        // template calls may be missing (substituted by other calls): the fewest
+        // insertions and deletions that turn the template into the span's template-symbol
+        // calls tell how many are missing and how many are extra.
         size_t matched = 0;
         size_t extra_template_calls = 0;
+        span_symbols_.clear();
         for (size_t k = static_cast<size_t>(last_anchor_); k < a; ++k) {
           const CallSymbol sym = buffer_[k].symbol;
           if (!in_template_[sym]) continue;
+          span_symbols_.push_back(sym);
           if (matched < template_.size() && sym == template_[matched]) {
             ++matched;
           } else {
             ++extra_template_calls;
           }
         }
-        if (matched == template_.size() && extra_template_calls <= allowed_extra) {
+        size_t missing = 0;
+        bool accepted = matched == template_.size() && extra_template_calls <= allowed_extra;
+        if (!accepted && allowed_missing > 0) {
+          const long n = static_cast<long>(template_.size());
+          const long m = static_cast<long>(span_symbols_.size());
+          // deletions = (D - (m - n)) / 2 <= allowed_missing, insertions = (D + (m - n)) / 2
+          // <= allowed_extra.
+          const long dmax = std::min(2 * static_cast<long>(allowed_missing) + (m - n),
+                                     2 * static_cast<long>(allowed_extra) - (m - n));
+          const long d = dmax < 0 ? -1 : MinInsertDeleteEdits(template_, span_symbols_, dmax);
+          if (d >= 0) {
+            accepted = true;
+            missing = static_cast<size_t>((d - (m - n)) / 2);
+          }
+        }
+        if (accepted) {
           consecutive_rejects_ = 0;
           const Buffered& begin = buffer_[static_cast<size_t>(last_anchor_)];
           const Buffered& end = buffer_[a];
@@ -422,7 +541,8 @@ void IterationTracker::Scan(std::vector<IterationSample>& out) {
             sample.duration_ns = end.enter_ns - begin.enter_ns;
             sample.end_call = end.position;
             sample.period = period_;
-            sample.extra_calls = static_cast<int>(a - static_cast<size_t>(last_anchor_)) - period_;
+            sample.extra_calls = static_cast<int>(a - static_cast<size_t>(last_anchor_)) -
+                                 (period_ - static_cast<int>(missing));
             sample.pattern_epoch = epoch_;
             out.push_back(sample);
             ++stats_.samples;

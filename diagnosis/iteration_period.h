@@ -21,11 +21,17 @@
 // Robustness (IterationTracker):
 //  - warm-up: detection runs on the most recent calls only, and retries on shorter
 //    suffixes, so a warm-up prefix with a different pattern does not hide the period;
-//  - extra calls (logging, checkpoint barriers): signatures too rare to belong to every
-//    iteration are dropped before detection, and iterations are delimited by matching an
+//  - extra calls (logging, checkpoint barriers): rare signatures are dropped before
+//    detection, then the dropped calls that a majority of the periods have at the same place
+//    are put back into the pattern (a once-per-iteration call is part of the pattern even
+//    when stray calls are more frequent than it); iterations are delimited by matching an
 //    anchor (a run of signatures that occurs exactly once per period) and checking that the
 //    calls between two anchors contain the period's template as a subsequence, so a few
 //    inserted calls neither shift the alignment nor produce wrong samples;
+//  - substituted calls (a stray call in place of a pattern call): the ACF tolerates them
+//    (0.95), and a span between two anchors may lack up to missing_fraction of the
+//    template's calls (fewest insertions and deletions, Myers' O(ND) diff, only when the
+//    subsequence check fails);
 //  - restarts and reconfiguration: when several consecutive anchor-to-anchor spans fail the
 //    template (or no anchor arrives for several periods), the tracker drops the period,
 //    reports the break and re-detects on the calls that follow.
@@ -141,12 +147,17 @@ struct IterationTrackerOptions {
   // calls beyond the pattern's.
   double extra_fraction = 0.25;
   int extra_slack = 4;
+  // A span may also lack up to floor(period * missing_fraction) of the pattern's calls
+  // (calls substituted by others, e.g. a logging call in place of a pattern call), in
+  // keeping with the ACF's 0.95: a span that is 95% the pattern is an iteration.
+  double missing_fraction = 0.05;
   // This many consecutive spans that do not match the template (or this many periods'
   // worth of calls without an anchor) break the pattern and trigger re-detection.
   int break_after = 3;
   // Detection may drop up to this fraction of the calls as extra calls (see
-  // DropRareSymbols), trying at most max_drop_levels filter levels.
-  double max_dropped_fraction = 0.1;
+  // DropRareSymbols), trying at most max_drop_levels filter levels; dropped calls that
+  // recur at the same place in most periods are put back into the pattern afterwards.
+  double max_dropped_fraction = 0.25;
   int max_drop_levels = 4;
 };
 
@@ -215,6 +226,7 @@ class IterationTracker {
   std::vector<char> in_template_;     // indexed by symbol
   size_t scan_from_ = 0;              // buffer index where scanning resumes
   std::vector<size_t> recent_;        // buffer indices of the last template calls (<= anchor_len_)
+  std::vector<CallSymbol> span_symbols_;  // Scan's scratch: a span's template-symbol calls
   long last_anchor_ = -1;             // buffer index of the last anchor, -1 if none
   long calls_since_anchor_ = 0;
   uint64_t detected_at_position_ = 0;  // stream position when the pattern was detected
