@@ -777,6 +777,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
     lconf.lease_duration = options.lease_duration;
     lconf.renew_deadline = options.renew_deadline;
     lconf.retry_period = options.retry_period;
+    lconf.reacquire_after_loss = false;  // a replica that lost never acts again (LostLeadership)
     kube::LeaderCallbacks callbacks;
     callbacks.on_started_leading = [self] { self->OnStartedLeading(); };
     callbacks.on_stopped_leading = [self] { self->OnStoppedLeading(); };

@@ -336,7 +336,7 @@ void LeaderElector::Run() {
     }
     if (stopped && config_.release_on_stop) Release();
     if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
-    if (stopped) return;
+    if (stopped || !config_.reacquire_after_loss) return;
   }
 }
 

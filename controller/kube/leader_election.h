@@ -89,6 +89,12 @@ struct LeaderElectionConfig {
   absl::Duration retry_period = absl::Seconds(2);
   // On Stop(), a leader writes an empty holder so a successor need not wait.
   bool release_on_stop = true;
+  // After losing the lease (renewals failed past the renew deadline, or another holder),
+  // try to acquire it again (true) or end the election loop for good (false, like
+  // client-go's Run returning: the process is expected to exit). A loser that keeps
+  // trying would renew its own still-valid record as soon as the API server answers
+  // again and keep a replica that no longer acts as the holder.
+  bool reacquire_after_loss = true;
 };
 
 // lease_duration > renew_deadline > 1.2 * retry_period > 0, and non-empty names.

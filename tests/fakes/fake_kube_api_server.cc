@@ -453,6 +453,9 @@ class FakeKubeApiServer::Impl {
   int64_t bookmark_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int open_watches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<FailureRule> failures_ ABSL_GUARDED_BY(mu_);
+  std::vector<FailureRule> interleaves_ ABSL_GUARDED_BY(mu_);  // code unused
+  int interleaved_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::vector<std::string>> delete_log_ ABSL_GUARDED_BY(mu_);  // resource -> names
   std::map<std::pair<std::string, std::string>, int> request_counts_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
@@ -571,6 +574,22 @@ void FakeKubeApiServer::Impl::Serve(const httplib::Request& req, httplib::Respon
         (rule.resource == "*" || rule.resource == resource)) {
       --rule.remaining;
       return write(Fail(rule.code, absl::StrFormat("injected failure for %s %s", verb, resource)));
+    }
+  }
+  if (verb == "delete") delete_log_[resource].push_back(t->name);
+  for (FailureRule& rule : interleaves_) {
+    if (rule.remaining > 0 && named && (rule.verb == "*" || rule.verb == verb) &&
+        (rule.resource == "*" || rule.resource == resource)) {
+      // Another client writes the object first: its resourceVersion moves on.
+      auto store = objects_.find(t->type.QualifiedName());
+      const std::string key = StoreKey(t->ns, t->name);
+      if (store != objects_.end() && store->second.count(key) > 0) {
+        --rule.remaining;
+        json prev = store->second[key], obj = prev;
+        obj["metadata"]["annotations"]["test.peregrine.dev/interleaved"] = absl::StrCat(++interleaved_writes_);
+        CommitLocked(t->type, key, "MODIFIED", std::move(obj), std::move(prev));
+      }
+      break;
     }
   }
   if (verb == "watch") {
@@ -1399,6 +1418,15 @@ void FakeKubeApiServer::FailNextRequestsForTest(std::string verb, std::string re
                                                 int http_code) {
   absl::MutexLock lock(&impl_->mu_);
   impl_->failures_.push_back({std::move(verb), std::move(resource), count, http_code});
+}
+void FakeKubeApiServer::InterleaveWriteForTest(std::string verb, std::string resource, int count) {
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->interleaves_.push_back({std::move(verb), std::move(resource), count, 0});
+}
+std::vector<std::string> FakeKubeApiServer::DeleteRequestsForTest(absl::string_view resource) const {
+  absl::MutexLock lock(&impl_->mu_);
+  auto it = impl_->delete_log_.find(std::string(resource));
+  return it == impl_->delete_log_.end() ? std::vector<std::string>{} : it->second;
 }
 int FakeKubeApiServer::RequestCountForTest(absl::string_view verb,
                                            absl::string_view resource) const {

@@ -120,6 +120,14 @@ class FakeKubeApiServer {
   // delete, deletecollection; "*" for any) on this resource ("pods", "pods/status",
   // "trainingjobs.peregrine.dev"; "*" for any) fail with `http_code` and a Status.
   void FailNextRequestsForTest(std::string verb, std::string resource, int count, int http_code);
+  // Before each of the next `count` requests with this verb on this resource that name
+  // an existing object, another client writes that object first (an annotation
+  // test.peregrine.dev/interleaved=<n>, one MODIFIED event): a read-modify-write whose
+  // read came before meets a real 409 Conflict on its stale resourceVersion.
+  void InterleaveWriteForTest(std::string verb, std::string resource, int count);
+  // The object names of every delete request received on this resource, in order
+  // (also ones that failed or found nothing).
+  std::vector<std::string> DeleteRequestsForTest(absl::string_view resource) const;
   // Requests received so far with this verb on this resource ("*" matches any).
   int RequestCountForTest(absl::string_view verb, absl::string_view resource) const;
   // The Authorization header of the last request ("" when it had none).
