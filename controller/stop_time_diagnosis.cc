@@ -237,51 +237,68 @@ std::string HealthyDigest(const std::vector<std::string>& digests) {
 }
 
 // The median of the values (the mean of the two middle ones for an even count); 0 if none.
-double MedianOf(const std::vector<std::pair<int, double>>& keyed) {
-  std::vector<double> values;
-  for (const auto& [key, v] : keyed) values.push_back(v);
+double MedianOf(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+double MedianPeak(const std::vector<BandwidthSample>& samples) {
+  std::vector<double> v;
+  for (const BandwidthSample& s : samples) v.push_back(s.peak_gbps);
+  return MedianOf(std::move(v));
+}
+
+double MedianTypical(const std::vector<BandwidthSample>& samples) {
+  std::vector<double> v;
+  for (const BandwidthSample& s : samples) v.push_back(s.typical_gbps);
+  return MedianOf(std::move(v));
+}
+
 // Fails the answers of a bandwidth stage round that passed on contents but whose busbw is
-// far below the round's median (SlowBandwidthOutliers).
+// far below the round's (SlowBandwidthOutliers).
 void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& tasks, std::vector<Judged>* judged) {
-  std::vector<std::pair<int, double>> busbw;
+  std::vector<BandwidthSample> samples;
   for (size_t i = 0; i < judged->size(); ++i) {
     const Judged& j = (*judged)[i];
     if (j.answer != Answer::kPassed || j.outcome == nullptr || j.outcome->not_present) continue;
-    // The fastest run's figure when the agent reports it (robust to a loaded host).
-    auto it = j.outcome->figures.find("peak_busbw_gbps");
-    if (it == j.outcome->figures.end()) it = j.outcome->figures.find("busbw_gbps");
-    if (it != j.outcome->figures.end()) busbw.emplace_back(static_cast<int>(i), it->second);
+    const auto typical = j.outcome->figures.find("busbw_gbps");
+    const auto peak = j.outcome->figures.find("peak_busbw_gbps");
+    if (typical == j.outcome->figures.end() && peak == j.outcome->figures.end()) continue;
+    BandwidthSample s;
+    s.key = static_cast<int>(i);
+    s.typical_gbps = typical != j.outcome->figures.end() ? typical->second : peak->second;
+    s.peak_gbps = peak != j.outcome->figures.end() ? peak->second : typical->second;
+    samples.push_back(s);
   }
-  const std::vector<int> slow = SlowBandwidthOutliers(busbw);
+  const std::vector<int> slow = SlowBandwidthOutliers(samples);
   if (slow.empty()) return;
-  const double median = MedianOf(busbw);
-  const std::map<int, double> value(busbw.begin(), busbw.end());
+  const double median_peak = MedianPeak(samples);
+  const double median_typical = MedianTypical(samples);
+  std::map<int, double> peak_of;
+  for (const BandwidthSample& s : samples) peak_of[s.key] = s.peak_gbps;
   for (int i : slow) {
     Judged& j = (*judged)[static_cast<size_t>(i)];
     const DiagnosisMachine& m = ctx.machines[static_cast<size_t>(tasks[static_cast<size_t>(i)].slot)];
     j.answer = Answer::kFailed;
-    const double mine = value.at(i);
-    j.line = absl::StrFormat("%s: FAILED: busbw %.3g GB/s below %.2gx the round median %.3g GB/s%s",
-                             m.machine_id.empty() ? m.pod : m.machine_id, mine, kSlowBandwidthFraction, median,
-                             Figures(*j.outcome));
+    j.line = absl::StrFormat(
+        "%s: FAILED: busbw %.3g GB/s at best, below %.2gx the round median %.3g GB/s and its typical %.3g GB/s%s",
+        m.machine_id.empty() ? m.pod : m.machine_id, peak_of.at(i), kSlowBandwidthFraction, median_peak,
+        median_typical, Figures(*j.outcome));
   }
 }
 
 }  // namespace
 
-std::vector<int> SlowBandwidthOutliers(const std::vector<std::pair<int, double>>& busbw_gbps, double fraction) {
+std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& samples, double fraction) {
   std::vector<int> out;
-  if (busbw_gbps.size() < 2) return out;
-  const double median = MedianOf(busbw_gbps);
-  if (!(median > 0)) return out;
-  for (const auto& [key, v] : busbw_gbps) {
-    if (v < fraction * median) out.push_back(key);
+  if (samples.size() < 2) return out;
+  const double median_peak = MedianPeak(samples);
+  if (!(median_peak > 0)) return out;
+  const double median_typical = MedianTypical(samples);
+  for (const BandwidthSample& s : samples) {
+    if (s.peak_gbps < fraction * median_peak && s.peak_gbps < median_typical) out.push_back(s.key);
   }
   return out;
 }

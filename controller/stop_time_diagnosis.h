@@ -19,11 +19,12 @@
 //               machine); the digest shared by the most groups of the same shape (at least
 //               two, strictly more than any other digest) is healthy, the others fail; the
 //               failing horizontal and vertical groups intersect in the faulty machine.
-// Bandwidth (all_to_all, all_gather): a machine whose answer passed on contents but whose
-// bus bandwidth (peak_busbw_gbps, the fastest repetition, when reported; busbw_gbps
-// otherwise) is below kSlowBandwidthFraction x the median of the machines that passed in
-// the same stage round fails too (SlowBandwidthOutliers), so a degraded NVLink or NIC is
-// caught by comparison with its peers, without a fixed GB/s threshold.
+// Bandwidth (all_to_all, all_gather): a machine whose answer passed on contents fails too
+// when even its fastest repetition (peak_busbw_gbps) is below kSlowBandwidthFraction x the
+// median of the round's fastest repetitions AND below the median of the round's typical
+// (median-repetition, busbw_gbps) figures (SlowBandwidthOutliers): a degraded NVLink or NIC
+// is slow in every repetition, while a machine starved of CPU for a moment on a shared host
+// is not slower than its peers' typical run. Peers, not a fixed GB/s threshold, set the bar.
 // Judging a machine's answer: not_present -> passed (recorded); a command error (e.g. an
 // agent without that diagnostic: UNIMPLEMENTED) -> no evidence, passed (recorded as
 // unavailable); no answer by the stage deadline (the kind's timeout + kAnswerMarginNs) ->
@@ -51,16 +52,24 @@ namespace peregrine {
 
 inline constexpr int64_t kAnswerMarginNs = 30'000'000'000;
 
-// A machine's bus bandwidth below this fraction of its round's median fails the stage. The
-// stand-in cluster on a shared CPU shows healthy machines down to about 0.6x the median
-// (scheduling noise); real degradations worth evicting for (NVLink falling back to PCIe,
-// a NIC at a quarter of its rate or worse) are far below 0.25x.
+// A machine's fastest bus bandwidth below this fraction of its round's median fails the
+// stage (with the typical-run condition below). The stand-in cluster on a shared CPU shows
+// healthy machines' fastest runs down to about 0.2x the median when one is starved for a
+// moment (hence the second condition); real degradations worth evicting for (NVLink falling
+// back to PCIe, a NIC at a quarter of its rate or worse) are far below 0.25x in every run.
 inline constexpr double kSlowBandwidthFraction = 0.25;
 
-// The keys of `busbw_gbps` (e.g. task or slot indices) whose value is below `fraction` x the
-// median of all the values (the mean of the two middle values for an even count). Fewer
-// than two values, or a median <= 0, give none. Pure.
-std::vector<int> SlowBandwidthOutliers(const std::vector<std::pair<int, double>>& busbw_gbps,
+// One machine's bandwidth figures in a stage round.
+struct BandwidthSample {
+  int key = 0;                // e.g. task or slot index, returned as given
+  double peak_gbps = 0;       // the fastest repetition (busbw when only one figure is known)
+  double typical_gbps = 0;    // the median repetition
+};
+
+// The keys whose peak is below `fraction` x the median of all peaks and also below the
+// median of all typical figures (medians: the mean of the two middle values for an even
+// count), in input order. Fewer than two samples, or a median peak <= 0, give none. Pure.
+std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& samples,
                                        double fraction = kSlowBandwidthFraction);
 
 // One slot of the job as the diagnosis sees it.
