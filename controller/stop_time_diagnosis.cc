@@ -283,7 +283,7 @@ void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& ta
     const DiagnosisMachine& m = ctx.machines[static_cast<size_t>(tasks[static_cast<size_t>(i)].slot)];
     j.answer = Answer::kFailed;
     j.line = absl::StrFormat(
-        "%s: FAILED: busbw %.3g GB/s at best, below %.2gx the round median %.3g GB/s and its typical %.3g GB/s%s",
+        "%s: FAILED: busbw %.3g GB/s at best, below %.2gx the round median %.3g GB/s (typical %.3g GB/s)%s",
         m.machine_id.empty() ? m.pod : m.machine_id, peak_of.at(i), kSlowBandwidthFraction, median_peak,
         median_typical, Figures(*j.outcome));
   }
@@ -298,7 +298,7 @@ std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& sampl
   if (!(median_peak > 0)) return out;
   const double median_typical = MedianTypical(samples);
   for (const BandwidthSample& s : samples) {
-    if (s.peak_gbps < fraction * median_peak && s.peak_gbps < median_typical) out.push_back(s.key);
+    if (s.peak_gbps < fraction * median_peak && s.peak_gbps < fraction * median_typical) out.push_back(s.key);
   }
   return out;
 }
