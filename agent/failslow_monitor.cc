@@ -22,21 +22,6 @@ namespace ring = ::peregrine::nccl_ring;
 constexpr size_t kMaxPendingCalls = 4096;
 constexpr size_t kMaxSampleStarts = 4096;
 
-NcclOp ToNcclOp(uint8_t op) {
-  switch (op) {
-    case ring::kOpAllReduce: return NcclOp::kAllReduce;
-    case ring::kOpAllGather: return NcclOp::kAllGather;
-    case ring::kOpReduceScatter: return NcclOp::kReduceScatter;
-    case ring::kOpBroadcast:
-    case ring::kOpBcast: return NcclOp::kBroadcast;
-    case ring::kOpReduce: return NcclOp::kReduce;
-    case ring::kOpSend: return NcclOp::kSend;
-    case ring::kOpRecv: return NcclOp::kRecv;
-    case ring::kOpAlltoAll: return NcclOp::kAllToAll;
-    default: return NcclOp::kOther;
-  }
-}
-
 uint64_t DataTypeBytes(uint8_t datatype) {
   switch (datatype) {
     case 0: case 1: case 10: case 11: return 1;  // int8, uint8, fp8 e4m3/e5m2
@@ -346,7 +331,7 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
     }
     if (IsNcclTrafficOp(rec.op)) {
       NcclCallRecord c;
-      c.op = ToNcclOp(rec.op);
+      c.op = NcclOpOfRingOp(rec.op);
       c.comm_id = rec.comm_id;
       c.count = rec.count;
       c.datatype = rec.datatype;

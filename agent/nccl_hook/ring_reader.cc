@@ -103,6 +103,21 @@ std::string NcclOpName(uint8_t op) {
   }
 }
 
+NcclOp NcclOpOfRingOp(uint8_t op) {
+  switch (op) {
+    case ring::kOpAllReduce: return NcclOp::kAllReduce;
+    case ring::kOpAllGather: return NcclOp::kAllGather;
+    case ring::kOpReduceScatter: return NcclOp::kReduceScatter;
+    case ring::kOpBroadcast:
+    case ring::kOpBcast: return NcclOp::kBroadcast;
+    case ring::kOpReduce: return NcclOp::kReduce;
+    case ring::kOpSend: return NcclOp::kSend;
+    case ring::kOpRecv: return NcclOp::kRecv;
+    case ring::kOpAlltoAll: return NcclOp::kAllToAll;
+    default: return NcclOp::kOther;
+  }
+}
+
 bool IsNcclTrafficOp(uint8_t op) {
   switch (op) {
     case ring::kOpAllReduce:

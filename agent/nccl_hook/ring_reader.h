@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "diagnosis/iteration_period.h"
 
 namespace peregrine {
 
@@ -62,6 +63,9 @@ struct NcclRecord {
 std::string NcclOpName(uint8_t op);
 // True for the ops that move data (collectives, send, recv).
 bool IsNcclTrafficOp(uint8_t op);
+// The iteration-period analysis' op for a ring op code (kOther for ops it does not tell
+// apart, e.g. Gather, Scatter, communicator calls).
+NcclOp NcclOpOfRingOp(uint8_t op);
 
 struct NcclCommInfo {
   uint64_t comm_id = 0;

@@ -21,21 +21,6 @@ namespace {
 
 namespace ring = nccl_ring;
 
-NcclOp ToNcclOp(uint8_t op) {
-  switch (op) {
-    case ring::kOpAllReduce: return NcclOp::kAllReduce;
-    case ring::kOpAllGather: return NcclOp::kAllGather;
-    case ring::kOpReduceScatter: return NcclOp::kReduceScatter;
-    case ring::kOpBroadcast:
-    case ring::kOpBcast: return NcclOp::kBroadcast;
-    case ring::kOpReduce: return NcclOp::kReduce;
-    case ring::kOpSend: return NcclOp::kSend;
-    case ring::kOpRecv: return NcclOp::kRecv;
-    case ring::kOpAlltoAll: return NcclOp::kAllToAll;
-    default: return NcclOp::kOther;
-  }
-}
-
 // A private temporary file holding a copy of the ring, removed on destruction.
 class TempRingFile {
  public:
@@ -125,7 +110,7 @@ absl::StatusOr<NcclTrace> ReadNcclRingFile(absl::string_view bytes, absl::string
         continue;
       }
       NcclCallRecord call;
-      call.op = ToNcclOp(r.op);
+      call.op = NcclOpOfRingOp(r.op);
       call.comm_id = r.comm_id;
       call.count = r.count;
       call.datatype = r.datatype;
