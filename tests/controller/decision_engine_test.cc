@@ -62,7 +62,7 @@ struct World {
     for (const PodToCreate& c : plan.create_pods) {
       if (Pod(c.name)) continue;
       const std::string machine = "local-" + std::to_string(next_machine++);
-      obs.pods.push_back(PodObservation{c.name, machine, true, false, ""});
+      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", ""});
       AgentObservation a;
       a.pod = c.name;
       a.machine_id = machine;
