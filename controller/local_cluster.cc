@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -366,7 +367,45 @@ absl::StatusOr<std::optional<JobStatus>> LocalCluster::LoadStatus(const Training
   return std::optional<JobStatus>(*status);
 }
 
-absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& /*job*/) {
+namespace {
+
+// Rendezvous ports of a local job: the training store listens on the base port and the
+// stop-time diagnosis and fail-slow validation use base+1 onwards (one per machine pair or
+// replay group, about 3 x machines), all on 127.0.0.1 shared with every other program.
+constexpr uint32_t kRendezvousBlock = 64;
+// Blocks are drawn below the kernel's ephemeral range, so outgoing connections (which take
+// ephemeral ports) never occupy them between the check and the listen.
+constexpr uint32_t kRendezvousLowest = 20000;
+
+// The first port of the kernel's ephemeral range (ip_local_port_range); 32768 if unreadable.
+uint32_t EphemeralPortsStart() {
+  static const uint32_t start = [] {
+    std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+    uint32_t lo = 0;
+    if (in >> lo && lo > 0 && lo <= 65535) return lo;
+    return 32768u;
+  }();
+  return start;
+}
+
+// True when a TCP listener could bind 127.0.0.1:port now.
+bool LoopbackPortFree(uint32_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as listeners do
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// A port the kernel picks (port 0): the fallback when no block below the ephemeral range
+// is free.
+absl::StatusOr<uint32_t> KernelPickedPort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
   sockaddr_in addr{};
@@ -379,6 +418,25 @@ absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& /*job*/
   close(fd);
   if (!ok) return absl::UnavailableError(absl::StrCat("cannot find a free port: ", std::strerror(errno)));
   return static_cast<uint32_t>(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& /*job*/) {
+  // A random block of kRendezvousBlock ports, all free now, below the ephemeral range
+  // (random so that concurrent local controllers, e.g. parallel tests, rarely pick the same).
+  const uint32_t top = EphemeralPortsStart();
+  if (top >= kRendezvousLowest + 2 * kRendezvousBlock) {
+    static thread_local std::mt19937 rng{std::random_device{}()};
+    std::uniform_int_distribution<uint32_t> pick(kRendezvousLowest, top - kRendezvousBlock);
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      const uint32_t base = pick(rng);
+      bool free = true;
+      for (uint32_t p = base; free && p < base + kRendezvousBlock; ++p) free = LoopbackPortFree(p);
+      if (free) return base;
+    }
+  }
+  return KernelPickedPort();
 }
 
 absl::Status LocalCluster::KillMachine(const std::string& machine_id) {

@@ -52,6 +52,9 @@ class LocalCluster final : public Cluster {
   absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override;
   absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override;
   std::string RendezvousDomain(const TrainingJob& /*job*/) override { return ""; }
+  // A random base port P below the kernel's ephemeral range such that 127.0.0.1:P..P+63
+  // were all free when checked (training's store uses P, diagnosis and validation P+1..);
+  // a kernel-picked free port when no such block is found.
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
   // Fault injection: kills every process of the pod that holds `machine_id` (the machine
