@@ -57,9 +57,17 @@ TEST_CASE("Under a launcher that is no rank, children take RANK from their envir
   DescendantGuard guard;
   const pid_t launcher = SpawnShell("RANK=5 sleep 60 & RANK=6 sleep 60 & sleep 60 & wait");
   std::vector<StackTarget> found;
+  // Wait until the three children have exec'd sleep: a forked child still running the
+  // shell has the launcher's environment (RANK=N applies at exec).
   REQUIRE(Eventually([&] {
     found = WithDescendants({StackTarget{launcher, -1}});
-    return found.size() >= 4;
+    int sleeping = 0;
+    for (const StackTarget& t : found) {
+      std::ifstream comm("/proc/" + std::to_string(t.pid) + "/comm");
+      std::string name;
+      sleeping += (comm >> name) && name == "sleep";
+    }
+    return found.size() >= 4 && sleeping == 3;
   }));
   std::vector<int> ranks;
   for (const StackTarget& t : found) ranks.push_back(t.global_rank);
