@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace peregrine {
@@ -147,6 +148,29 @@ TraceScore ScoreDetections(const LabelledTrace& trace, absl::Span<const int64_t>
   score.correct =
       score.false_positives == 0 && score.detected_episodes == score.labelled_episodes;
   return score;
+}
+
+void JobScoreSummary::Add(const TraceScore& s) {
+  ++traces;
+  correct += s.correct;
+  (s.labelled_episodes > 0 ? positive : negative)++;
+  if (s.correct) return;
+  (s.detected_episodes < s.labelled_episodes ? false_neg : false_pos)++;
+}
+
+double JobScoreSummary::accuracy() const { return traces == 0 ? 0.0 : static_cast<double>(correct) / traces; }
+
+double JobScoreSummary::fpr() const {
+  return false_pos == 0 ? 0.0 : static_cast<double>(false_pos) / (false_pos + negative);
+}
+
+double JobScoreSummary::fnr() const {
+  return false_neg == 0 ? 0.0 : static_cast<double>(false_neg) / (false_neg + positive);
+}
+
+std::string JobScoreSummary::ToString() const {
+  return absl::StrCat("correct ", correct, "/", traces, " FP ", false_pos, " (N ", negative, ") FN ", false_neg,
+                      " (P ", positive, ")");
 }
 
 void DetectorSummary::Add(const TraceScore& s) {

@@ -117,6 +117,21 @@ struct DetectorSummary {
   std::string ToString() const;
 };
 
+// Per-job (per-trace) counts the way Falcon's Tables 4-5 score detectors: a trace is
+// positive when it holds a labelled fail-slow; a wrong trace is a false negative when it
+// missed an episode, else a false positive; FPR = FP / (FP + N), FNR = FN / (FN + P) (every
+// cell of the seed's tables fits these, e.g. Table 4's 87/473 = 87/(87 + 386)).
+struct JobScoreSummary {
+  int traces = 0, correct = 0, positive = 0, negative = 0, false_pos = 0, false_neg = 0;
+
+  void Add(const TraceScore& s);
+  double accuracy() const;  // correct / traces (0 without traces)
+  double fpr() const;       // false_pos / (false_pos + negative) (0 without false positives)
+  double fnr() const;       // false_neg / (false_neg + positive) (0 without false negatives)
+  // "correct 987/1000 FP 0 (N 363) FN 13 (P 637)"
+  std::string ToString() const;
+};
+
 // The detectors compared in Falcon's Tables 4-5, as functions from a trace to the indices
 // where they report the start of a fail-slow:
 //  - kSlidingWindow: SlidingWindowDetector start events;

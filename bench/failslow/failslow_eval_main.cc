@@ -44,6 +44,7 @@ using peregrine::EvaluatedDetectors;
 using peregrine::FailSlowDetectorKind;
 using peregrine::FailSlowKind;
 using peregrine::TraceScore;
+using peregrine::JobScoreSummary;
 
 struct Flags {
   int traces = 1000;
@@ -109,20 +110,10 @@ constexpr SeedRow kSeedTable5[] = {
     {"BOCD+V", {106, 107}, {0, 64}, {1, 44}},
 };
 
-// The trace-level counts of one detector on one table.
-struct JobCounts {
-  int traces = 0, correct = 0, positive = 0, negative = 0, false_pos = 0, false_neg = 0;
-  void Add(const TraceScore& s) {
-    ++traces;
-    correct += s.correct;
-    (s.labelled_episodes > 0 ? positive : negative)++;
-    if (s.correct) return;
-    (s.detected_episodes < s.labelled_episodes ? false_neg : false_pos)++;
-  }
-  Fraction accuracy() const { return {correct, traces}; }
-  Fraction fpr() const { return {false_pos, false_pos + negative}; }
-  Fraction fnr() const { return {false_neg, false_neg + positive}; }
-};
+// Fractions of one detector's per-job counts, for printing with numerator and denominator.
+Fraction Accuracy(const JobScoreSummary& j) { return {j.correct, j.traces}; }
+Fraction Fpr(const JobScoreSummary& j) { return {j.false_pos, j.false_pos + j.negative}; }
+Fraction Fnr(const JobScoreSummary& j) { return {j.false_neg, j.false_neg + j.positive}; }
 
 struct Row {
   const char* name;
@@ -162,7 +153,7 @@ int main(int argc, char** argv) {
     options.kind = kind;
     options.length = flags.length;
     if (flags.fault_free >= 0.0) options.fault_free_probability = flags.fault_free;
-    std::vector<JobCounts> jobs(rows.size());
+    std::vector<JobScoreSummary> jobs(rows.size());
     std::vector<DetectorSummary> episodes(rows.size());
     int labelled = 0, sub_threshold = 0, fault_free = 0, with_restart = 0, restarts = 0;
     double min_sev = 1e9, max_sev = 0.0;
@@ -214,13 +205,13 @@ int main(int argc, char** argv) {
                 "accuracy %", "FPR %", "FNR %", "seed", "accuracy %", "FPR %", "FNR %",
                 "ours - seed (points: acc FPR FNR)");
     for (size_t d = 0; d < rows.size(); ++d) {
-      const JobCounts& j = jobs[d];
+      const JobScoreSummary& j = jobs[d];
       const SeedRow& s = seed_table[rows[d].seed_row];
       std::printf("  %-14s %-18s %-18s %-18s| %-11s %-18s %-18s %-18s| %+6.1f %+6.1f %+6.1f\n",
-                  rows[d].name, Cell(j.accuracy()).c_str(), Cell(j.fpr()).c_str(),
-                  Cell(j.fnr()).c_str(), s.name, Cell(s.accuracy).c_str(), Cell(s.fpr).c_str(),
-                  Cell(s.fnr).c_str(), j.accuracy().percent() - s.accuracy.percent(),
-                  j.fpr().percent() - s.fpr.percent(), j.fnr().percent() - s.fnr.percent());
+                  rows[d].name, Cell(Accuracy(j)).c_str(), Cell(Fpr(j)).c_str(),
+                  Cell(Fnr(j)).c_str(), s.name, Cell(s.accuracy).c_str(), Cell(s.fpr).c_str(),
+                  Cell(s.fnr).c_str(), Accuracy(j).percent() - s.accuracy.percent(),
+                  Fpr(j).percent() - s.fpr.percent(), Fnr(j).percent() - s.fnr.percent());
     }
     std::printf("  episode level (FPR here = false reports / all reports, FNR = missed / "
                 "labelled episodes):\n");

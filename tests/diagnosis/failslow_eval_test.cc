@@ -64,5 +64,26 @@ TEST_CASE("ScoreDetections counts hits, misses and false positives by episode", 
   }
 }
 
+TEST_CASE("JobScoreSummary scores jobs as Falcon's Table 4 does", "[unit]") {
+  // Table 4, BOCD: 392 jobs, 6 with a fail-slow (all found), 87 of 386 healthy alarmed.
+  JobScoreSummary bocd;
+  for (int i = 0; i < 6; ++i) bocd.Add(TraceScore{1, 1, 1, 0, true});
+  for (int i = 0; i < 87; ++i) bocd.Add(TraceScore{0, 0, 1, 1, false});
+  for (int i = 0; i < 386 - 87; ++i) bocd.Add(TraceScore{0, 0, 0, 0, true});
+  CHECK(bocd.traces == 392);
+  CHECK(bocd.correct == 305);
+  CHECK(bocd.accuracy() == Approx(305.0 / 392));
+  CHECK(bocd.fpr() == Approx(87.0 / 473));  // FP / (FP + N): the seed's 18.4%
+  CHECK(bocd.fnr() == 0.0);
+  // A missed episode is a false negative even when the trace also has a false report.
+  JobScoreSummary missed;
+  missed.Add(TraceScore{2, 1, 2, 1, false});
+  missed.Add(TraceScore{1, 1, 1, 0, true});
+  CHECK(missed.false_neg == 1);
+  CHECK(missed.false_pos == 0);
+  CHECK(missed.fnr() == Approx(1.0 / 3));  // FN / (FN + P)
+  CHECK(JobScoreSummary{}.accuracy() == 0.0);
+}
+
 }  // namespace
 }  // namespace peregrine

@@ -17,31 +17,8 @@
 namespace peregrine {
 namespace {
 
-struct JobCounts {
-  int traces = 0, correct = 0, positive = 0, negative = 0, false_pos = 0, false_neg = 0;
-  void Add(const TraceScore& s) {
-    ++traces;
-    correct += s.correct;
-    (s.labelled_episodes > 0 ? positive : negative)++;
-    if (s.correct) return;
-    (s.detected_episodes < s.labelled_episodes ? false_neg : false_pos)++;
-  }
-  double accuracy() const { return static_cast<double>(correct) / traces; }
-  double fpr() const {
-    return false_pos == 0 ? 0.0 : static_cast<double>(false_pos) / (false_pos + negative);
-  }
-  double fnr() const {
-    return false_neg == 0 ? 0.0 : static_cast<double>(false_neg) / (false_neg + positive);
-  }
-  std::string ToString() const {
-    return "correct " + std::to_string(correct) + "/" + std::to_string(traces) + " FP " +
-           std::to_string(false_pos) + " (N " + std::to_string(negative) + ") FN " +
-           std::to_string(false_neg) + " (P " + std::to_string(positive) + ")";
-  }
-};
-
 struct Evaluated {
-  JobCounts jobs;
+  JobScoreSummary jobs;
   DetectorSummary episodes;
 };
 
