@@ -12,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 
 namespace peregrine {
 namespace {

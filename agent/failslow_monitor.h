@@ -40,7 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/nccl_hook/ring_reader.h"
+#include "agent/nccl_ring/ring_reader.h"
 #include "diagnosis/change_point.h"
 #include "diagnosis/iteration_period.h"
 #include "google/protobuf/repeated_ptr_field.h"
@@ -55,7 +55,7 @@ namespace peregrine {
 void AddNcclHookEnvironment(const std::string& hook_path, const std::string& ring_dir, bool profiling,
                             bool trap, std::vector<std::string>* env);
 
-// Warm-up rule (issue 5: "robust to a warm-up phase"). The first iterations of a series
+// Warm-up rule (robust to a warm-up phase). The first iterations of a series
 // are not representative: process start-up (allocations, first connections), the other
 // ranks of a restarted job still starting on the same (loaded) machine, a period detected
 // on calls buffered during start-up. A series starts when a training process starts (its

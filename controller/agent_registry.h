@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 #include "peregrine/v1/agent.pb.h"
 
 namespace peregrine {

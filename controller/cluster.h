@@ -1,4 +1,4 @@
-// Cluster: how the controller acts on "a cluster" (DESIGN.md). Two implementations: the
+// Cluster: how the controller acts on "a cluster" (docs/architecture.md). Two implementations: the
 // Kubernetes API (controller/kube/) and local processes (local_cluster.h).
 //
 // Contract for every method: idempotent where the name says so, returns absl::Status with
@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "controller/job_spec.h"
-#include "controller/job_state.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
 
 namespace peregrine {
 

@@ -24,8 +24,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
-#include "controller/kube_command.h"
-#include "controller/local_mode.h"
+#include "controller/kube/kube_command.h"
+#include "controller/local/local_mode.h"
+#include "controller/local/scenario.h"
 
 namespace {
 
@@ -142,14 +143,14 @@ int main(int argc, char** argv) {
               mode.grpc_port(), mode.http_port(), state_dir.c_str());
   std::fflush(stdout);
 
-  peregrine::LocalMode::ScenarioRunOptions run_options;
+  peregrine::ScenarioRunOptions run_options;
   run_options.progress = [](const std::string& line) {
     std::printf("  %s\n", line.c_str());
     std::fflush(stdout);
   };
   run_options.stop_requested = [] { return g_signal.load() != 0; };
   run_options.timeout_ms = static_cast<int64_t>(timeout_s) * 1000;
-  auto run = mode.RunScenario(scenario, run_options);
+  auto run = peregrine::RunScenario(mode, scenario, run_options);
   if (!run.ok()) std::fprintf(stderr, "peregrine-controller: %s\n", run.status().ToString().c_str());
   const int sig = g_signal.load();
   const bool keep_training = sig == SIGTERM;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"

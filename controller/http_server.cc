@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -61,15 +61,15 @@ absl::StatusOr<std::string> StaticJobDirectory::UpdateCode(const std::string& ns
                                        "hot-update window expires");
 }
 
-HttpServer::HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultInjector* injector)
+HttpServer::HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultSink* faults)
     : owned_directory_(std::make_unique<StaticJobDirectory>(std::move(jobs))),
       directory_(owned_directory_.get()),
       metrics_(metrics),
-      injector_(injector),
+      faults_(faults),
       server_(std::make_unique<httplib::Server>()) {}
 
-HttpServer::HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultInjector* injector)
-    : directory_(directory), metrics_(metrics), injector_(injector), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultSink* faults)
+    : directory_(directory), metrics_(metrics), faults_(faults), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -113,12 +113,12 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
     res.set_content(Dump(out), "application/json");
   });
   server_->Post(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/faults)", [this](const httplib::Request& req, httplib::Response& res) {
-    if (injector_ == nullptr) return JsonError(res, 409, "fault injection needs local mode");
+    if (faults_ == nullptr) return JsonError(res, 409, "fault injection needs local mode");
     auto request = ParseFaultRequest(req.body);
     if (!request.ok()) return JsonError(res, 400, std::string(request.status().message()));
     absl::StatusOr<std::string> result = absl::NotFoundError("no such job");
     directory_->WithJob(req.matches[1], req.matches[2], [&](JobController& j) {
-      result = injector_->Inject(*request, j.Snapshot());
+      result = faults_->Inject(*request, j.Snapshot());
       if (result.ok()) j.Note(absl::StrCat("Fault injected: ", *result));
     });
     if (!result.ok()) return JsonError(res, HttpCode(result.status()), std::string(result.status().message()));

@@ -12,7 +12,8 @@
 // applies code updates to the TrainingJob object in the API server.
 //
 // Thread-safe; Start() serves on a thread pool until Stop(). The directory (or the
-// controllers), metrics and injector must outlive the server.
+// controllers), metrics and fault sink (nullptr: fault injection answers 409) must
+// outlive the server.
 #ifndef PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 #define PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 
@@ -25,14 +26,23 @@
 #include "absl/status/statusor.h"
 #include "controller/code_update.h"
 #include "controller/controller_metrics.h"
-#include "controller/fault_injector.h"
 #include "controller/job_controller.h"
+#include "proto/api/fault_request.h"
 
 namespace httplib {
 class Server;
 }
 
 namespace peregrine {
+
+// Where POST .../faults goes: the local mode's fault injector. Inject applies the request
+// to the job whose current status is `status` and returns what was done, or an error
+// naming the field (kInvalidArgument) or the missing target (kNotFound).
+class FaultSink {
+ public:
+  virtual ~FaultSink() = default;
+  virtual absl::StatusOr<std::string> Inject(const FaultRequest& request, const JobStatus& status) = 0;
+};
 
 // The jobs a controller process runs, for its HTTP API.
 class JobDirectory {
@@ -68,9 +78,9 @@ class StaticJobDirectory final : public JobDirectory {
 class HttpServer {
  public:
   // Serves a fixed list of jobs (StaticJobDirectory).
-  HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultInjector* injector);
+  HttpServer(std::vector<JobController*> jobs, ControllerMetrics* metrics, FaultSink* faults);
   // Serves the jobs of `directory`, which must outlive the server.
-  HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultInjector* injector);
+  HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultSink* faults);
   ~HttpServer();
 
   // Binds host:port (port 0 picks one) and starts serving; returns the bound port.
@@ -81,7 +91,7 @@ class HttpServer {
   std::unique_ptr<JobDirectory> owned_directory_;
   JobDirectory* directory_;
   ControllerMetrics* metrics_;
-  FaultInjector* injector_;
+  FaultSink* faults_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "controller/failslow_policy.h"
+#include "controller/core/failslow_policy.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
 

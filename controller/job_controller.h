@@ -30,9 +30,9 @@
 #include "controller/agent_registry.h"
 #include "controller/cluster.h"
 #include "controller/controller_metrics.h"
-#include "controller/decision_engine.h"
-#include "controller/job_spec.h"
-#include "controller/job_state.h"
+#include "controller/core/decision_engine.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
 
 namespace peregrine {
 

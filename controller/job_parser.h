@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "controller/job_spec.h"
+#include "controller/core/job_spec.h"
 
 namespace peregrine {
 

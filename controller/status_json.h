@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 
 namespace peregrine {
 

@@ -14,11 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agent/supervisor.h"
+#include "diagnosis/tools/standin_device.h"
 
 namespace peregrine {
 
 bool DiagnosticInvocation::InStandInCluster() const {
-  auto it = env.find("PEREGRINE_SIM_FAULTS");
+  auto it = env.find(kStandInDeviceEnv);
   return it != env.end() && !it->second.empty();
 }
 

@@ -2,7 +2,7 @@
 //
 // A DiagnosticInvocation is built from the helper's flags (agent/diagnostics/diagnose_main.cc):
 // the kind and params, the deadline, this machine's identity and GPUs, the base environment
-// of the processes it starts (the agent's: LD_LIBRARY_PATH, PEREGRINE_SIM_FAULTS, PATH...)
+// of the processes it starts (the agent's: LD_LIBRARY_PATH, PEREGRINE_STANDIN_DEVICE, PATH...)
 // and the job's training command (for replay).
 //
 // Thread-compatible value types; the helpers are pure except ToolPath (file system).
@@ -34,7 +34,8 @@ struct DiagnosticInvocation {
   std::map<std::string, std::string> code_env;
 
   DiagnosticParams Params() const { return DiagnosticParams(kind, params); }
-  // True inside the stand-in cluster (env PEREGRINE_SIM_FAULTS set).
+  // True inside the stand-in cluster (a stand-in device plugged in: env
+  // PEREGRINE_STANDIN_DEVICE set, diagnosis/tools/standin_device.h).
   bool InStandInCluster() const;
   // The machine id as the stand-in fault table keys it (-1 when not an integer).
   int SimMachineNumber() const;

@@ -1,4 +1,6 @@
-// eud: dcgmi diag when present; the stand-in cluster's GPU self-test otherwise.
+// eud: dcgmi diag when present; otherwise, with a stand-in device plugged in (the local
+// cluster), the stand-in GPU self-test. The stand-in knows the injected fault (an oracle):
+// its results say "stand-in self-test" so nobody mistakes them for a device measurement.
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -12,12 +14,14 @@
 #include "agent/diagnostics/diagnostic_kinds_run.h"
 #include "agent/diagnostics/rank_processes.h"
 #include "agent/supervisor.h"
-#include "sim/fault/fault_table.h"
+#include "diagnosis/tools/standin_device.h"
 
 namespace peregrine {
 namespace {
 
 constexpr int kSelfTestN = 64;
+// Every stand-in result says what it is: the stand-in knows the fault it reports.
+constexpr char kStandInLabel[] = " [stand-in self-test: an oracle of the injected faults]";
 
 // The reference GEMM's inputs: small integers, so every product and sum is exact in fp32
 // and the right answer is known independently of the floating-point path.
@@ -30,12 +34,11 @@ struct GpuSelfTest {
   double compute_slowdown = 1.0;
 };
 
-// One stand-in GPU: the fixed GEMM in fp32, passed through the fault table's model of this
-// GPU, compared bit for bit with the exact integer answer.
-GpuSelfTest RunStandInSelfTest(const std::string& faults_path, int machine, int gpu, absl::Time deadline) {
+// One stand-in GPU: the fixed GEMM in fp32, passed through the stand-in device's model of
+// this GPU, compared bit for bit with the exact integer answer.
+GpuSelfTest RunStandInSelfTest(const StandInDevice& device, int machine, int gpu, absl::Time deadline) {
   GpuSelfTest out;
-  sim::FaultTableReader reader(faults_path);
-  sim::RankFault fault = reader.Poll().RankFaultFor(machine, gpu);
+  PeregrineStandInGpu fault = device.Gpu(machine, gpu);
   out.compute_slowdown = fault.compute_slowdown;
   if (fault.crash) {
     out.passed = false;
@@ -49,7 +52,7 @@ GpuSelfTest RunStandInSelfTest(const std::string& faults_path, int machine, int 
       return out;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    fault = reader.Poll().RankFaultFor(machine, gpu);
+    fault = device.Gpu(machine, gpu);
   }
   const int n = kSelfTestN;
   std::vector<float> a(n * n), b(n * n), c(n * n, 0.0f);
@@ -146,13 +149,20 @@ DiagnosticResultOr RunEud(const DiagnosticInvocation& inv) {
     result.set_detail("eud: dcgmi is not installed and this is not the stand-in cluster");
     return result;
   }
-  const std::string faults = inv.env.at("PEREGRINE_SIM_FAULTS");
+  std::string error;
+  std::unique_ptr<StandInDevice> device = StandInDevice::Load(inv.env.at(kStandInDeviceEnv), &error);
+  if (device == nullptr) {
+    result.set_passed(false);
+    result.set_detail(absl::StrCat("eud: ", error));
+    return result;
+  }
+  result.mutable_figures()->insert({"standin", 1.0});
   const int machine = inv.SimMachineNumber();
   std::vector<GpuSelfTest> tests(static_cast<size_t>(inv.gpus));
   {
     std::vector<std::thread> threads;
     for (int g = 0; g < inv.gpus; ++g) {
-      threads.emplace_back([&, g] { tests[g] = RunStandInSelfTest(faults, machine, g, inv.deadline); });
+      threads.emplace_back([&, g] { tests[g] = RunStandInSelfTest(*device, machine, g, inv.deadline); });
     }
     for (std::thread& t : threads) t.join();
   }
@@ -167,7 +177,10 @@ DiagnosticResultOr RunEud(const DiagnosticInvocation& inv) {
   }
   if (!failures.empty()) {
     result.set_passed(false);
-    result.set_detail(absl::StrCat(hung ? absl::StrCat(inv.TimedOutDetail(), ": ") : "", absl::StrJoin(failures, "; ")));
+    result.set_detail(absl::StrCat(hung ? absl::StrCat(inv.TimedOutDetail(), ": ") : "", absl::StrJoin(failures, "; "),
+                                   kStandInLabel));
+  } else {
+    result.set_detail(absl::StrCat("every GPU passed", kStandInLabel));
   }
   return result;
 }

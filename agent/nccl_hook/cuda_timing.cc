@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "agent/nccl_hook/hook_state.h"
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 #include "cuda_runtime_api.h"
 
 namespace peregrine::nccl_hook {

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 
 namespace peregrine::nccl_hook {
 

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "agent/nccl_hook/hook_state.h"
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 #include "nccl.h"
 
 #define PEREGRINE_EXPORT extern "C" __attribute__((visibility("default")))

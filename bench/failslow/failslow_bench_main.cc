@@ -13,7 +13,7 @@
 // Times are process CPU time (std::clock), so they are per-core figures even on a busy
 // machine; std::clock's resolution is 1 us, so the ACF timings are best-of-N.
 //
-// Each figure with a DESIGN.md budget is followed by PASS/FAIL (informational: this is a
+// Each figure with a performance budget (docs/failslow.md) is followed by PASS/FAIL (informational: this is a
 // benchmark, not a test).
 //
 //   failslow-bench [--reps=N]

@@ -98,7 +98,7 @@ struct SeedRow {
   Fraction accuracy, fpr, fnr;
 };
 
-// Falcon (shared/seeds/001), Table 4 (compute) and Table 5 (communication), verbatim.
+// Falcon (USENIX ATC 2025), Table 4 (compute) and Table 5 (communication), verbatim.
 constexpr SeedRow kSeedTable4[] = {
     {"SlideWindow", {390, 392}, {0, 386}, {2, 8}},
     {"BOCD", {305, 392}, {87, 473}, {0, 6}},

@@ -6,7 +6,7 @@
 //   --device-buffers off   host memory (the stand-in NCCL of the local cluster);
 //   --device-buffers on    device LOCAL_RANK, or an error when CUDA cannot be used;
 //   --device-buffers auto  (default) device memory when libcudart loads, a device exists,
-//                          env PEREGRINE_SIM_FAULTS is unset and the libnccl in use is not
+//                          no stand-in device is plugged in (env PEREGRINE_STANDIN_DEVICE) and the libnccl in use is not
 //                          the stand-in (whose NCCL works on host memory; it is recognised by
 //                          living in a "sim" directory, as the build puts it); host memory
 //                          otherwise.
@@ -40,7 +40,7 @@ class DeviceMemory {
       *error = "--device-buffers: expected on, off or auto, got " + mode;
       return nullptr;
     }
-    const char* sim = std::getenv("PEREGRINE_SIM_FAULTS");
+    const char* sim = std::getenv("PEREGRINE_STANDIN_DEVICE");
     if (mode == "auto" && sim != nullptr && *sim != '\0') return m;
     Dl_info info{};
     if (mode == "auto" && dladdr(nccl_symbol, &info) != 0 && info.dli_fname != nullptr &&

@@ -9,9 +9,11 @@
 // --dtype fp16|bf16|fp32 times that type only (the CPU path times fp32 for any of them);
 // --iterations N times exactly N GEMMs instead of filling --seconds.
 // The CPU path is the stand-in GPU of the local cluster: its time is the thread's CPU time
-// (robust to other load on the machine), and with env PEREGRINE_SIM_FAULTS set it is
-// stretched (really: it sleeps the difference) by the fault table's compute_slowdown of
-// this GPU (PEREGRINE_MACHINE_ID, LOCAL_RANK); the line then carries "compute_slowdown".
+// (robust to other load on the machine), and with a stand-in device plugged in (env
+// PEREGRINE_STANDIN_DEVICE, standin_device.h) it is stretched (really: it sleeps the
+// difference) by the compute_slowdown the stand-in reports for this GPU
+// (PEREGRINE_MACHINE_ID, LOCAL_RANK); the line then says "standin":true, because that
+// slowdown is the injected one (an oracle), not a measurement.
 // Usage: peregrine-gemm [--n N] [--seconds S] [--iterations N] [--dtype T] [--device N] [--cpu]
 // Exit code 0 on success, 2 on bad flags, 1 when a GEMM failed or gave a wrong result.
 #include <dlfcn.h>
@@ -29,7 +31,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "sim/fault/fault_table.h"
+#include "diagnosis/tools/standin_device.h"
 
 namespace peregrine {
 namespace {
@@ -51,12 +53,23 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// This stand-in GPU's compute_slowdown from the stand-in cluster's fault table (1 outside it).
-double StandInSlowdown() {
-  const char* path = std::getenv("PEREGRINE_SIM_FAULTS");
-  if (path == nullptr || *path == '\0') return 1.0;
-  sim::FaultTableReader reader(path);
-  return reader.Poll().RankFaultFor(sim::MachineIdFromEnv(), sim::LocalRankFromEnv()).compute_slowdown;
+// This GPU's compute_slowdown from the stand-in device: 1 without one. A stand-in that is
+// named but cannot be loaded is an error (the run would otherwise silently measure nothing
+// of what was injected).
+bool StandInSlowdown(double* slowdown, bool* standin, std::string* error) {
+  *slowdown = 1.0;
+  std::unique_ptr<StandInDevice> device = StandInDevice::FromEnv(error);
+  *standin = device != nullptr;
+  if (device == nullptr) return error->empty();
+  int machine = -1, local_rank = -1;
+  const char* m = std::getenv("PEREGRINE_MACHINE_ID");
+  const char* r = std::getenv("LOCAL_RANK");
+  if (m == nullptr || !absl::SimpleAtoi(m, &machine) || r == nullptr || !absl::SimpleAtoi(r, &local_rank)) {
+    *error = "a stand-in device needs PEREGRINE_MACHINE_ID and LOCAL_RANK";
+    return false;
+  }
+  *slowdown = device->Gpu(machine, local_rank).compute_slowdown;
+  return true;
 }
 
 // ---- CPU -------------------------------------------------------------------------------
@@ -98,7 +111,12 @@ bool RunCpu(const Options& o, const char* dtype) {
     ++reps;
     elapsed = ThreadCpuSeconds() - start;
   } while (o.iterations > 0 ? reps < o.iterations : elapsed < o.seconds);
-  const double slowdown = StandInSlowdown();
+  double slowdown = 1.0;
+  bool standin = false;
+  if (std::string error; !StandInSlowdown(&slowdown, &standin, &error)) {
+    std::fprintf(stderr, "peregrine-gemm: %s\n", error.c_str());
+    return false;
+  }
   if (slowdown > 1.0) {
     // The slowed device: it really takes that much longer.
     std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (slowdown - 1.0)));
@@ -114,8 +132,8 @@ bool RunCpu(const Options& o, const char* dtype) {
   }
   const double seconds = elapsed / reps;
   const double gflops = 2.0 * n * static_cast<double>(n) * n / seconds / 1e9;
-  std::printf("%s\n", absl::StrFormat(R"({"device":"cpu","dtype":"%s","n":%d,"reps":%d,"seconds":%.6f,"gflops":%.3f,"max_error":%.3g,"compute_slowdown":%.3f})",
-                                      dtype, n, reps, seconds, gflops, max_error, slowdown)
+  std::printf("%s\n", absl::StrFormat(R"({"device":"cpu","dtype":"%s","n":%d,"reps":%d,"seconds":%.6f,"gflops":%.3f,"max_error":%.3g,"compute_slowdown":%.3f,"standin":%s})",
+                                      dtype, n, reps, seconds, gflops, max_error, slowdown, standin ? "true" : "false")
                           .c_str());
   std::fflush(stdout);
   const double tolerance = sizeof(T) == 4 ? 1e-2 : 1e-9;

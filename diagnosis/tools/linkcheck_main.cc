@@ -40,7 +40,7 @@
 #include "diagnosis/link_rounds.h"
 #include "diagnosis/tools/device_memory.h"
 #include "nccl.h"
-#include "sim/trainer/id_store.h"
+#include "diagnosis/tools/nccl_world.h"
 
 namespace peregrine {
 namespace {
@@ -48,10 +48,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int rank = 0;
-  int world = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  NcclWorld w;  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK
   size_t bytes = 1 << 20;
   int repeats = 3;
   std::string topology = "ring";
@@ -60,7 +57,6 @@ struct Options {
   std::string plan;        // non-empty: these rounds
   bool all_ranks = false;  // every rank prints the report
   std::string device_buffers = "auto";
-  int local_rank = 0;
 };
 
 // "r0:s>d,s>d;r1:..." -> rounds; false with *error set when malformed.
@@ -99,16 +95,11 @@ int Usage(const std::string& error) {
   return 2;
 }
 
-bool EnvInt(const char* name, int* out) {
-  const char* v = std::getenv(name);
-  return v != nullptr && absl::SimpleAtoi(v, out);
-}
-
 #define NCCL_CHECK(expr)                                                                   \
   do {                                                                                     \
     ncclResult_t r_ = (expr);                                                              \
     if (r_ != ncclSuccess) {                                                               \
-      std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s failed: %s\n", o.rank, #expr, \
+      std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s failed: %s\n", o.w.rank, #expr, \
                    ncclGetErrorString(r_));                                                \
       return 3;                                                                            \
     }                                                                                      \
@@ -119,13 +110,13 @@ int Run(const Options& o) {
   ValidationRounds rounds;
   if (!o.plan.empty()) {
     std::string error;
-    if (!ParsePlan(o.plan, o.world, &rounds, &error)) return Usage(error);
+    if (!ParsePlan(o.plan, o.w.world, &rounds, &error)) return Usage(error);
   } else if (o.topology == "ring") {
-    auto r = RingValidationRounds(o.world);
+    auto r = RingValidationRounds(o.w.world);
     if (!r.ok()) return Usage(std::string(r.status().message()));
     rounds = *r;
   } else {
-    const std::vector<int> parents = HeapBinaryTreeParents(o.world);
+    const std::vector<int> parents = HeapBinaryTreeParents(o.w.world);
     for (TreeDirection dir : {TreeDirection::kChildToParent, TreeDirection::kParentToChild}) {
       auto r = TreeValidationRounds(parents, dir);
       if (!r.ok()) return Usage(std::string(r.status().message()));
@@ -134,26 +125,15 @@ int Run(const Options& o) {
   }
 
   std::string memory_error;
-  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
+  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.w.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
                                                            &memory_error);
   if (mem == nullptr) return Usage(memory_error);
-  ncclUniqueId id;
-  if (o.rank == 0) {
-    NCCL_CHECK(ncclGetUniqueId(&id));
-    if (auto s = sim::ServeUniqueId(o.master_addr, o.master_port, o.world, id, o.init_timeout_ms); !s.ok()) {
-      std::fprintf(stderr, "peregrine-linkcheck: %s\n", s.ToString().c_str());
-      return 3;
-    }
-  } else {
-    auto fetched = sim::FetchUniqueId(o.master_addr, o.master_port, o.rank, o.world, o.init_timeout_ms);
-    if (!fetched.ok()) {
-      std::fprintf(stderr, "peregrine-linkcheck: %s\n", fetched.status().ToString().c_str());
-      return 3;
-    }
-    id = *fetched;
+  absl::StatusOr<ncclComm_t> joined = JoinNcclWorld(o.w, o.init_timeout_ms);
+  if (!joined.ok()) {
+    std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s\n", o.w.rank, joined.status().ToString().c_str());
+    return 3;
   }
-  ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, o.world, id, o.rank));
+  ncclComm_t comm = *joined;
 
   const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
   const std::vector<float> ones(count, 1.0f);
@@ -164,7 +144,7 @@ int Run(const Options& o) {
   auto* ack = static_cast<float*>(mem->Alloc(sizeof(float)));
   if (send == nullptr || recv == nullptr || token == nullptr || ack == nullptr ||
       !mem->ToDevice(send, ones.data(), count * sizeof(float))) {
-    std::fprintf(stderr, "peregrine-linkcheck: rank %d: cannot allocate buffers\n", o.rank);
+    std::fprintf(stderr, "peregrine-linkcheck: rank %d: cannot allocate buffers\n", o.w.rank);
     return 3;
   }
   // measured[r] = this rank's median time as the sender of round r, -1 when not one.
@@ -172,7 +152,7 @@ int Run(const Options& o) {
   for (size_t r = 0; r < rounds.size(); ++r) {
     const LinkTransfer* mine = nullptr;
     for (const LinkTransfer& t : rounds[r]) {
-      if (t.sender == o.rank || t.receiver == o.rank) mine = &t;
+      if (t.sender == o.w.rank || t.receiver == o.w.rank) mine = &t;
     }
     std::vector<double> times;
     NCCL_CHECK(ncclAllReduce(token, token, 1, ncclFloat32, ncclMax, comm, nullptr));  // barrier
@@ -180,23 +160,23 @@ int Run(const Options& o) {
     for (int rep = 0; mine != nullptr && rep <= o.repeats; ++rep) {
       const auto start = Clock::now();
       NCCL_CHECK(ncclGroupStart());
-      if (mine->sender == o.rank) NCCL_CHECK(ncclSend(send, count, ncclFloat32, mine->receiver, comm, nullptr));
-      if (mine->receiver == o.rank) NCCL_CHECK(ncclRecv(recv, count, ncclFloat32, mine->sender, comm, nullptr));
+      if (mine->sender == o.w.rank) NCCL_CHECK(ncclSend(send, count, ncclFloat32, mine->receiver, comm, nullptr));
+      if (mine->receiver == o.w.rank) NCCL_CHECK(ncclRecv(recv, count, ncclFloat32, mine->sender, comm, nullptr));
       NCCL_CHECK(ncclGroupEnd());
       NCCL_CHECK(ncclGroupStart());
-      if (mine->receiver == o.rank) NCCL_CHECK(ncclSend(ack, 1, ncclFloat32, mine->sender, comm, nullptr));
-      if (mine->sender == o.rank) NCCL_CHECK(ncclRecv(ack, 1, ncclFloat32, mine->receiver, comm, nullptr));
+      if (mine->receiver == o.w.rank) NCCL_CHECK(ncclSend(ack, 1, ncclFloat32, mine->sender, comm, nullptr));
+      if (mine->sender == o.w.rank) NCCL_CHECK(ncclRecv(ack, 1, ncclFloat32, mine->receiver, comm, nullptr));
       NCCL_CHECK(ncclGroupEnd());
       if (!mem->Synchronize()) return 3;
       if (rep > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
-    if (mine != nullptr && mine->sender == o.rank && !times.empty()) {
+    if (mine != nullptr && mine->sender == o.w.rank && !times.empty()) {
       std::sort(times.begin(), times.end());
       measured[r] = times[times.size() / 2];
     }
   }
   // Everyone's measurements to everyone (rank 0 reports).
-  std::vector<double> all(rounds.size() * static_cast<size_t>(o.world), -1.0);
+  std::vector<double> all(rounds.size() * static_cast<size_t>(o.w.world), -1.0);
   if (!rounds.empty()) {
     auto* dmeasured = static_cast<double*>(mem->Alloc(measured.size() * sizeof(double)));
     auto* dall = static_cast<double*>(mem->Alloc(all.size() * sizeof(double)));
@@ -221,8 +201,8 @@ int Run(const Options& o) {
     }
   }
   if (times.empty()) {
-    if (o.rank == 0 || o.all_ranks) {
-      std::printf("%s\n", absl::StrFormat(R"({"world":%d,"topology":"%s","links":[],"verdict":null})", o.world,
+    if (o.w.rank == 0 || o.all_ranks) {
+      std::printf("%s\n", absl::StrFormat(R"({"world":%d,"topology":"%s","links":[],"verdict":null})", o.w.world,
                                           o.topology).c_str());
     }
     return 0;
@@ -240,9 +220,9 @@ int Run(const Options& o) {
   for (const SlowRank& s : verdict->slow_ranks) {
     slow_ranks.push_back(absl::StrFormat(R"({"rank":%d,"links":%d,"mean_ratio":%.3f})", s.rank, s.links, s.mean_ratio));
   }
-  if (o.rank == 0 || o.all_ranks) {
+  if (o.w.rank == 0 || o.all_ranks) {
     std::printf("%s\n", absl::StrCat(absl::StrFormat(R"({"world":%d,"topology":"%s","bytes":%d,"repeats":%d,)",
-                                                     o.world, o.topology, count * sizeof(float), o.repeats),
+                                                     o.w.world, o.topology, count * sizeof(float), o.repeats),
                                      "\"links\":[", absl::StrJoin(links, ","), "],",
                                      absl::StrFormat(R"("verdict":{"median_seconds":%.6f,)", verdict->median_seconds),
                                      "\"slow_links\":[", absl::StrJoin(slow_links, ","), "],\"slow_ranks\":[",
@@ -259,15 +239,9 @@ int Run(const Options& o) {
 int main(int argc, char** argv) {
   using namespace peregrine;
   Options o;
-  if (!EnvInt("RANK", &o.rank) || !EnvInt("WORLD_SIZE", &o.world) || o.world < 1 || o.rank < 0 ||
-      o.rank >= o.world) {
-    return Usage("RANK and WORLD_SIZE must be set (0 <= RANK < WORLD_SIZE)");
-  }
-  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') o.master_addr = a;
-  if (!EnvInt("LOCAL_RANK", &o.local_rank)) o.local_rank = o.rank;
-  if (std::getenv("MASTER_PORT") != nullptr && !EnvInt("MASTER_PORT", &o.master_port)) {
-    return Usage("MASTER_PORT is not a number");
-  }
+  absl::StatusOr<NcclWorld> w = NcclWorldFromEnv();
+  if (!w.ok()) return Usage(std::string(w.status().message()));
+  o.w = *w;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--all-ranks") {

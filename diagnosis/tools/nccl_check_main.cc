@@ -32,7 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "diagnosis/tools/device_memory.h"
 #include "nccl.h"
-#include "sim/trainer/id_store.h"
+#include "diagnosis/tools/nccl_world.h"
 
 namespace peregrine {
 namespace {
@@ -40,16 +40,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int rank = 0;
-  int world = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  NcclWorld w;  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK
   std::string op = "all_to_all";
   size_t bytes = 1 << 20;
   int repeats = 3;
   int init_timeout_ms = 120000;
   std::string device_buffers = "auto";
-  int local_rank = 0;
 };
 
 int Usage(const std::string& error) {
@@ -69,7 +65,7 @@ float Pattern(int sender, int receiver, size_t j) {
   do {                                                                                      \
     ncclResult_t r_ = (expr);                                                               \
     if (r_ != ncclSuccess) {                                                                \
-      std::fprintf(stderr, "peregrine-nccl-check: rank %d: %s failed: %s\n", o.rank, #expr, \
+      std::fprintf(stderr, "peregrine-nccl-check: rank %d: %s failed: %s\n", o.w.rank, #expr, \
                    ncclGetErrorString(r_));                                                 \
       return 3;                                                                             \
     }                                                                                       \
@@ -77,32 +73,21 @@ float Pattern(int sender, int receiver, size_t j) {
 
 int Run(const Options& o) {
   std::string memory_error;
-  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
+  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.w.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
                                                            &memory_error);
   if (mem == nullptr) return Usage(memory_error);
-  ncclUniqueId id;
-  if (o.rank == 0) {
-    NCCL_CHECK(ncclGetUniqueId(&id));
-    if (auto s = sim::ServeUniqueId(o.master_addr, o.master_port, o.world, id, o.init_timeout_ms); !s.ok()) {
-      std::fprintf(stderr, "peregrine-nccl-check: %s\n", s.ToString().c_str());
-      return 3;
-    }
-  } else {
-    auto fetched = sim::FetchUniqueId(o.master_addr, o.master_port, o.rank, o.world, o.init_timeout_ms);
-    if (!fetched.ok()) {
-      std::fprintf(stderr, "peregrine-nccl-check: %s\n", fetched.status().ToString().c_str());
-      return 3;
-    }
-    id = *fetched;
+  absl::StatusOr<ncclComm_t> joined = JoinNcclWorld(o.w, o.init_timeout_ms);
+  if (!joined.ok()) {
+    std::fprintf(stderr, "peregrine-nccl-check: rank %d: %s\n", o.w.rank, joined.status().ToString().c_str());
+    return 3;
   }
-  ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, o.world, id, o.rank));
+  ncclComm_t comm = *joined;
   const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
-  const size_t n = static_cast<size_t>(o.world);
+  const size_t n = static_cast<size_t>(o.w.world);
   const bool all_to_all = o.op == "all_to_all";
   std::vector<float> send(all_to_all ? count * n : count), recv(count * n), zeros(count * n, 0.0f);
   for (size_t d = 0; d < (all_to_all ? n : 1); ++d) {
-    for (size_t j = 0; j < count; ++j) send[d * count + j] = Pattern(o.rank, static_cast<int>(d), j);
+    for (size_t j = 0; j < count; ++j) send[d * count + j] = Pattern(o.w.rank, static_cast<int>(d), j);
   }
   // The buffers NCCL sees: device memory on a real GPU, host memory on the stand-in.
   auto* dsend = static_cast<float*>(mem->Alloc(send.size() * sizeof(float)));
@@ -110,7 +95,7 @@ int Run(const Options& o) {
   auto* dtoken = static_cast<float*>(mem->Alloc(sizeof(float)));
   if (dsend == nullptr || drecv == nullptr || dtoken == nullptr ||
       !mem->ToDevice(dsend, send.data(), send.size() * sizeof(float))) {
-    std::fprintf(stderr, "peregrine-nccl-check: rank %d: cannot allocate or fill buffers\n", o.rank);
+    std::fprintf(stderr, "peregrine-nccl-check: rank %d: cannot allocate or fill buffers\n", o.w.rank);
     return 3;
   }
   std::set<int> bad, nan;
@@ -131,14 +116,14 @@ int Run(const Options& o) {
       NCCL_CHECK(ncclAllGather(dsend, drecv, count, ncclFloat32, comm, nullptr));
     }
     if (!mem->Synchronize()) {
-      std::fprintf(stderr, "peregrine-nccl-check: rank %d: device synchronize failed\n", o.rank);
+      std::fprintf(stderr, "peregrine-nccl-check: rank %d: device synchronize failed\n", o.w.rank);
       return 3;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (!mem->ToHost(recv.data(), drecv, recv.size() * sizeof(float))) return 3;
     if (rep > 0) times.push_back(seconds);
     for (size_t s = 0; s < n; ++s) {
-      const int receiver = all_to_all ? o.rank : 0;
+      const int receiver = all_to_all ? o.w.rank : 0;
       for (size_t j = 0; j < count; ++j) {
         const float got = recv[s * count + j];
         const float want = Pattern(static_cast<int>(s), receiver, j);
@@ -162,17 +147,12 @@ int Run(const Options& o) {
   const double peak_busbw = fastest > 0 ? total_bytes / fastest / 1e9 * static_cast<double>(n - 1) / static_cast<double>(n) : 0;
   std::printf("%s\n", absl::StrFormat(R"({"rank":%d,"world":%d,"op":"%s","bytes":%d,"seconds":%.9f,)"
                                       R"("algbw_gbps":%.6f,"busbw_gbps":%.6f,"peak_busbw_gbps":%.6f,"bad_senders":[%s],"nan_senders":[%s],"device_buffers":%s})",
-                                      o.rank, o.world, o.op, count * sizeof(float), median, algbw, busbw, peak_busbw,
+                                      o.w.rank, o.w.world, o.op, count * sizeof(float), median, algbw, busbw, peak_busbw,
                                       absl::StrJoin(bad, ","), absl::StrJoin(nan, ","),
                                       mem->on_device() ? "true" : "false")
                           .c_str());
   std::fflush(stdout);
   return bad.empty() ? 0 : 1;
-}
-
-bool EnvInt(const char* name, int* out) {
-  const char* v = std::getenv(name);
-  return v != nullptr && absl::SimpleAtoi(v, out);
 }
 
 }  // namespace
@@ -181,15 +161,9 @@ bool EnvInt(const char* name, int* out) {
 int main(int argc, char** argv) {
   using namespace peregrine;
   Options o;
-  if (!EnvInt("RANK", &o.rank) || !EnvInt("WORLD_SIZE", &o.world) || o.world < 1 || o.rank < 0 ||
-      o.rank >= o.world) {
-    return Usage("RANK and WORLD_SIZE must be set (0 <= RANK < WORLD_SIZE)");
-  }
-  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') o.master_addr = a;
-  if (!EnvInt("LOCAL_RANK", &o.local_rank)) o.local_rank = o.rank;
-  if (std::getenv("MASTER_PORT") != nullptr && !EnvInt("MASTER_PORT", &o.master_port)) {
-    return Usage("MASTER_PORT is not a number");
-  }
+  absl::StatusOr<NcclWorld> w = NcclWorldFromEnv();
+  if (!w.ok()) return Usage(std::string(w.status().message()));
+  o.w = *w;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));

@@ -10,7 +10,7 @@
 
 #include "nccl.h"
 #include "sim/fault/fault_table.h"
-#include "sim/trainer/id_store.h"
+#include "diagnosis/tools/nccl_rendezvous.h"
 #include "sim/trainer/trainer.h"
 
 namespace peregrine::sim {

@@ -13,7 +13,7 @@
 #include "diagnosis/parallel_layout.h"
 #include "nccl.h"
 #include "sim/fault/fault_table.h"
-#include "sim/trainer/id_store.h"
+#include "diagnosis/tools/nccl_rendezvous.h"
 
 namespace peregrine::sim {
 namespace {

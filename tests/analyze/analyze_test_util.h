@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "controller/analyze/analyze_command.h"
+#include "cli/analyze/analyze_command.h"
 
 namespace peregrine::analyze_test {
 

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "controller/analyze/stack_files.h"
-#include "controller/peregrinectl.h"
+#include "cli/analyze/stack_files.h"
+#include "cli/peregrinectl.h"
 #include "tests/analyze/analyze_test_util.h"
 
 namespace peregrine {

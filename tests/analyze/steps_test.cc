@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "controller/analyze/step_times.h"
+#include "cli/analyze/step_times.h"
 #include "tests/analyze/analyze_test_util.h"
 
 namespace peregrine {

@@ -1,4 +1,4 @@
-#include "controller/decision_engine.h"
+#include "controller/core/decision_engine.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "controller/failslow_policy.h"
+#include "controller/core/failslow_policy.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -6,8 +6,8 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "controller/decision_engine.h"
-#include "controller/hang_policy.h"
+#include "controller/core/decision_engine.h"
+#include "controller/core/hang_policy.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
 

@@ -1,6 +1,6 @@
 // DecideHang (controller/hang_policy.h): hang detection, capture rounds, aggregation and
 // over-eviction, MFU-drop rounds; synthetic stacks with known answers.
-#include "controller/hang_policy.h"
+#include "controller/core/hang_policy.h"
 
 #include <catch2/catch.hpp>
 #include <functional>

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "controller/local_cluster.h"
+#include "controller/local/local_cluster.h"
 
 namespace peregrine {
 namespace {

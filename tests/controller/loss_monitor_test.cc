@@ -1,4 +1,4 @@
-#include "controller/loss_monitor.h"
+#include "controller/core/loss_monitor.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

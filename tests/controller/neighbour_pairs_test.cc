@@ -1,4 +1,4 @@
-#include "controller/neighbour_pairs.h"
+#include "controller/core/neighbour_pairs.h"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -1,4 +1,4 @@
-#include "controller/recovery_policy.h"
+#include "controller/core/recovery_policy.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>

@@ -3,7 +3,7 @@
 // investigation with its rounds, so nothing is captured or evicted twice.
 #include <catch2/catch.hpp>
 
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 #include "controller/status_json.h"
 
 namespace peregrine {

@@ -8,7 +8,7 @@
 //     sum reaches percentile * B^n); the script is quoted next to the table;
 //  3. a direct long-double log-space summation from k = 0 (lgamma pmf), used on a
 //     seeded grid where the exact methods would be too slow.
-#include "controller/standby_pool_size.h"
+#include "controller/core/standby_pool_size.h"
 
 #include <catch2/catch.hpp>
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "controller/neighbour_pairs.h"
-#include "controller/stop_time_diagnosis.h"
+#include "controller/core/neighbour_pairs.h"
+#include "controller/core/stop_time_diagnosis.h"
 
 namespace peregrine {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "controller/kube_command.h"
+#include "controller/kube/kube_command.h"
 #include "tests/deploy/deploy_tools.h"
 
 namespace peregrine {

@@ -15,7 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_join.h"
-#include "controller/job_spec.h"
+#include "controller/core/job_spec.h"
 #include "tests/deploy/openapi_validator.h"
 
 namespace peregrine {

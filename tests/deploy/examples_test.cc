@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
-#include "controller/decision_engine.h"
+#include "controller/core/decision_engine.h"
 #include "controller/job_parser.h"
-#include "controller/kube_cluster.h"
+#include "controller/kube/kube_cluster.h"
 #include "tests/deploy/openapi_validator.h"
 
 namespace peregrine {

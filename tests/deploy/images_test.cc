@@ -30,7 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "controller/kube_cluster.h"
+#include "controller/kube/kube_cluster.h"
 #include "tests/deploy/chart_render.h"
 #include "tests/deploy/deploy_tools.h"
 

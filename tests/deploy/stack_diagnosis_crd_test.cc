@@ -8,7 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_join.h"
-#include "controller/job_state.h"
+#include "controller/core/job_state.h"
 #include "controller/status_json.h"
 #include "tests/deploy/deploy_tools.h"
 #include "tests/deploy/openapi_validator.h"

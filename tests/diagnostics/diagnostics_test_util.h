@@ -186,6 +186,7 @@ class AgentCluster {
       if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
     }
     env["PEREGRINE_SIM_FAULTS"] = faults_;
+    env["PEREGRINE_STANDIN_DEVICE"] = std::string(PEREGRINE_BINARY_DIR) + "/lib/sim/libperegrine_sim_device.so";
     env["PATH"] = std::string(PEREGRINE_BINARY_DIR) + "/bin:" + env["PATH"];
     std::vector<ProcessSpec> specs;
     for (int m : machines) {

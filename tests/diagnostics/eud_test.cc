@@ -27,6 +27,9 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
     CHECK_FALSE(r.diagnostic().not_present());
     CHECK(r.diagnostic().machine_id() == std::to_string(m));
     CHECK(r.diagnostic().figures().at("gpu1_compute_slowdown") == 1.0);
+    // The stand-in is an oracle of the injected faults, and says so.
+    CHECK(r.diagnostic().figures().at("standin") == 1.0);
+    CHECK(r.diagnostic().detail() == "every GPU passed [stand-in self-test: an oracle of the injected faults]");
     CHECK(r.diagnostic().failed_ranks_size() == 0);
     CHECK(r.diagnostic().seconds() > 0);
   }
@@ -39,7 +42,8 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
   v1::CommandResult bad = cluster.Run(1, "corrupt", "eud", two_gpus);
   CHECK(bad.status().code() == 0);
   CHECK_FALSE(bad.diagnostic().passed());
-  CHECK(bad.diagnostic().detail() == "gpu1: reference GEMM digest differs (wrong values)");
+  CHECK(bad.diagnostic().detail() ==
+        "gpu1: reference GEMM digest differs (wrong values) [stand-in self-test: an oracle of the injected faults]");
   CHECK(FailedRanks(bad.diagnostic()) == std::vector<uint32_t>{3});
   CHECK(bad.diagnostic().figures().at("gpu1_compute_slowdown") == 2.5);
   CHECK(cluster.Run(0, "corrupt-other", "eud", two_gpus).diagnostic().passed());
@@ -59,7 +63,8 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
   v1::CommandResult nan_result = cluster.Run(0, "nan", "eud", {{"gpus", "2"}});
   CHECK_FALSE(nan_result.diagnostic().passed());
   CHECK(nan_result.diagnostic().detail() ==
-        "gpu0: reference GEMM digest differs (NaN); gpu1: reference GEMM digest differs (NaN)");
+        "gpu0: reference GEMM digest differs (NaN); gpu1: reference GEMM digest differs (NaN) "
+        "[stand-in self-test: an oracle of the injected faults]");
   CHECK(FailedRanks(nan_result.diagnostic()) == std::vector<uint32_t>{0, 1});
   REQUIRE(sim::ClearFaults(cluster.faults()).ok());
 
@@ -104,7 +109,7 @@ TEST_CASE("eud: dcgmi JSON when dcgmi is installed, not_present without it or th
   AgentCluster cluster(dir.path());
   const char* path = std::getenv("PATH");
   cluster.StartAgents({4, 5}, {{4, {{"PATH", tools + ":" + std::string(PEREGRINE_BINARY_DIR) + "/bin:" + path}}},
-                               {5, {{"PEREGRINE_SIM_FAULTS", ""}}}});
+                               {5, {{"PEREGRINE_SIM_FAULTS", ""}, {"PEREGRINE_STANDIN_DEVICE", ""}}}});
 
   v1::CommandResult r = cluster.Run(4, "dcgm", "eud", {{"level", "2"}, {"gpus", "2"}, {"rank_base", "6"}});
   CHECK(r.status().code() == 0);

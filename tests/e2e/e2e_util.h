@@ -17,8 +17,9 @@
 #include <thread>
 
 #include "controller/job_parser.h"
-#include "controller/local_cluster.h"
-#include "controller/local_mode.h"
+#include "controller/local/local_cluster.h"
+#include "controller/local/local_mode.h"
+#include "controller/local/scenario.h"
 
 namespace peregrine::e2e {
 
@@ -47,6 +48,7 @@ struct ModeGuard {
     if (mode) mode->Shutdown(teardown);
   }
   LocalMode* operator->() { return mode.get(); }
+  LocalMode& operator*() { return *mode; }
 };
 
 inline TrainingJob ShortDemoJob(int steps) {

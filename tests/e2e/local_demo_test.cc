@@ -3,7 +3,7 @@
 // standby in its slot, restarts the others in place, and training finishes.
 #include <sstream>
 
-#include "controller/peregrinectl.h"
+#include "cli/peregrinectl.h"
 #include "e2e_util.h"
 
 namespace peregrine::e2e {

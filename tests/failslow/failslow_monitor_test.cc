@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 
 namespace peregrine {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "controller/failslow_policy.h"
+#include "controller/core/failslow_policy.h"
 
 namespace peregrine {
 namespace {

@@ -1,7 +1,7 @@
 // Validation while paused (controller/failslow_validation.h): the link plan, the suspect
 // groups, and the state machine driven to the end with agents answering like real ones
 // (trap acknowledgements, gemm and p2p_rounds results with figures).
-#include "controller/failslow_validation.h"
+#include "controller/core/failslow_validation.h"
 
 #include <catch2/catch.hpp>
 #include <functional>

@@ -35,7 +35,7 @@
 #include "absl/time/clock.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/rest_client.h"
-#include "controller/kube_cluster.h"
+#include "controller/kube/kube_cluster.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "tests/fakes/fake_kube_api_server.h"
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
-#include "controller/kube_cluster.h"
+#include "controller/kube/kube_cluster.h"
 
 namespace peregrine {
 namespace {

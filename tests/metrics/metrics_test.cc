@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
-#include "controller/local_mode.h"
+#include "controller/local/local_mode.h"
 
 namespace peregrine {
 namespace {

@@ -1,5 +1,5 @@
 // MatchCommsToGroups: joining per-rank communicator observations into TP/PP/DP groups.
-#include "agent/nccl_hook/comm_groups.h"
+#include "diagnosis/comm_groups.h"
 
 #include <catch2/catch.hpp>
 

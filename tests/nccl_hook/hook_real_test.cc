@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "agent/nccl_hook/ring_format.h"
-#include "agent/nccl_hook/ring_reader.h"
+#include "agent/nccl_ring/ring_format.h"
+#include "agent/nccl_ring/ring_reader.h"
 #include "nccl.h"
 #include "tests/nccl_hook/probe_process.h"
 

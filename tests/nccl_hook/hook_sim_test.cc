@@ -9,9 +9,9 @@
 #include <memory>
 #include <tuple>
 
-#include "agent/nccl_hook/comm_groups.h"
-#include "agent/nccl_hook/ring_format.h"
-#include "agent/nccl_hook/ring_reader.h"
+#include "diagnosis/comm_groups.h"
+#include "agent/nccl_ring/ring_format.h"
+#include "agent/nccl_ring/ring_reader.h"
 #include "nccl.h"
 #include "tests/nccl_hook/probe_process.h"
 

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "agent/nccl_hook/ring_reader.h"
+#include "agent/nccl_ring/ring_reader.h"
 #include "tests/nccl_hook/probe_process.h"
 
 namespace peregrine {

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/nccl_hook/ring_format.h"
+#include "agent/nccl_ring/ring_format.h"
 #include "nccl.h"
 
 namespace {

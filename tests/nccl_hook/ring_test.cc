@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent/nccl_hook/ring_format.h"
-#include "agent/nccl_hook/ring_reader.h"
+#include "agent/nccl_ring/ring_format.h"
+#include "agent/nccl_ring/ring_reader.h"
 #include "tests/nccl_hook/probe_process.h"
 
 namespace peregrine {

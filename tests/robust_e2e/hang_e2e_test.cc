@@ -1,4 +1,4 @@
-// Hang on one pipeline stage, end to end (ByteRobust section 5.1; DESIGN.md "hang"): the
+// Hang on one pipeline stage, end to end (ByteRobust section 5.1; docs/hang.md): the
 // demo scenario hang-pp-stage makes both ranks of one machine of the last pipeline stage
 // block in their compute (sim/fault); their stage-0 peers then wait in the pipeline
 // receive and the other pipeline in the DP all-reduce. The controller sees no step for

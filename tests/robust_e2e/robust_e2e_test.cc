@@ -1,6 +1,6 @@
 // Automated fault tolerance end to end (ByteRobust sections 4-6): faults injected into the
 // stand-in machines' kernel logs and sysfs trees reach the controller through the agents'
-// inspections, and scenarios run by name through the demo's driver (LocalMode::RunScenario);
+// inspections, and scenarios run by name through the demo's driver (RunScenario, controller/local/scenario.h);
 // each test asserts which machine was acted on, that no healthy machine was evicted, and
 // that the job completes.
 #include <catch2/catch.hpp>
@@ -54,8 +54,8 @@ TEST_CASE("A fatal Xid on one machine evicts exactly that machine and the job co
   CHECK(st.slots[1].machine_id != victim);
 }
 
-LocalMode::ScenarioRunOptions RunOptions() {
-  LocalMode::ScenarioRunOptions o;
+ScenarioRunOptions RunOptions() {
+  ScenarioRunOptions o;
   o.timeout_ms = 300'000;  // generous: only a broken run gets there
   return o;
 }
@@ -74,7 +74,7 @@ TEST_CASE("Scenario nic-flap-twice: one flap is tolerated, a second within the w
   scenario->at_step = 10;
   REQUIRE(scenario->steps.size() == 2);
 
-  auto run = mode->RunScenario(*scenario, RunOptions());
+  auto run = RunScenario(*mode, *scenario, RunOptions());
   REQUIRE(run.ok());
   const JobStatus& st = run->status;
   INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));
@@ -118,7 +118,7 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
   REQUIRE(scenario.ok());
   scenario->at_step = 20;
 
-  auto run = mode->RunScenario(*scenario, RunOptions());
+  auto run = RunScenario(*mode, *scenario, RunOptions());
   REQUIRE(run.ok());
   const JobStatus& st = run->status;
   INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));

@@ -1,4 +1,4 @@
-// Hot code updates from the command line, end to end (issue 4 part 6): a local-mode job
+// Hot code updates from the command line, end to end: a local-mode job
 // with real agents and sim-trainer ranks is updated with `peregrinectl update` through
 // the controller's HTTP API (RunPeregrinectl, the tool as a function):
 //   - an invalid update is refused with the parser's message and changes nothing;
@@ -18,7 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "controller/peregrinectl.h"
+#include "cli/peregrinectl.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {

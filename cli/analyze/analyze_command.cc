@@ -1,0 +1,575 @@
+#include "cli/analyze/analyze_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/analyze/ring_file.h"
+
+namespace peregrine {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr char kUsage[] =
+    "usage: peregrinectl analyze steps FILE [--format auto|long|wide] [--verify R] [--prob P] [--json]\n"
+    "       peregrinectl analyze nccl FILE [--rank N] [--verify R] [--prob P] [--json]\n"
+    "       peregrinectl analyze stacks DIR --tp T --pp P --dp D --gpus-per-machine G\n"
+    "                                       [--threads all|main] [--json]\n"
+    "\n"
+    "steps: iteration/step times as CSV.\n"
+    "  long:  one row per worker and step, header naming a worker column (worker, rank, host,\n"
+    "         node, pod, ...), a step column (step, iteration, iter) and a time column\n"
+    "         (seconds, time, duration: seconds; iter_ms, duration_ms, time_ms, ms: milliseconds).\n"
+    "  wide:  one column per worker (the header names them), one row per step; an optional\n"
+    "         step/iteration column numbers the rows (else 0, 1, 2, ...); empty cells are gaps.\n"
+    "  auto (default): long when the header has a worker and a time column, else wide.\n"
+    "  Per worker it reports change points (Bayesian online change-point detection, then\n"
+    "  verification: kept only when the mean AND the median after the change differ from\n"
+    "  before by at least --verify, default 0.1 = 10%; --prob, default 0.9, is the posterior\n"
+    "  needed to report a change) as slowdown episodes with onset, end and severity (how much\n"
+    "  slower than the worker's healthy level). A worker is PERSISTENTLY SLOW when its median\n"
+    "  step time exceeds 1.1 x the median of all workers' medians: it was slow from the start,\n"
+    "  so it has no change point of its own, but its peers show it.\n"
+    "\n"
+    "nccl: NCCL call sequences, format detected from the content:\n"
+    "  - a Peregrine NCCL ring file (binary, 'PEGRRING' magic): what libperegrine_nccl.so writes\n"
+    "    per training process (PEREGRINE_NCCL_RING_DIR/peregrine-nccl-r<RANK>-p<PID>.ring, or\n"
+    "    /dev/shm/peregrine-nccl-r<RANK>-p<PID>); copy it before its agent deletes it;\n"
+    "  - JSON lines: {\"op\":\"AllReduce\",\"comm\":\"0x..\",\"count\":N,\"datatype\":7,\n"
+    "    \"time_ns\":T[,\"rank\":R]} one call per line;\n"
+    "  - NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs ('NCCL INFO AllReduce: opCount ... count N\n"
+    "    datatype D ... comm 0x..'), one stream per host:pid; iteration times need timestamps\n"
+    "    (NCCL >= 2.26: NCCL_DEBUG_TIMESTAMP_LEVELS=INFO NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] ');\n"
+    "    without them only the period and call structure are reported;\n"
+    "  - PyTorch profiler (Kineto) trace JSON: nccl:* CPU ops, else ncclDevKernel_* kernels;\n"
+    "    ProfilerStep#N annotations give the iteration times when present.\n"
+    "  It reports the period (calls per iteration, by autocorrelation of call signatures), one\n"
+    "  period's calls, iteration-time statistics and change points (as for steps). --rank N\n"
+    "  keeps one stream (streams of unknown rank are numbered 0, 1, ... in order).\n"
+    "\n"
+    "stacks: one stack dump per rank in DIR (py-spy dump, gdb 'thread apply all bt' or eu-stack).\n"
+    "  The rank of a file: a line 'rank: N' among its first 5 lines; else 'rank' + optional\n"
+    "  '-', '_' or '.' + digits in the file name (rank-3.txt, rank_3.log, gdb_rank3.txt); else\n"
+    "  the last number in the file name (stack.3.txt). Several files of one rank are merged;\n"
+    "  a rank without a file counts as '<no stack captured>'. Ranks with identical stacks are\n"
+    "  grouped; the largest group is healthy, the others are suspects, and the smallest TP/PP/DP\n"
+    "  group whose machines cover the suspects' machines is chosen for eviction (rank order:\n"
+    "  TP fastest, then DP, then PP; machine m holds ranks m*G .. m*G+G-1).\n"
+    "\n"
+    "--json prints one JSON object instead of text. Exit status: 0 ok, 1 bad input, 2 usage.\n";
+
+struct Parsed {
+  std::string command;
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  bool json = false;
+  bool help = false;
+};
+
+std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Parsed* p) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string& s = in[i];
+    if (s == "--help" || s == "-h") {
+      p->help = true;
+    } else if (s == "--json") {
+      p->json = true;
+    } else if (s.rfind("--", 0) == 0 && s.size() > 2) {
+      std::string name = s.substr(2), value;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else {
+        if (i + 1 >= in.size()) return absl::StrCat(s, ": needs a value");
+        value = in[++i];
+      }
+      p->flags[name] = value;
+    } else {
+      p->positional.push_back(s);
+    }
+  }
+  if (!p->positional.empty()) {
+    p->command = p->positional[0];
+    p->positional.erase(p->positional.begin());
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open (does it exist?)"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Pct(double x) { return absl::StrFormat("%+.1f%%", 100.0 * x); }
+
+std::string Num(double v) {
+  if (v == 0) return "0";
+  const double a = std::abs(v);
+  if (a >= 1000) return absl::StrFormat("%.1f", v);
+  if (a >= 1) return absl::StrFormat("%.4g", v);
+  return absl::StrFormat("%.4g", v);
+}
+
+std::string Ranges(const std::vector<int>& v) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(v[i]) : absl::StrCat(v[i], "-", v[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+Json StatsJson(const SummaryStats& s) {
+  return Json{{"count", s.count}, {"mean", s.mean},   {"median", s.median}, {"stddev", s.stddev},
+              {"min", s.min},     {"p5", s.p5},       {"p95", s.p95},       {"max", s.max}};
+}
+
+Json ChangeJson(const ChangeAnalysis& c) {
+  Json changes = Json::array();
+  for (const StepChange& x : c.changes) {
+    changes.push_back(Json{{"kind", FailSlowEventKindName(x.kind)},
+                           {"step", x.step},
+                           {"confirmedStep", x.confirmed_step},
+                           {"posterior", x.posterior},
+                           {"meanBefore", x.mean_before},
+                           {"meanAfter", x.mean_after},
+                           {"relativeChange", x.relative_change},
+                           {"severity", x.severity}});
+  }
+  Json episodes = Json::array();
+  for (const SlowdownEpisode& e : c.episodes) {
+    episodes.push_back(Json{{"onsetStep", e.onset_step},
+                            {"endStep", e.end_step ? Json(*e.end_step) : Json(nullptr)},
+                            {"severity", e.severity}});
+  }
+  return Json{{"changePoints", changes},
+              {"slowdowns", episodes},
+              {"rejectedChangePoints", c.rejected_change_points}};
+}
+
+void PrintChanges(const std::string& who, const ChangeAnalysis& c, const std::string& unit,
+                  std::ostream& out) {
+  for (const StepChange& x : c.changes) {
+    out << "  " << who << ": " << FailSlowEventKindName(x.kind) << " at step " << x.step
+        << " (confirmed at step " << x.confirmed_step << "): " << Num(x.mean_before) << unit << " -> "
+        << Num(x.mean_after) << unit << " (" << Pct(x.relative_change) << "), severity "
+        << Pct(x.severity) << "\n";
+  }
+  for (const SlowdownEpisode& e : c.episodes) {
+    out << "  " << who << ": SLOWDOWN from step " << e.onset_step << " to "
+        << (e.end_step ? absl::StrCat("step ", *e.end_step) : std::string("the end (ongoing)"))
+        << ", severity " << Pct(e.severity) << "\n";
+  }
+}
+
+int RunSteps(const Parsed& p, std::ostream& out, std::ostream& err) {
+  if (p.positional.size() != 1) {
+    err << "peregrinectl analyze steps: needs exactly one FILE\n" << kUsage;
+    return 2;
+  }
+  StepTableFormat format = StepTableFormat::kAuto;
+  StepsOptions options;
+  for (const auto& [flag, value] : p.flags) {
+    if (flag == "format") {
+      if (value == "long") {
+        format = StepTableFormat::kLong;
+      } else if (value == "wide") {
+        format = StepTableFormat::kWide;
+      } else if (value != "auto") {
+        err << "peregrinectl analyze steps: --format must be auto, long or wide, got '" << value << "'\n";
+        return 2;
+      }
+    } else if (flag == "verify" || flag == "prob") {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v)) {
+        err << "peregrinectl analyze steps: --" << flag << ": not a number: " << value << "\n";
+        return 2;
+      }
+      (flag == "verify" ? options.change.verify_threshold : options.change.report_threshold) = v;
+    } else {
+      err << "peregrinectl analyze steps: unknown flag --" << flag << "\n" << kUsage;
+      return 2;
+    }
+  }
+  const std::string& path = p.positional[0];
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    err << "peregrinectl analyze: " << text.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<StepTimesTable> table = ParseStepTimesCsv(*text, path, format);
+  if (!table.ok()) {
+    err << "peregrinectl analyze: " << table.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<StepsReport> report = AnalyzeStepTimes(*table, options);
+  if (!report.ok()) {
+    err << "peregrinectl analyze steps: " << report.status().message() << "\n";
+    return 2;
+  }
+  if (p.json) {
+    RenderStepsJson(*report, path, out);
+  } else {
+    RenderStepsText(*report, path, out);
+  }
+  return 0;
+}
+
+int RunNccl(const Parsed& p, std::ostream& out, std::ostream& err) {
+  if (p.positional.size() != 1) {
+    err << "peregrinectl analyze nccl: needs exactly one FILE\n" << kUsage;
+    return 2;
+  }
+  std::optional<int> rank;
+  ChangeOptions options;
+  for (const auto& [flag, value] : p.flags) {
+    if (flag == "rank") {
+      int r = 0;
+      if (!absl::SimpleAtoi(value, &r) || r < 0) {
+        err << "peregrinectl analyze nccl: --rank: not a rank: " << value << "\n";
+        return 2;
+      }
+      rank = r;
+    } else if (flag == "verify" || flag == "prob") {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v)) {
+        err << "peregrinectl analyze nccl: --" << flag << ": not a number: " << value << "\n";
+        return 2;
+      }
+      (flag == "verify" ? options.verify_threshold : options.report_threshold) = v;
+    } else {
+      err << "peregrinectl analyze nccl: unknown flag --" << flag << "\n" << kUsage;
+      return 2;
+    }
+  }
+  const std::string& path = p.positional[0];
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    err << "peregrinectl analyze: " << text.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<NcclTrace> trace;
+  if (LooksLikeNcclRing(*text)) {
+    trace = ReadNcclRingFile(*text, path);
+  } else if (absl::string_view(*text).substr(0, 4096).find('\0') != absl::string_view::npos) {
+    trace = absl::InvalidArgumentError(absl::StrCat(
+        path, ": binary data without the Peregrine ring magic \"PEGRRING\": not a Peregrine "
+              "NCCL ring, NCCL_DEBUG log or Kineto trace"));
+  } else {
+    trace = ParseNcclTrace(*text, path);
+  }
+  if (!trace.ok()) {
+    err << "peregrinectl analyze: " << trace.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<NcclReport> report = AnalyzeNcclTrace(*trace, rank, options);
+  if (!report.ok()) {
+    err << "peregrinectl analyze nccl: " << path << ": " << report.status().message() << "\n";
+    return report.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
+  }
+  if (p.json) {
+    RenderNcclJson(*report, path, out);
+  } else {
+    RenderNcclText(*report, path, out);
+  }
+  return 0;
+}
+
+int RunStacks(const Parsed& p, std::ostream& out, std::ostream& err) {
+  if (p.positional.size() != 1) {
+    err << "peregrinectl analyze stacks: needs exactly one DIR\n" << kUsage;
+    return 2;
+  }
+  std::map<std::string, int> sizes = {{"tp", 0}, {"pp", 0}, {"dp", 0}, {"gpus-per-machine", 0}};
+  StackAggregationOptions options;
+  for (const auto& [flag, value] : p.flags) {
+    if (auto it = sizes.find(flag); it != sizes.end()) {
+      if (!absl::SimpleAtoi(value, &it->second) || it->second < 1) {
+        err << "peregrinectl analyze stacks: --" << flag << ": not a positive integer: " << value << "\n";
+        return 2;
+      }
+    } else if (flag == "threads") {
+      if (value == "main") {
+        options.threads = ThreadSelection::kMainThread;
+      } else if (value != "all") {
+        err << "peregrinectl analyze stacks: --threads must be all or main, got '" << value << "'\n";
+        return 2;
+      }
+    } else {
+      err << "peregrinectl analyze stacks: unknown flag --" << flag << "\n" << kUsage;
+      return 2;
+    }
+  }
+  for (const auto& [flag, v] : sizes) {
+    if (v == 0) {
+      err << "peregrinectl analyze stacks: --" << flag << " is required\n" << kUsage;
+      return 2;
+    }
+  }
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(sizes["tp"], sizes["pp"], sizes["dp"], sizes["gpus-per-machine"]);
+  if (!layout.ok()) {
+    err << "peregrinectl analyze stacks: " << layout.status().message() << "\n";
+    return 2;
+  }
+  const std::string& dir = p.positional[0];
+  absl::StatusOr<std::vector<RankStackFile>> files = LoadStackDirectory(dir);
+  if (!files.ok()) {
+    err << "peregrinectl analyze: " << files.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<StacksReport> report = AnalyzeStacks(*layout, *files, options);
+  if (!report.ok()) {
+    err << "peregrinectl analyze: " << report.status().message() << "\n";
+    return 1;
+  }
+  if (p.json) {
+    RenderStacksJson(*report, dir, out);
+  } else {
+    RenderStacksText(*report, dir, out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RenderStepsText(const StepsReport& r, const std::string& source, std::ostream& out) {
+  const std::string unit = r.unit.empty() ? "" : absl::StrCat(" ", r.unit);
+  out << source << ": " << StepTableFormatName(r.format) << " format, " << r.workers.size()
+      << " workers" << (r.unit.empty() ? ", times in the file's unit" : absl::StrCat(", times in ", r.unit))
+      << "\n";
+  out << absl::StrFormat(
+      "peer rule: persistently slow = median step time > %.2f x the median of the workers' medians "
+      "(%s%s)\n\n",
+      r.peer_ratio, Num(r.median_of_medians), unit);
+  size_t width = 6;
+  for (const WorkerAnalysis& w : r.workers) width = std::max(width, w.worker.size());
+  out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7s  %s\n", static_cast<int>(width),
+                         "WORKER", "STEPS", "MEDIAN", "MEAN", "P95", "MAX", "xPEERS", "STATUS");
+  for (const WorkerAnalysis& w : r.workers) {
+    std::vector<std::string> status;
+    if (w.persistently_slow) status.push_back("PERSISTENTLY SLOW");
+    if (!w.change.episodes.empty()) status.push_back("SLOWDOWN");
+    if (status.empty()) status.push_back("ok");
+    out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7.3f  %s\n", static_cast<int>(width),
+                           w.worker,
+                           absl::StrCat(w.first_step, "-", w.last_step, " (", w.stats.count, ")").substr(0, 13),
+                           Num(w.stats.median), Num(w.stats.mean), Num(w.stats.p95), Num(w.stats.max),
+                           w.ratio_to_peers, absl::StrJoin(status, ", "));
+  }
+  out << "\nverified change points:\n";
+  bool any = false;
+  for (const WorkerAnalysis& w : r.workers) {
+    if (w.change.changes.empty()) continue;
+    any = true;
+    PrintChanges(w.worker, w.change, unit, out);
+  }
+  if (!any) out << "  none\n";
+  out << "\nsummary: "
+      << (r.persistently_slow.empty() ? std::string("no persistently slow worker")
+                                      : absl::StrCat("persistently slow: ", absl::StrJoin(r.persistently_slow, ", ")))
+      << "; "
+      << (r.with_slowdowns.empty() ? std::string("no slowdown")
+                                   : absl::StrCat("slowdowns: ", absl::StrJoin(r.with_slowdowns, ", ")))
+      << "\n";
+  for (const std::string& n : r.notes) out << "note: " << n << "\n";
+}
+
+void RenderStepsJson(const StepsReport& r, const std::string& source, std::ostream& out) {
+  Json workers = Json::array();
+  for (const WorkerAnalysis& w : r.workers) {
+    workers.push_back(Json{{"worker", w.worker},
+                           {"firstStep", w.first_step},
+                           {"lastStep", w.last_step},
+                           {"stats", StatsJson(w.stats)},
+                           {"ratioToPeers", w.ratio_to_peers},
+                           {"persistentlySlow", w.persistently_slow},
+                           {"changes", ChangeJson(w.change)}});
+  }
+  Json j{{"command", "steps"},
+         {"source", source},
+         {"format", StepTableFormatName(r.format)},
+         {"unit", r.unit},
+         {"peerRatio", r.peer_ratio},
+         {"medianOfMedians", r.median_of_medians},
+         {"workers", workers},
+         {"persistentlySlow", r.persistently_slow},
+         {"withSlowdowns", r.with_slowdowns},
+         {"notes", r.notes}};
+  out << j.dump(2) << "\n";
+}
+
+void RenderNcclText(const NcclReport& r, const std::string& source, std::ostream& out) {
+  out << source << ": " << NcclTraceFormatName(r.format) << ", " << r.streams.size() << " stream(s)\n";
+  for (const std::string& n : r.notes) out << "note: " << n << "\n";
+  for (const NcclStreamAnalysis& s : r.streams) {
+    out << "\n== " << s.label << ": " << s.calls << " NCCL calls, " << s.distinct_signatures
+        << " distinct call signatures\n";
+    if (s.period > 0) {
+      out << absl::StrFormat("period: %d calls per iteration (ACF %.3f)", s.period, s.period_acf);
+      if (s.pattern_changes > 0) out << ", pattern changed " << s.pattern_changes << " time(s)";
+      out << "\n";
+      constexpr size_t kShown = 16;
+      for (size_t i = 0; i < s.pattern.size() && i < kShown; ++i) {
+        out << absl::StrFormat("  %3d  %s\n", i, s.pattern[i]);
+      }
+      if (s.pattern.size() > kShown) out << "  ... (" << s.pattern.size() - kShown << " more)\n";
+    } else {
+      out << "period: none found\n";
+    }
+    if (!s.iteration_ms.empty()) {
+      out << "iteration times (" << s.iteration_source << "): " << s.stats.count << " iterations, median "
+          << Num(s.stats.median) << " ms, mean " << Num(s.stats.mean) << " ms, p5 " << Num(s.stats.p5)
+          << " ms, p95 " << Num(s.stats.p95) << " ms, min " << Num(s.stats.min) << " ms, max "
+          << Num(s.stats.max) << " ms\n";
+      if (s.calls_per_profiler_step > 0) {
+        out << "NCCL calls per ProfilerStep: " << Num(s.calls_per_profiler_step) << " (median)\n";
+      }
+      out << "verified change points:\n";
+      if (s.change.changes.empty()) out << "  none\n";
+      PrintChanges("iteration time", s.change, " ms", out);
+    } else {
+      out << "iteration times: not available\n";
+    }
+    for (const std::string& n : s.notes) out << "note: " << n << "\n";
+  }
+}
+
+void RenderNcclJson(const NcclReport& r, const std::string& source, std::ostream& out) {
+  Json streams = Json::array();
+  for (const NcclStreamAnalysis& s : r.streams) {
+    streams.push_back(Json{{"label", s.label},
+                           {"rank", s.rank >= 0 ? Json(s.rank) : Json(nullptr)},
+                           {"calls", s.calls},
+                           {"distinctSignatures", s.distinct_signatures},
+                           {"period", s.period},
+                           {"periodAcf", s.period_acf},
+                           {"patternChanges", s.pattern_changes},
+                           {"pattern", s.pattern},
+                           {"iterationSource", s.iteration_source},
+                           {"iterationSteps", s.iteration_steps},
+                           {"iterationMs", s.iteration_ms},
+                           {"callsPerProfilerStep", s.calls_per_profiler_step},
+                           {"stats", StatsJson(s.stats)},
+                           {"changes", ChangeJson(s.change)},
+                           {"notes", s.notes}});
+  }
+  Json j{{"command", "nccl"},
+         {"source", source},
+         {"format", NcclTraceFormatName(r.format)},
+         {"streams", streams},
+         {"notes", r.notes}};
+  out << j.dump(2) << "\n";
+}
+
+void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostream& out) {
+  out << dir << ": " << r.files.size() << " stack file(s), layout " << r.layout << "\n";
+  for (const StackFileSummary& f : r.files) {
+    out << absl::StrFormat("  rank %-5d %-9s %d process(es), %d thread(s)  %s  [rank from %s]\n", f.rank,
+                           f.tool, f.processes, f.threads, f.path, f.rank_rule);
+  }
+  if (!r.missing_ranks.empty()) {
+    out << "ranks without a stack file: " << Ranges(r.missing_ranks) << "\n";
+  }
+  const StackAggregation& a = r.aggregation;
+  out << "\n" << a.groups.size() << " stack group(s), largest first:\n";
+  for (size_t i = 0; i < a.groups.size(); ++i) {
+    const StackGroup& g = a.groups[i];
+    out << absl::StrFormat("  group %d%s: %d rank(s) [%s] on machine(s) [%s]\n", i,
+                           static_cast<int>(i) == a.dominant_group ? " (dominant: healthy)" : "", g.ranks.size(),
+                           Ranges(g.ranks), Ranges(r.machines_of_groups[i]));
+    out << "      " << g.summary << "\n";
+  }
+  out << "\nsuspect ranks: " << (a.suspect_ranks.empty() ? std::string("none") : Ranges(a.suspect_ranks)) << "\n";
+  if (a.chosen_group) {
+    out << "chosen group: " << GroupKindName(a.chosen_group->kind) << " group " << a.chosen_group->index
+        << " (ranks " << Ranges(a.chosen_group->ranks) << ")\n";
+  } else {
+    out << "chosen group: none\n";
+  }
+  out << "machines to evict: "
+      << (a.machines_to_evict.empty() ? std::string("none") : Ranges(a.machines_to_evict)) << "\n";
+  out << "explanation: " << a.explanation << "\n";
+}
+
+void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostream& out) {
+  Json files = Json::array();
+  for (const StackFileSummary& f : r.files) {
+    files.push_back(Json{{"path", f.path},
+                         {"rank", f.rank},
+                         {"rankFrom", f.rank_rule},
+                         {"tool", f.tool},
+                         {"processes", f.processes},
+                         {"threads", f.threads}});
+  }
+  const StackAggregation& a = r.aggregation;
+  Json groups = Json::array();
+  for (size_t i = 0; i < a.groups.size(); ++i) {
+    groups.push_back(Json{{"ranks", a.groups[i].ranks},
+                          {"machines", r.machines_of_groups[i]},
+                          {"dominant", static_cast<int>(i) == a.dominant_group},
+                          {"summary", a.groups[i].summary},
+                          {"signature", a.groups[i].signature}});
+  }
+  Json chosen = nullptr;
+  if (a.chosen_group) {
+    chosen = Json{{"kind", GroupKindName(a.chosen_group->kind)},
+                  {"index", a.chosen_group->index},
+                  {"ranks", a.chosen_group->ranks}};
+  }
+  Json j{{"command", "stacks"},
+         {"dir", dir},
+         {"layout", r.layout},
+         {"worldSize", r.world_size},
+         {"files", files},
+         {"missingRanks", r.missing_ranks},
+         {"groups", groups},
+         {"dominantGroup", a.dominant_group},
+         {"suspectRanks", a.suspect_ranks},
+         {"chosenGroup", chosen},
+         {"machinesToEvict", a.machines_to_evict},
+         {"explanation", a.explanation}};
+  out << j.dump(2) << "\n";
+}
+
+int RunAnalyze(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Parsed p;
+  if (auto e = ParseArgs(args, &p)) {
+    err << "peregrinectl analyze: " << *e << "\n" << kUsage;
+    return 2;
+  }
+  if (p.help || p.command == "help") {
+    out << kUsage;
+    return 0;
+  }
+  if (p.command == "steps") return RunSteps(p, out, err);
+  if (p.command == "nccl") return RunNccl(p, out, err);
+  if (p.command == "stacks") return RunStacks(p, out, err);
+  err << "peregrinectl analyze: "
+      << (p.command.empty() ? std::string("missing what to analyze (steps, nccl or stacks)")
+                            : absl::StrCat("unknown analysis '", p.command, "' (steps, nccl or stacks)"))
+      << "\n"
+      << kUsage;
+  return 2;
+}
+
+}  // namespace peregrine

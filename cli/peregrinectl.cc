@@ -1,0 +1,329 @@
+#include "cli/peregrinectl.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/analyze/analyze_command.h"
+#include "proto/api/code_update_request.h"
+#include "proto/api/fault_request.h"
+
+namespace peregrine {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: peregrinectl [--controller URL | --state-dir DIR] COMMAND ...\n"
+    "  status [NAMESPACE/]NAME\n"
+    "      phase, attempt, step, ETTR, standbys, machines and incidents of a job\n"
+    "  inject KIND [NAMESPACE/]NAME (--slot N | --machine ID) [--local-rank R]\n"
+    "         [--factor F] [--fraction J] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
+    "      KIND: kill (the machine dies), crash, hang, slow (--factor), jitter (--fraction: each\n"
+    "      iteration's compute stretched by a random factor in [1-J, 1+J]), nan, corrupt (silent\n"
+    "      wrong values in every NCCL payload), sdc (silently corrupted gradients in the\n"
+    "      training step only), nvlink (payloads to GPUs of the same machine corrupted),\n"
+    "      link (--delay-us and/or --bandwidth bytes/s), link-corrupt (payloads between\n"
+    "      machines corrupted); link kinds act on the link to --peer-*, or without a peer on\n"
+    "      every link of the machine (its NIC); clear (every fault, or only the faults of\n"
+    "      --slot/--machine [--local-rank])\n"
+    "  update [NAMESPACE/]NAME --revision R [--image I] [--command 'ARGV...'] [--urgent]\n"
+    "      hot code update of a running job: --urgent restarts training in place with it\n"
+    "      now; otherwise it is applied at the next failure-triggered restart or when\n"
+    "      faultTolerance.hotUpdateWindowHours expire. --command is split on spaces\n"
+    "      (--command-json '[\"python\", \"a b.py\"]' for arguments with spaces)\n"
+    "  analyze steps FILE | nccl FILE | stacks DIR ...\n"
+    "      offline analysis of your step-time CSVs, NCCL logs/traces and stack dumps\n"
+    "      (peregrinectl analyze --help)\n"
+    "The controller is found with --controller (http://HOST:PORT), or DIR/controller.json of\n"
+    "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n";
+
+struct Args {
+  std::string controller, state_dir, command, job;
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+};
+
+std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string& s = in[i];
+    if (s.rfind("--", 0) == 0) {
+      std::string name = s.substr(2), value;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else if (name == "urgent") {  // a switch
+        value = "true";
+      } else {
+        if (i + 1 >= in.size()) return absl::StrCat(s, ": needs a value");
+        value = in[++i];
+      }
+      if (name == "controller") {
+        a->controller = value;
+      } else if (name == "state-dir") {
+        a->state_dir = value;
+      } else {
+        a->flags[name] = value;
+      }
+    } else {
+      a->positional.push_back(s);
+    }
+  }
+  if (a->positional.empty()) return std::string("missing command");
+  a->command = a->positional[0];
+  return std::nullopt;
+}
+
+std::pair<std::string, std::string> SplitJob(const std::string& job) {
+  std::vector<std::string> parts = absl::StrSplit(job, '/');
+  if (parts.size() == 2) return {parts[0], parts[1]};
+  return {"default", job};
+}
+
+std::optional<std::string> ControllerUrl(const Args& a, const std::string& ns, const std::string& name,
+                                         std::string* error) {
+  if (!a.controller.empty()) return a.controller;
+  const std::string dir = a.state_dir.empty() ? absl::StrCat(".peregrine/", ns, "-", name) : a.state_dir;
+  std::ifstream in(dir + "/controller.json");
+  if (!in) {
+    *error = absl::StrCat("cannot find the controller: no ", dir, "/controller.json (use --controller URL or --state-dir DIR)");
+    return std::nullopt;
+  }
+  try {
+    return nlohmann::json::parse(in).at("http").get<std::string>();
+  } catch (const std::exception& e) {
+    *error = absl::StrCat(dir, "/controller.json: ", e.what());
+    return std::nullopt;
+  }
+}
+
+std::string Fixed(double v, int digits) { return absl::StrFormat("%.*f", digits, v); }
+
+void PrintStatus(const nlohmann::json& j, std::ostream& out) {
+  const auto& st = j.at("status");
+  const auto& spec = j.at("spec");
+  out << "job " << j.value("namespace", "") << "/" << j.value("name", "") << ": " << spec.at("machines") << " machines x "
+      << spec.at("gpusPerMachine") << " GPUs, TP=" << spec["parallelism"]["tensor"] << " PP="
+      << spec["parallelism"]["pipeline"] << " DP=" << spec["parallelism"]["data"] << "\n";
+  out << "phase " << st.value("phase", "?") << "  attempt " << st.value("attempt", 0) << "  step "
+      << st.value("lastCompletedStep", 0) << "  ETTR " << Fixed(st.value("ettr", 1.0), 3) << "  lost "
+      << Fixed(st.value("trainingTimeLostSeconds", 0.0), 2) << " s  standby " << st["standby"].value("ready", 0) << "/"
+      << st["standby"].value("desired", 0) << "\n";
+  if (st.contains("codeVersion") && st["codeVersion"].is_object()) {
+    out << "code revision " << st["codeVersion"].value("revision", "-");
+    if (st.contains("pendingCode") && st["pendingCode"].is_object()) {
+      out << "  (waiting: revision " << st["pendingCode"].value("revision", "-") << ")";
+    }
+    out << "\n";
+  }
+  const int gpus = spec.at("gpusPerMachine").get<int>();
+  out << "SLOT  POD              MACHINE  RANKS\n";
+  for (const auto& m : st.value("machines", nlohmann::json::array())) {
+    const int idx = m.value("index", 0);
+    out << absl::StrFormat("%-5d %-16s %-8s %d-%d\n", idx, m.value("pod", ""), m.value("machineId", ""), idx * gpus,
+                           (idx + 1) * gpus - 1);
+  }
+  for (const auto& m : st["standby"].value("pods", nlohmann::json::array())) {
+    out << absl::StrFormat("%-5s %-16s %-8s\n", "-", m.value("pod", ""), m.value("machineId", ""));
+  }
+  const auto incidents = st.value("incidents", nlohmann::json::array());
+  out << "incidents: " << incidents.size() << "\n";
+  for (const auto& inc : incidents) {
+    out << "  #" << inc.value("id", 0) << " " << inc.value("kind", "") << " at " << inc.value("detectedAt", "")
+        << ": " << inc.value("signal", "") << "\n    decision: " << inc.value("decision", "(triaging)")
+        << "  lost " << Fixed(inc.value("trainingTimeLostSeconds", 0.0), 2) << " s\n";
+    for (const auto& a : inc.value("actions", nlohmann::json::array())) out << "    - " << a.get<std::string>() << "\n";
+  }
+  const auto evicted = st.value("evictedMachines", nlohmann::json::array());
+  if (!evicted.empty()) {
+    out << "evicted machines:";
+    for (const auto& e : evicted) out << " " << e.value("machineId", "");
+    out << "\n";
+  }
+}
+
+// POSTs a code update; prints the controller's message.
+int Update(const Args& a, httplib::Client& client, const std::string& url, const std::string& path,
+           std::ostream& out, std::ostream& err) {
+  CodeUpdateRequest r;
+  for (const auto& [flag, value] : a.flags) {
+    if (flag == "revision") {
+      r.revision = value;
+    } else if (flag == "image") {
+      r.image = value;
+    } else if (flag == "command") {
+      std::vector<std::string> argv = absl::StrSplit(value, ' ', absl::SkipWhitespace());
+      r.command = std::move(argv);
+    } else if (flag == "command-json") {
+      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_array() || !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); })) {
+        err << "peregrinectl: --command-json: expected a JSON list of strings\n";
+        return 2;
+      }
+      r.command = j.get<std::vector<std::string>>();
+    } else if (flag == "urgent") {
+      if (value != "true" && value != "false") {
+        err << "peregrinectl: --urgent: expected true or false, got " << value << "\n";
+        return 2;
+      }
+      r.urgent = value == "true";
+    } else {
+      err << "peregrinectl: unknown flag --" << flag << " for update\n" << kUsage;
+      return 2;
+    }
+  }
+  if (a.flags.count("command") && a.flags.count("command-json")) {
+    err << "peregrinectl: give --command or --command-json, not both\n";
+    return 2;
+  }
+  const std::string body = CodeUpdateRequestToJson(r);
+  if (auto parsed = ParseCodeUpdateRequest(body); !parsed.ok()) {  // the controller's own check
+    err << "peregrinectl: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  auto res = client.Post(absl::StrCat(path, "/code").c_str(), body, "application/json");
+  if (!res) {
+    err << "peregrinectl: cannot reach the controller at " << url << ": " << httplib::to_string(res.error()) << "\n";
+    return 1;
+  }
+  const auto j = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    err << "peregrinectl: unexpected answer (HTTP " << res->status << "): " << res->body << "\n";
+    return 1;
+  }
+  if (res->status != 200) {
+    err << "peregrinectl: " << j.value("error", res->body) << "\n";
+    return 1;
+  }
+  out << j.value("message", "") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  Args a;
+  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help")) {
+    out << kUsage;
+    return 0;
+  }
+  if (!argv.empty() && argv[0] == "analyze") {
+    return RunAnalyze(std::vector<std::string>(argv.begin() + 1, argv.end()), out, err);
+  }
+  if (auto e = ParseArgs(argv, &a)) {
+    err << "peregrinectl: " << *e << "\n" << kUsage;
+    return 2;
+  }
+  const size_t job_index = a.command == "inject" ? 2 : 1;
+  if (a.command != "status" && a.command != "inject" && a.command != "update") {
+    err << "peregrinectl: unknown command '" << a.command << "'\n" << kUsage;
+    return 2;
+  }
+  if (a.positional.size() != job_index + 1) {
+    err << "peregrinectl: " << a.command << " needs " << (a.command == "inject" ? "KIND and " : "")
+        << "[NAMESPACE/]NAME\n" << kUsage;
+    return 2;
+  }
+  auto [ns, name] = SplitJob(a.positional[job_index]);
+  std::string error;
+  auto url = ControllerUrl(a, ns, name, &error);
+  if (!url) {
+    err << "peregrinectl: " << error << "\n";
+    return 1;
+  }
+  httplib::Client client(*url);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  const std::string path = absl::StrCat("/api/v1/jobs/", ns, "/", name);
+
+  if (a.command == "status") {
+    auto res = client.Get(path.c_str());
+    if (!res) {
+      err << "peregrinectl: cannot reach the controller at " << *url << ": " << httplib::to_string(res.error()) << "\n";
+      return 1;
+    }
+    try {
+      const auto j = nlohmann::json::parse(res->body);
+      if (res->status != 200) {
+        err << "peregrinectl: " << j.value("error", res->body) << "\n";
+        return 1;
+      }
+      PrintStatus(j, out);
+    } catch (const std::exception& e) {
+      err << "peregrinectl: the controller answered something that is not a job status: " << e.what() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+
+  if (a.command == "update") return Update(a, client, *url, path, out, err);
+
+  // inject
+  FaultRequest r;
+  r.kind = a.positional[1];
+  auto int_flag = [&](const char* flag, int* outv) -> bool {
+    auto it = a.flags.find(flag);
+    if (it == a.flags.end()) return true;
+    if (!absl::SimpleAtoi(it->second, outv)) {
+      err << "peregrinectl: --" << flag << ": not an integer: " << it->second << "\n";
+      return false;
+    }
+    return true;
+  };
+  auto double_flag = [&](const char* flag, double* outv) -> bool {
+    auto it = a.flags.find(flag);
+    if (it == a.flags.end()) return true;
+    if (!absl::SimpleAtod(it->second, outv)) {
+      err << "peregrinectl: --" << flag << ": not a number: " << it->second << "\n";
+      return false;
+    }
+    return true;
+  };
+  int delay = 0;
+  if (!int_flag("slot", &r.slot) || !int_flag("local-rank", &r.local_rank) || !int_flag("peer-slot", &r.peer_slot) ||
+      !int_flag("delay-us", &delay) || !double_flag("factor", &r.factor) || !double_flag("fraction", &r.fraction) ||
+      !double_flag("bandwidth", &r.bandwidth_bytes_per_second)) {
+    return 2;
+  }
+  r.delay_us = delay;
+  if (auto it = a.flags.find("machine"); it != a.flags.end()) r.machine = it->second;
+  if (auto it = a.flags.find("peer-machine"); it != a.flags.end()) r.peer_machine = it->second;
+  for (const auto& [flag, value] : a.flags) {
+    static const char* kKnown[] = {"slot", "local-rank", "peer-slot", "delay-us", "factor", "fraction", "bandwidth", "machine", "peer-machine"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), flag) == std::end(kKnown)) {
+      err << "peregrinectl: unknown flag --" << flag << "\n" << kUsage;
+      return 2;
+    }
+  }
+  const std::string body = FaultRequestToJson(r);
+  if (auto parsed = ParseFaultRequest(body); !parsed.ok()) {
+    err << "peregrinectl: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  auto res = client.Post(absl::StrCat(path, "/faults").c_str(), body, "application/json");
+  if (!res) {
+    err << "peregrinectl: cannot reach the controller at " << *url << ": " << httplib::to_string(res.error()) << "\n";
+    return 1;
+  }
+  try {
+    const auto j = nlohmann::json::parse(res->body);
+    if (res->status != 200) {
+      err << "peregrinectl: " << j.value("error", res->body) << "\n";
+      return 1;
+    }
+    out << j.value("result", "") << "\n";
+  } catch (const std::exception& e) {
+    err << "peregrinectl: unexpected answer: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,432 @@
+#include "controller/core/failslow_policy.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "controller/core/failslow_validation.h"
+#include "diagnosis/group_comparison.h"
+
+namespace peregrine {
+namespace {
+
+constexpr GroupKind kKinds[] = {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData};
+
+bool CurrentActive(const AgentObservation& a, uint64_t attempt) {
+  return a.connected && !a.registered_as_standby && attempt > 0 && a.attempt == attempt;
+}
+
+std::string MachineOfRank(const FailSlowPolicyInput& in, int rank) {
+  const int slot = in.layout->MachineOf(rank);
+  if (slot >= 0 && slot < static_cast<int>(in.slot_machines.size()) && !in.slot_machines[slot].empty()) {
+    return in.slot_machines[slot];
+  }
+  return absl::StrCat("slot-", slot);
+}
+
+std::vector<std::string> MachinesOfRanks(const FailSlowPolicyInput& in, const std::vector<int>& ranks) {
+  std::vector<std::string> out;
+  for (int r : ranks) {
+    std::string m = MachineOfRank(in, r);
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The layout group whose member set is exactly `members`, if any.
+std::optional<CommGroup> MatchGroup(const ParallelLayout& layout, std::vector<int> members) {
+  std::sort(members.begin(), members.end());
+  if (members.empty() || members.front() < 0 || members.back() >= layout.world_size()) return std::nullopt;
+  for (GroupKind kind : kKinds) {
+    CommGroup g = layout.Group(kind, layout.GroupIndexOf(kind, members.front()));
+    std::vector<int> ranks = g.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    if (ranks == members) return g;
+  }
+  return std::nullopt;
+}
+
+struct Localization {
+  bool ready = false;  // enough profiles to compare
+  std::string kind;    // "" when the comparison named no suspect
+  std::vector<int> ranks;          // the slow ranks (compute), else the slow groups' ranks
+  std::vector<int> machine_ranks;  // ranks whose machines are named (slow ranks and groups)
+  std::string group;
+  std::string detail;
+};
+
+Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions& options, double healthy_seconds) {
+  Localization out;
+  const ParallelLayout& layout = *in.layout;
+  // comm id -> rank_in_comm -> (global rank, timings). Collectives are keyed by their
+  // sequence on the communicator; point-to-point calls by (send or recv, peer, n-th with
+  // that peer), so the k-th send from a to b pairs with b's k-th recv from a.
+  enum P2p { kCollective = 0, kSend = 1, kRecv = 2 };
+  using TimingKey = std::tuple<int, int, uint64_t>;  // (P2p, peer rank in comm, sequence)
+  struct Member {
+    int global_rank = -1;
+    std::map<TimingKey, std::pair<int64_t, int64_t>> timings;
+  };
+  std::map<uint64_t, std::map<int, Member>> comms;
+  std::map<uint64_t, int> comm_size;
+  std::set<int> profiled_ranks;
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    for (const CommProfileObservation& p : a.comm_profiles) {
+      if (p.comm_id == 0 || p.comm_size <= 0 || p.rank_in_comm < 0 || p.rank_in_comm >= p.comm_size) continue;
+      profiled_ranks.insert(p.global_rank);
+      comm_size[p.comm_id] = p.comm_size;
+      Member& m = comms[p.comm_id][p.rank_in_comm];
+      m.global_rank = p.global_rank;
+      for (const CollectiveObservation& c : p.collectives) {
+        if (c.exit < c.enter) continue;
+        const int kind = c.op == "send" ? kSend : c.op == "recv" ? kRecv : kCollective;
+        if (kind != kCollective && (c.peer < 0 || c.peer >= p.comm_size)) continue;
+        m.timings[TimingKey{kind, kind == kCollective ? -1 : c.peer, c.sequence}] = {c.enter, c.exit};
+      }
+    }
+  }
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (!profiled_ranks.count(r)) return out;  // not every rank has reported yet
+  }
+  std::vector<CollectiveTiming> collectives;
+  std::map<std::pair<GroupKind, int>, int> per_group;
+  for (const auto& [id, members] : comms) {
+    const int size = comm_size[id];
+    if (static_cast<int>(members.size()) != size) continue;
+    std::vector<int> globals;
+    for (const auto& [r, m] : members) globals.push_back(m.global_rank);
+    std::optional<CommGroup> group = MatchGroup(layout, globals);
+    if (!group || size < 2) continue;  // the world communicator, or unknown
+    int complete = 0;
+    for (const auto& [key, first] : members.begin()->second.timings) {
+      if (std::get<0>(key) != kCollective) continue;
+      CollectiveTiming t;
+      t.kind = group->kind;
+      t.group_index = group->index;
+      for (const auto& [r, m] : members) {
+        auto it = m.timings.find(key);
+        if (it == m.timings.end()) break;
+        t.members.push_back(MemberTiming{m.global_rank, it->second.first, it->second.second});
+      }
+      if (static_cast<int>(t.members.size()) != size) continue;
+      collectives.push_back(std::move(t));
+      ++complete;
+    }
+    // Point-to-point: each send with the matching recv of its peer.
+    for (const auto& [sender, sm] : members) {
+      for (const auto& [key, send] : sm.timings) {
+        const auto& [kind, peer, seq] = key;
+        if (kind != kSend || peer == sender) continue;
+        auto receiver = members.find(peer);
+        if (receiver == members.end()) continue;
+        auto recv = receiver->second.timings.find(TimingKey{kRecv, sender, seq});
+        if (recv == receiver->second.timings.end()) continue;
+        CollectiveTiming t;
+        t.kind = group->kind;
+        t.group_index = group->index;
+        t.members.push_back(MemberTiming{sm.global_rank, send.first, send.second});
+        t.members.push_back(MemberTiming{receiver->second.global_rank, recv->second.first, recv->second.second});
+        collectives.push_back(std::move(t));
+        ++complete;
+      }
+    }
+    per_group[{group->kind, group->index}] += complete;
+  }
+  for (GroupKind kind : kKinds) {
+    if (layout.GroupSize(kind) < 2) continue;
+    for (int i = 0; i < layout.GroupCount(kind); ++i) {
+      if (per_group[{kind, i}] < options.min_collectives) return out;
+    }
+  }
+  out.ready = true;
+  GroupComparisonOptions cmp;
+  cmp.slow_ratio = in.spec.suspicious_group_ratio > 1.0 ? in.spec.suspicious_group_ratio : 1.1;
+  cmp.min_late_fraction = options.min_late_fraction;
+  cmp.min_imposed_wait_fraction = options.min_imposed_wait_fraction;
+  absl::StatusOr<FailSlowSuspects> suspects = CompareGroups(collectives, cmp);
+  if (!suspects.ok()) {
+    out.detail = std::string(suspects.status().message());
+    return out;
+  }
+  // A congested group must also matter: its excess transfer time per collective is a
+  // noticeable fraction of a healthy iteration (not microseconds of noise over a fast
+  // median).
+  std::vector<CommunicationSuspect> congested;
+  const double min_excess_ns = options.min_excess_transfer_fraction * healthy_seconds * 1e9;
+  for (const CommunicationSuspect& s : suspects->communication) {
+    if (s.mean_transfer_ns - s.median_of_kind_ns >= min_excess_ns) congested.push_back(s);
+  }
+  // Every compute suspect is named (two slow GPUs are two suspects), and so is every
+  // congested group: a slow GPU and a congested link at once make one finding naming both.
+  std::vector<std::string> numbers;
+  std::set<int> compute_ranks;
+  for (const ComputeSuspect& s : suspects->compute) {
+    compute_ranks.insert(s.rank);
+    numbers.push_back(absl::StrFormat(
+        "rank %d arrives last in %.0f%% of its %d collectives (at least %.0f%% in each of its groups), "
+        "imposing %.2f ms per collective",
+        s.rank, s.late_fraction * 100, s.collectives, s.min_late_fraction * 100, s.mean_imposed_wait_ns / 1e6));
+  }
+  std::vector<std::string> names;
+  std::set<int> group_ranks;
+  for (const CommunicationSuspect& s : congested) {
+    names.push_back(absl::StrCat(GroupKindName(s.kind), " ", s.group_index));
+    group_ranks.insert(s.ranks.begin(), s.ranks.end());
+    numbers.push_back(absl::StrFormat("%s %d: transfer %.2f ms = %.2fx the median of its kind (%.2f ms)",
+                                      GroupKindName(s.kind), s.group_index, s.mean_transfer_ns / 1e6, s.ratio,
+                                      s.median_of_kind_ns / 1e6));
+  }
+  if (!compute_ranks.empty() || !congested.empty()) {
+    out.kind = compute_ranks.empty() ? "communication" : congested.empty() ? "compute" : "compute+communication";
+    out.ranks.assign(compute_ranks.empty() ? group_ranks.begin() : compute_ranks.begin(),
+                     compute_ranks.empty() ? group_ranks.end() : compute_ranks.end());
+    out.group = absl::StrJoin(names, ", ");
+    out.machine_ranks = out.ranks;
+    out.machine_ranks.insert(out.machine_ranks.end(), group_ranks.begin(), group_ranks.end());
+    out.detail = absl::StrJoin(numbers, "; ");
+    return out;
+  }
+  out.detail = absl::StrFormat("no group or rank stands out (%d collectives compared)",
+                               static_cast<int>(collectives.size()));
+  return out;
+}
+
+std::string FormatRanks(const std::vector<int>& ranks) { return absl::StrJoin(ranks, ","); }
+
+}  // namespace
+
+std::string FailSlowTier(const FailSlowSpec& spec, double severity) {
+  if (severity >= spec.replace_threshold) return "replace";
+  if (severity >= spec.mitigate_threshold) return "mitigate";
+  return "monitor";
+}
+
+FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, const FailSlowPolicyOptions& options) {
+  FailSlowDecision d;
+  d.findings = in.findings;
+  d.next_finding_id = std::max<uint64_t>(in.next_finding_id, 1);
+  if (in.layout == nullptr) return d;
+
+  // Slow ranks of the current attempt.
+  std::vector<int> slow_ranks;
+  int64_t onset = 0;
+  int64_t recovery = 0;  // the latest recovery onset the agents reported
+  double severity = 0, healthy = 0, slow_level = 0;
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    for (const auto& [rank, fs] : a.fail_slow) {
+      if (!fs.slow) {
+        recovery = std::max(recovery, fs.ended_at);
+        continue;
+      }
+      slow_ranks.push_back(rank);
+      if (onset == 0 || (fs.onset != 0 && fs.onset < onset)) onset = fs.onset;
+      if (fs.severity >= severity) {
+        severity = fs.severity;
+        healthy = fs.before_seconds;
+        slow_level = fs.after_seconds;
+      }
+    }
+  }
+  std::sort(slow_ranks.begin(), slow_ranks.end());
+
+  FailSlowFinding* open = nullptr;
+  if (!d.findings.empty() && d.findings.back().ended_at == 0) open = &d.findings.back();
+
+  if (open == nullptr && !slow_ranks.empty() && in.spec.enabled) {
+    FailSlowFinding f;
+    f.id = d.next_finding_id++;
+    f.state = "Profiling";
+    f.onset = onset != 0 ? onset : now;
+    f.detected_at = now;
+    f.severity = severity;
+    f.tier = FailSlowTier(in.spec, severity);
+    f.healthy_iteration_seconds = healthy;
+    f.slow_iteration_seconds = slow_level;
+    d.findings.push_back(f);
+    if (d.findings.size() > kMaxFailSlowFindings) d.findings.erase(d.findings.begin());
+    open = &d.findings.back();
+    d.events.push_back(JobEvent{
+        "Warning", "FailSlowDetected",
+        absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) on rank(s) %s, verified "
+                        "change point; profiling the communication groups",
+                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, f.tier, FormatRanks(slow_ranks))});
+  } else if (open != nullptr && !slow_ranks.empty()) {
+    if (severity > open->severity) {
+      open->severity = severity;
+      open->tier = FailSlowTier(in.spec, severity);
+      open->slow_iteration_seconds = slow_level;
+    }
+  } else if (open != nullptr && slow_ranks.empty()) {
+    // The end is when the iterations recovered (the agents' change point), not when the
+    // controller heard of it; `now` only when no rank reported a usable recovery onset.
+    open->ended_at = recovery > open->onset && recovery <= now ? recovery : now;
+    open->state = "Recovered";
+    d.events.push_back(JobEvent{
+        "Normal", "FailSlowRecovered",
+        absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
+                        static_cast<double>(open->ended_at - open->onset) / 1e9,
+                        open->kind.empty() ? " (never localized)"
+                                           : absl::StrCat(" (", open->kind, ": ",
+                                                          open->kind == "communication"
+                                                              ? open->group
+                                                              : absl::StrCat("rank ", FormatRanks(open->ranks),
+                                                                             open->group.empty() ? "" : ", ",
+                                                                             open->group),
+                                                          ")"))});
+    open = nullptr;
+  }
+
+  // Localization while profiling.
+  if (open != nullptr && open->state == "Profiling") {
+    Localization loc = Localize(in, options, open->healthy_iteration_seconds);
+    if (loc.ready && !loc.kind.empty()) {
+      open->state = "Localized";
+      open->kind = loc.kind;
+      open->ranks = loc.ranks;
+      open->group = loc.group;
+      open->machines = MachinesOfRanks(in, loc.machine_ranks);
+      open->localized_at = now;
+      open->detail = loc.detail;
+      std::string where;
+      if (loc.kind != "communication") {
+        where = absl::StrCat("rank(s) ", FormatRanks(loc.ranks));
+        if (loc.kind == "compute") absl::StrAppend(&where, " on machine(s) ", absl::StrJoin(open->machines, ","));
+      }
+      if (loc.kind != "compute") {
+        absl::StrAppend(&where, where.empty() ? "" : " and ", "group ", loc.group, " (machines ",
+                        absl::StrJoin(open->machines, ","), ")");
+      }
+      d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
+                                  absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, loc.kind,
+                                                  where, loc.detail, open->severity * 100, open->tier)});
+    } else if (loc.ready) {
+      open->detail = loc.detail;
+    }
+  }
+
+  // Profiling on while a finding is open, off otherwise (only agents that have it on).
+  // While a validation holds NCCL trapped (or is releasing it), the validation owns the
+  // NCCL mode: its set_nccl_mode commands carry the profiling flag too.
+  if (!d.findings.empty() && ValidationInProgress(d.findings.back().validation)) return d;
+  const bool want = open != nullptr;
+  const uint64_t id = want ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
+  for (const AgentObservation& a : in.agents) {
+    if (!CurrentActive(a, in.attempt)) continue;
+    if (a.nccl_profiling == want) continue;
+    if (!want && id == 0) continue;
+    NcclModeChange c;
+    c.pod = a.pod;
+    c.profiling = want;
+    c.command_id = absl::StrCat(in.job_name, "-failslow-", id, want ? "-profile-on-" : "-profile-off-", a.pod);
+    if (std::find(a.pending_command_ids.begin(), a.pending_command_ids.end(), c.command_id) !=
+        a.pending_command_ids.end()) {
+      continue;
+    }
+    if (a.failed_commands.count(c.command_id)) continue;  // the agent has no hook
+    d.mode_changes.push_back(std::move(c));
+  }
+  return d;
+}
+
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options, const FailSlowValidationOptions& validation_options) {
+  const TrainingJobSpec& spec = job.spec;
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(
+      spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data, spec.gpus_per_machine);
+  if (!layout.ok()) return;
+  const std::vector<AgentObservation>& agents = observation.agents;
+  JobStatus& status = plan->status;
+  FailSlowPolicyInput in;
+  in.job_name = job.metadata.name;
+  in.spec = spec.fail_slow;
+  in.layout = &*layout;
+  in.attempt = status.attempt;
+  in.findings = status.fail_slows;
+  in.next_finding_id = status.next_fail_slow_id;
+  in.slot_machines.resize(static_cast<size_t>(layout->machines()));
+  std::map<std::string, int> slot_of_pod;
+  std::vector<std::string> slot_addresses(static_cast<size_t>(layout->machines()), "127.0.0.1");
+  for (const SlotStatus& slot : status.slots) {
+    if (slot.index < 0 || slot.index >= layout->machines()) continue;
+    in.slot_machines[slot.index] = slot.machine_id;
+    slot_of_pod[slot.pod] = slot.index;
+    if (!observation.rendezvous_domain.empty()) {
+      slot_addresses[slot.index] = absl::StrCat(slot.pod, ".", observation.rendezvous_domain);
+    }
+  }
+  in.agents = agents;
+  FailSlowDecision d = DecideFailSlow(in, now, options);
+  status.fail_slows = std::move(d.findings);
+  status.next_fail_slow_id = d.next_finding_id;
+  for (const NcclModeChange& c : d.mode_changes) {
+    CommandToSend cmd;
+    cmd.pod = c.pod;
+    cmd.id = c.command_id;
+    cmd.kind = CommandKind::kSetNcclMode;
+    cmd.nccl_profiling = c.profiling;
+    plan->commands.push_back(std::move(cmd));
+  }
+  for (JobEvent& e : d.events) plan->events.push_back(std::move(e));
+  if (status.fail_slows.empty()) return;
+
+  // Validation while paused, on the newest finding.
+  FailSlowValidationInput v;
+  v.job_name = job.metadata.name;
+  v.layout = &*layout;
+  v.spec = spec.fail_slow;
+  v.finding = status.fail_slows.back();
+  v.slot_machines = in.slot_machines;
+  v.slot_addresses = slot_addresses;
+  v.candidate_port = observation.candidate_master_port;
+  for (const AgentObservation& a : agents) {
+    ValidationAgent va;
+    va.pod = a.pod;
+    auto slot = slot_of_pod.find(a.pod);
+    va.slot = slot == slot_of_pod.end() ? -1 : slot->second;
+    va.active = CurrentActive(a, status.attempt);
+    va.profiling = a.nccl_profiling;
+    va.pending_command_ids = a.pending_command_ids;
+    for (const auto& [id, r] : a.command_results) {
+      ValidationCommandOutcome o;
+      o.ok = r.ok;
+      o.error = r.message;
+      if (r.diagnostic) {
+        o.passed = r.diagnostic->passed;
+        o.not_present = r.diagnostic->not_present;
+        o.detail = r.diagnostic->detail;
+        o.figures = r.diagnostic->figures;
+      }
+      va.results[id] = std::move(o);
+    }
+    v.agents.push_back(std::move(va));
+  }
+  FailSlowValidationDecision vd = DecideFailSlowValidation(v, now, validation_options);
+  status.fail_slows.back().validation = vd.validation;
+  for (const ValidationCommand& c : vd.commands) {
+    CommandToSend cmd;
+    cmd.pod = c.pod;
+    cmd.id = c.id;
+    if (c.kind == ValidationCommand::Kind::kSetNcclMode) {
+      cmd.kind = CommandKind::kSetNcclMode;
+      cmd.nccl_profiling = c.profiling;
+      cmd.nccl_trap = c.trap;
+    } else {
+      cmd.kind = CommandKind::kRunDiagnostic;
+      cmd.diagnostic.kind = c.diagnostic;
+      cmd.diagnostic.params = c.params;
+      cmd.diagnostic.timeout_ms = c.timeout_ms;
+    }
+    plan->commands.push_back(std::move(cmd));
+  }
+  for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
+}
+
+}  // namespace peregrine

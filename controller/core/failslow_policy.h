@@ -1,0 +1,103 @@
+// FailSlowPolicy: the controller's side of Falcon-Detect (section 4): tracking ->
+// profiling -> localization, as a pure function of the job's fail-slow state and what the
+// agents report.
+//
+// Flow, level-based (deciding again on the applied result changes nothing):
+//  - tracking: each agent runs BOCD + verification per rank and reports verified changes
+//    (AgentObservation::fail_slow). When any rank of the current attempt is slow and no
+//    fail-slow is open, a finding opens (state Profiling, onset = the earliest slow
+//    iteration, severity = the largest reported) and profiling is switched on for every
+//    active agent (set_nccl_mode commands, deterministic ids);
+//  - profiling: once every rank of the layout has sent comm profiles and every TP/PP/DP
+//    communicator has at least min_collectives collectives seen by all its members, the
+//    collectives are joined across ranks by (communicator, sequence) and compared by the
+//    time each member spent in them (exit - enter, one host's clock each; no times of
+//    different hosts are compared: CompareGroups, diagnosis/group_comparison.h). Communication suspects (a group whose
+//    transfer time exceeds suspiciousGroupRatio x the median of its kind, by at least
+//    min_excess_transfer_fraction of a healthy iteration) and compute suspects (ranks that
+//    arrive last in every group they belong to) are all named: only suspect groups make a
+//    "communication" finding (ranks = the groups' ranks), only suspect ranks a "compute"
+//    finding (ranks = every slow rank), both a "compute+communication" finding (ranks =
+//    the slow ranks, group = the congested groups); machines = the machines of the slow
+//    ranks and groups. Without a verdict the comparison is retried on the next profiles;
+//  - recovery: when no rank is slow any more the finding ends (Recovered; ended_at = the
+//    latest recovery onset the agents reported, `now` when none is usable) and profiling
+//    is switched off.
+// The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold
+// "mitigate", else "replace". Mitigation is not decided here. Findings are bounded
+// (kMaxFailSlowFindings, oldest dropped).
+//
+// Pure: no clocks, no I/O; `now` is an input. Thread-safe (no shared state).
+#ifndef PEREGRINE_CONTROLLER_CORE_FAILSLOW_POLICY_H_
+#define PEREGRINE_CONTROLLER_CORE_FAILSLOW_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "controller/core/failslow_validation.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
+#include "diagnosis/parallel_layout.h"
+
+namespace peregrine {
+
+inline constexpr size_t kMaxFailSlowFindings = 32;
+
+struct FailSlowPolicyOptions {
+  // Collectives every member of a communicator must have profiled before comparing.
+  int min_collectives = 8;
+  double min_late_fraction = 0.8;          // CompareGroups (compute suspects)
+  double min_imposed_wait_fraction = 0.1;  // CompareGroups (compute suspects)
+  // A suspicious group is named only when its mean transfer exceeds the median of its kind
+  // by at least this fraction of the healthy iteration time.
+  double min_excess_transfer_fraction = 0.02;
+};
+
+// The job's fail-slow inputs: its spec section, layout, persisted findings, the machine of
+// each slot, and the agents of the current attempt.
+struct FailSlowPolicyInput {
+  std::string job_name;  // for command ids
+  FailSlowSpec spec;
+  const ParallelLayout* layout = nullptr;
+  uint64_t attempt = 0;
+  std::vector<FailSlowFinding> findings;  // as persisted, newest last
+  uint64_t next_finding_id = 1;
+  std::vector<std::string> slot_machines;  // machine id of slot i ("" unknown)
+  std::vector<AgentObservation> agents;
+};
+
+struct NcclModeChange {
+  std::string pod;
+  std::string command_id;
+  bool profiling = false;
+};
+
+struct FailSlowDecision {
+  std::vector<FailSlowFinding> findings;
+  uint64_t next_finding_id = 1;
+  std::vector<NcclModeChange> mode_changes;
+  std::vector<JobEvent> events;
+};
+
+// GUARD tier name for a severity under the spec's thresholds.
+std::string FailSlowTier(const FailSlowSpec& spec, double severity);
+
+// Never fails: inputs it cannot use (a profile of an unknown communicator, inconsistent
+// timings) are skipped. With spec.enabled false no finding opens (open ones still end).
+FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
+                                const FailSlowPolicyOptions& options = {});
+
+// The job controller's entry point: runs DecideFailSlow on the plan's new status and the
+// round's agent observations, then DecideFailSlowValidation (controller/failslow_validation.h)
+// on the newest finding, and merges both into the plan (status findings with their
+// validation, set_nccl_mode and run_diagnostic commands, events). The link rounds'
+// rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at
+// the observation's candidate port. A spec whose layout is invalid leaves the plan as is.
+void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
+                         const FailSlowPolicyOptions& options = {},
+                         const FailSlowValidationOptions& validation_options = {});
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_CORE_FAILSLOW_POLICY_H_

@@ -1,0 +1,163 @@
+// FailSlowValidation: validation while paused (Falcon section 4.3; "pause by
+// trapping NCCL calls; validate: GEMM on each GPU, O(1) rounds of P2P transfers over the
+// group's ring/tree links"), as a pure, persisted state machine.
+//
+// Once a fail-slow finding is localized, its suspects are checked by measurement:
+//  1. Pausing: every active agent gets set_nccl_mode(trap, profiling kept) with id
+//     "<job>-failslow-<finding>-trap-on-<pod>"; training stops at its next NCCL call.
+//  2. Gemm (all traps acknowledged): a `gemm` diagnostic (params dtype, size, iterations)
+//     on every machine of the job (gemm_every_machine, the default), or only on the
+//     machines of the suspect groups (each slow rank's TP, PP and DP groups and the named
+//     congested groups). Every machine by default because the trap already stalls every
+//     GPU of the job, so measuring all of them in parallel adds no time and gives a
+//     job-wide median, and profiling can miss a second slow GPU (its groups' lateness is
+//     masked by the first one's victims). Id "<job>-failslow-<finding>-gemm-<pod>".
+//     Judging (the rule of peregrine-linkcheck / JudgeLinkTimes, on time per GEMM =
+//     1 / throughput): a GPU is slow when its time exceeds gemm_slow_ratio (1.2) x the
+//     median over every GPU measured.
+//  3. Links: a `p2p_rounds` diagnostic on every machine of the job, one communicator over
+//     the whole job (communicator rank = global rank, rank_base = slot x gpusPerMachine,
+//     rendezvous at slot 0's address and the port recorded when validation started). The
+//     rounds cover the ring links of EVERY group of each suspect kind (the suspects' peers
+//     are the baseline): per kind, RingValidationRounds of each group, merged round by
+//     round (groups of a kind are disjoint), kinds one after the other. Judged per kind
+//     (intra-machine TP links are not compared with inter-machine DP links): a link is
+//     slow when its time (bytes / measured rate) exceeds link_slow_ratio (1.5) x the
+//     median of its kind (JudgeLinkTimes' median). Id "<job>-failslow-<finding>-links-<pod>".
+//     Both measurements run `passes` (2) times in a row and each GPU's and link's best
+//     result counts: a measurement disturbed once by other load on the host does not make
+//     a GPU or link slow, a slow one is slow every time. Each link pass rendezvouses on
+//     the candidate port observed when it starts (recorded in the status).
+//  4. Resuming: set_nccl_mode(trap off) on every active agent (id "...-trap-off-<pod>");
+//     Done when all acknowledged (or their agents are gone).
+// Verdict: "confirmed" when a GPU or a link was found slow, "not confirmed" when all
+// measured normal, "failed" (with the reason in detail) when an agent cannot trap, a
+// diagnostic fails with an error, results are missing at a phase's deadline, or the
+// attempt changes underneath; every failure path still goes through Resuming, so
+// training always continues without a restart. A diagnostic that reports not_present
+// counts as measured nothing (it never makes a GPU slow).
+//
+// Level-based: a command is (re-)emitted only while it has no result and is not pending
+// at its agent; deciding again on the applied state emits nothing new. Pure: no clocks,
+// no I/O; `now` is an input. Thread-safe (no shared state).
+#ifndef PEREGRINE_CONTROLLER_CORE_FAILSLOW_VALIDATION_H_
+#define PEREGRINE_CONTROLLER_CORE_FAILSLOW_VALIDATION_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
+#include "diagnosis/parallel_layout.h"
+
+namespace peregrine {
+
+// One command's result as the agent reported it (the plain form of CommandResult with a
+// DiagnosticResult payload).
+struct ValidationCommandOutcome {
+  bool ok = false;    // status OK
+  std::string error;  // the status message when !ok
+  bool passed = false;
+  bool not_present = false;
+  std::string detail;
+  std::map<std::string, double> figures;
+};
+
+struct ValidationAgent {
+  std::string pod;
+  int slot = -1;        // the machine slot it holds; -1 for none (standby)
+  bool active = false;  // connected and running the current attempt
+  bool profiling = false;
+  std::vector<std::string> pending_command_ids;
+  std::map<std::string, ValidationCommandOutcome> results;  // by command id
+};
+
+struct FailSlowValidationOptions {
+  bool gemm_every_machine = true;  // false: only the suspect groups' machines
+  std::string gemm_dtype = "fp32";
+  int gemm_size = 0;        // 0: the diagnostic's default (1024)
+  int gemm_iterations = 0;  // 0: as many as fill the tool's timed window
+  // Bytes per link transfer. Note: on the stand-in cluster (CPU processes on a shared,
+  // loaded host) healthy links measured up to 2-3x apart at 1 MiB and 1.5-1.9x at 16 MiB,
+  // where a 20 ms-per-message link was 2x (1 MiB) or 1.7x (16 MiB) the median of its kind.
+  uint64_t link_bytes = 1 << 20;
+  // A link is slow above this multiple of its kind's median time. Higher than the 1.1 of
+  // profiling: link timings are the noisiest measurement here, while a congested link is
+  // several times slower.
+  double link_slow_ratio = 1.5;
+  // A GPU is slow above this multiple of the median GEMM time (the stand-in's CPU GEMM
+  // varies by ~10% between GPUs of a loaded host; a slow GPU is far beyond).
+  double gemm_slow_ratio = 1.2;
+  // Each measurement runs this many times; the best result of each GPU and link counts.
+  int passes = 2;
+  uint32_t gemm_timeout_ms = 60'000;
+  uint32_t links_timeout_ms = 120'000;
+  // A phase fails when its results are not all in this long after it began (the
+  // diagnostics' own timeouts plus a margin for delivery).
+  // Pausing: an agent acknowledges the trap only once every training process on it is
+  // really paused (no NCCL call moving, a thread held in the trap or blocked in a call),
+  // and reports which rank did not pause after its own 20 s.
+  int64_t pause_deadline_ns = 30'000'000'000;
+  int64_t phase_margin_ns = 30'000'000'000;
+};
+
+struct FailSlowValidationInput {
+  std::string job_name;  // for command ids
+  const ParallelLayout* layout = nullptr;
+  FailSlowSpec spec;
+  FailSlowFinding finding;                  // the finding to validate, validation state inside
+  std::vector<std::string> slot_machines;   // machine id of slot i
+  std::vector<std::string> slot_addresses;  // rendezvous host of slot i's pod
+  uint32_t candidate_port = 0;              // a free port (recorded when validation starts)
+  std::vector<ValidationAgent> agents;
+};
+
+struct ValidationCommand {
+  enum class Kind { kSetNcclMode, kRunDiagnostic };
+  Kind kind = Kind::kSetNcclMode;
+  std::string pod;
+  std::string id;
+  bool profiling = false;  // kSetNcclMode
+  bool trap = false;       // kSetNcclMode
+  std::string diagnostic;  // kRunDiagnostic: gemm | p2p_rounds
+  std::map<std::string, std::string> params;
+  uint32_t timeout_ms = 0;
+};
+
+struct FailSlowValidationDecision {
+  FailSlowValidation validation;
+  std::vector<ValidationCommand> commands;
+  std::vector<JobEvent> events;
+  bool trap_wanted = false;  // NCCL must stay trapped (Pausing, Gemm, Links)
+};
+
+// True while the validation holds training paused or is releasing it.
+bool ValidationInProgress(const FailSlowValidation& v);
+
+// Starts a validation for a Localized finding whose validation has not run, advances one
+// in progress, and otherwise returns the state unchanged with no commands.
+FailSlowValidationDecision DecideFailSlowValidation(const FailSlowValidationInput& input, int64_t now,
+                                                    const FailSlowValidationOptions& options = {});
+
+// The link rounds of every group of `kinds` (groups of size >= 2), in global ranks, as the
+// p2p_rounds `rounds` parameter ("r0:s>d,s>d;r1:..."), and the kind of each link.
+struct ValidationLinkPlan {
+  std::string rounds;
+  std::map<std::pair<int, int>, GroupKind> link_kind;  // (sender, receiver) -> kind
+  int round_count = 0;
+};
+absl::StatusOr<ValidationLinkPlan> PlanValidationLinks(const ParallelLayout& layout,
+                                                       const std::vector<GroupKind>& kinds);
+
+// The suspect groups of a finding: each slow rank's groups (compute) and the groups named
+// in `group` ("dp 0, pp 1"); groups of size 1 are left out. kInvalidArgument naming the
+// text for a group it cannot parse.
+absl::StatusOr<std::vector<CommGroup>> SuspectGroups(const ParallelLayout& layout, const FailSlowFinding& finding);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_CORE_FAILSLOW_VALIDATION_H_

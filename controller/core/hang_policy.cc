@@ -1,0 +1,525 @@
+#include "controller/core/hang_policy.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "diagnosis/mfu_rounds.h"
+#include "diagnosis/stack_aggregation.h"
+#include "diagnosis/stack_parse.h"
+
+namespace peregrine {
+namespace {
+
+constexpr int64_t kNanosPerSecond = 1'000'000'000;
+constexpr size_t kMaxSummaryChars = 240;
+
+bool IsOpen(const StackInvestigation& inv) {
+  return inv.state == "Capturing" || inv.state == "Waiting" || inv.state == "Decided";
+}
+
+std::optional<GroupKind> KindFromName(const std::string& name) {
+  for (GroupKind k : {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData}) {
+    if (name == GroupKindName(k)) return k;
+  }
+  return std::nullopt;
+}
+
+std::string GroupName(GroupKind kind, int index) { return absl::StrCat(GroupKindName(kind), " ", index); }
+
+class Policy {
+ public:
+  Policy(const HangPolicyInput& in, int64_t now, const HangPolicyOptions& options)
+      : in_(in), now_(now), options_(options) {
+    d_.state = in.state;
+  }
+
+  HangDecision Run() {
+    StackDiagnosisStatus& st = d_.state;
+    if (in_.layout == nullptr) return std::move(d_);
+    WatchProgress();
+    StackInvestigation* open = Open();
+    if (open != nullptr && open->attempt != in_.attempt) {
+      // The engine acted on the verdict (a new attempt started), or the attempt was
+      // restarted for another reason while the investigation ran.
+      if (open->state == "Decided") {
+        open->state = open->slots.empty() ? "Reattempted" : "Evicted";
+      } else {
+        open->state = "Abandoned";
+        open->explanation = absl::StrCat("attempt ", open->attempt, " ended before the verdict");
+      }
+      open->ended_at = now_;
+      open = nullptr;
+    }
+    if (open != nullptr && open->state == "Decided") {
+      RepeatVerdict(*open);
+      return std::move(d_);
+    }
+    if (open != nullptr && in_.other_failure) {
+      open->state = "Abandoned";
+      open->ended_at = now_;
+      open->explanation = "another failure (a process exit or a lost machine) took over";
+      if (open->kind == "Hang") {
+        d_.verdict = HangVerdict::kAbandoned;
+        d_.kind = open->kind;
+      }
+      return std::move(d_);
+    }
+    if (open != nullptr && open->kind == "Hang" && st.progress_at > open->started_at) {
+      open->state = "Resolved";
+      open->ended_at = now_;
+      open->explanation = absl::StrFormat("training progressed again (step %d) before the verdict", st.progress_step);
+      d_.verdict = HangVerdict::kResolved;
+      d_.kind = open->kind;
+      Event("Normal", "HangResolved", absl::StrCat("investigation ", open->id, ": ", open->explanation));
+      return std::move(d_);
+    }
+    if ((open == nullptr || open->kind == "MfuDrop") && MaybeDetectHang(open)) return std::move(d_);
+    if (open == nullptr) {
+      WatchMfu();
+      return std::move(d_);
+    }
+    if (open->kind == "MfuDrop" && !AllAlive()) {  // a machine finished, left or is restarting
+      open->state = "Abandoned";
+      open->ended_at = now_;
+      open->explanation = "training is no longer running on every machine";
+      return std::move(d_);
+    }
+    if (open->kind == "MfuDrop" && MfuRecovered()) {
+      open->state = "Resolved";
+      open->ended_at = now_;
+      open->explanation = absl::StrFormat("iteration time %.3f s is back below %.1f x the healthy %.3f s",
+                                          in_.recent_iteration_seconds, options_.mfu_drop_factor,
+                                          st.healthy_iteration_seconds);
+      st.degraded_since = 0;
+      Event("Normal", "MfuRecovered", absl::StrCat("investigation ", open->id, ": ", open->explanation));
+      return std::move(d_);
+    }
+    if (open->state == "Waiting") {
+      if (now_ < open->next_round_at) {
+        Wake(open->next_round_at);
+        return std::move(d_);
+      }
+      open->state = "Capturing";
+      open->rounds.push_back(StackRound{});
+      open->rounds.back().started_at = now_;
+    }
+    Capture(*open);
+    return std::move(d_);
+  }
+
+ private:
+  StackInvestigation* Open() {
+    auto& v = d_.state.investigations;
+    return (!v.empty() && IsOpen(v.back())) ? &v.back() : nullptr;
+  }
+
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    d_.events.push_back(JobEvent{type, reason, message});
+  }
+
+  void Wake(int64_t at) {
+    if (at > now_ && (d_.wake_at == 0 || at < d_.wake_at)) d_.wake_at = at;
+  }
+
+  bool AllAlive() const {
+    if (in_.slots.empty()) return false;
+    return std::all_of(in_.slots.begin(), in_.slots.end(), [](const HangPolicySlot& s) { return s.training_alive; });
+  }
+
+  void WatchProgress() {
+    StackDiagnosisStatus& st = d_.state;
+    if (st.progress_attempt != in_.attempt) {
+      st.progress_attempt = in_.attempt;
+      st.progress_step = in_.last_completed_step;
+      st.progress_at = now_;
+      st.healthy_iteration_seconds = 0;
+      st.degraded_since = 0;
+      return;
+    }
+    if (in_.last_completed_step != st.progress_step || in_.held) {
+      st.progress_step = in_.last_completed_step;
+      st.progress_at = now_;
+    }
+  }
+
+  StackInvestigation& Start(const std::string& kind, int rounds, const std::string& signal) {
+    StackDiagnosisStatus& st = d_.state;
+    StackInvestigation inv;
+    inv.id = st.next_id++;
+    inv.kind = kind;
+    inv.state = "Capturing";
+    inv.attempt = in_.attempt;
+    inv.signal = signal;
+    inv.started_at = now_;
+    inv.rounds_planned = rounds;
+    inv.rounds.push_back(StackRound{});
+    inv.rounds.back().started_at = now_;
+    st.investigations.push_back(std::move(inv));
+    if (st.investigations.size() > options_.max_investigations) {
+      st.investigations.erase(st.investigations.begin(),
+                              st.investigations.begin() +
+                                  static_cast<long>(st.investigations.size() - options_.max_investigations));
+    }
+    return st.investigations.back();
+  }
+
+  bool MaybeDetectHang(StackInvestigation* mfu) {
+    const StackDiagnosisStatus& st = d_.state;
+    if (!in_.steady && mfu == nullptr) return false;
+    if (in_.held) return false;
+    if (!AllAlive() || in_.last_completed_step <= in_.resume_step || in_.other_failure) return false;
+    const int64_t timeout = HangTimeoutNanos(in_.hang_timeout_seconds, in_.mean_iteration_seconds, options_);
+    const int64_t silent = now_ - st.progress_at;
+    if (silent < timeout) {
+      Wake(st.progress_at + timeout);
+      return false;
+    }
+    if (mfu != nullptr) {
+      mfu->state = "Abandoned";
+      mfu->ended_at = now_;
+      mfu->explanation = "training hung: a hang investigation took over";
+    }
+    const std::string signal = absl::StrFormat(
+        "the slowest rank completed no step for %.1f s (last step %d; timeout %.1f s) while every training process "
+        "is alive",
+        static_cast<double>(silent) / kNanosPerSecond, st.progress_step,
+        static_cast<double>(timeout) / kNanosPerSecond);
+    StackInvestigation& inv = Start("Hang", 1, signal);
+    d_.verdict = HangVerdict::kHangDetected;
+    d_.kind = "Hang";
+    d_.signal = signal;
+    d_.hold_until = now_ + options_.capture_deadline_ns;
+    d_.silent_seconds = static_cast<double>(silent) / kNanosPerSecond;
+    Event("Warning", "StackCapture",
+          absl::StrFormat("investigation %d: capturing the stacks of every training process on %d machines",
+                          inv.id, in_.slots.size()));
+    Capture(inv);
+    return true;
+  }
+
+  void WatchMfu() {
+    StackDiagnosisStatus& st = d_.state;
+    if (!in_.steady || !AllAlive() || in_.recent_iteration_seconds <= 0 ||
+        in_.last_completed_step < in_.resume_step + options_.mfu_warmup_steps) {
+      return;
+    }
+    const double recent = in_.recent_iteration_seconds;
+    if (st.healthy_iteration_seconds <= 0) st.healthy_iteration_seconds = recent;
+    if (recent < options_.mfu_drop_factor * st.healthy_iteration_seconds) {
+      st.healthy_iteration_seconds += options_.mfu_healthy_alpha * (recent - st.healthy_iteration_seconds);
+      st.degraded_since = 0;
+      return;
+    }
+    if (st.degraded_since == 0) st.degraded_since = now_;
+    // Falcon-Detect named the cause (its ladder acts), or is still locating it.
+    if (in_.fail_slow_localized) return;
+    if (in_.fail_slow_profiling_since != 0 && now_ - in_.fail_slow_profiling_since < options_.mfu_failslow_grace_ns) {
+      Wake(in_.fail_slow_profiling_since + options_.mfu_failslow_grace_ns);
+      return;
+    }
+    if (now_ - st.degraded_since < options_.mfu_sustain_ns) {
+      Wake(st.degraded_since + options_.mfu_sustain_ns);
+      return;
+    }
+    const std::string signal = absl::StrFormat(
+        "iteration time %.3f s is %.1f x the healthy %.3f s for %.0f s without a fail-slow localization", recent,
+        recent / st.healthy_iteration_seconds, st.healthy_iteration_seconds,
+        static_cast<double>(now_ - st.degraded_since) / kNanosPerSecond);
+    StackInvestigation& inv = Start("MfuDrop", std::max(1, options_.mfu_rounds), signal);
+    Event("Warning", "MfuDrop",
+          absl::StrFormat("investigation %d: %s; %d stack rounds %.0f s apart", inv.id, signal, inv.rounds_planned,
+                          static_cast<double>(options_.mfu_round_interval_ns) / kNanosPerSecond));
+    Capture(inv);
+  }
+
+  bool MfuRecovered() const {
+    const StackDiagnosisStatus& st = d_.state;
+    return in_.recent_iteration_seconds > 0 && st.healthy_iteration_seconds > 0 &&
+           in_.recent_iteration_seconds < options_.mfu_drop_factor * st.healthy_iteration_seconds;
+  }
+
+  // Sends what is missing of the current round; finishes it when every pod answered or
+  // the deadline passed.
+  void Capture(StackInvestigation& inv) {
+    const int round = static_cast<int>(inv.rounds.size());
+    StackRound& r = inv.rounds.back();
+    bool all_answered = true;
+    for (const HangPolicySlot& slot : in_.slots) {
+      const std::string id = StackCaptureCommandId(in_.command_prefix, slot.pod, inv.id, round);
+      if (in_.replies.count(id)) continue;
+      all_answered = false;
+      if (!in_.pending.count(id)) d_.captures.push_back(StackCaptureRequest{slot.pod, id});
+    }
+    const int64_t deadline = r.started_at + options_.capture_deadline_ns;
+    if (!all_answered && now_ < deadline) {
+      Wake(deadline);
+      return;
+    }
+    FinishRound(inv, round);
+  }
+
+  void FinishRound(StackInvestigation& inv, int round) {
+    StackRound& r = inv.rounds.back();
+    r.finished_at = now_;
+    const ParallelLayout& layout = *in_.layout;
+    const int gpus = layout.gpus_per_machine();
+    std::vector<RankStacks> ranks;
+    std::vector<std::string> failures;
+    for (const HangPolicySlot& slot : in_.slots) {
+      const std::string id = StackCaptureCommandId(in_.command_prefix, slot.pod, inv.id, round);
+      auto it = in_.replies.find(id);
+      if (it == in_.replies.end() || !it->second.ok) {
+        r.unanswered_slots.push_back(slot.index);
+        failures.push_back(it == in_.replies.end()
+                               ? absl::StrFormat("slot %d (pod %s) did not answer in time", slot.index, slot.pod)
+                               : absl::StrFormat("slot %d (pod %s) failed: %s", slot.index, slot.pod,
+                                                 it->second.error));
+        continue;
+      }
+      for (const auto& [rank, processes] : it->second.stacks) {
+        if (rank < slot.index * gpus || rank >= (slot.index + 1) * gpus || rank >= layout.world_size()) continue;
+        if (processes.empty()) continue;
+        ranks.push_back(RankStacks{rank, processes});
+      }
+    }
+    absl::StatusOr<StackAggregation> agg = AggregateStacks(layout, ranks);
+    if (!agg.ok()) {  // cannot happen after the filtering above; keep the verdict safe
+      r.explanation = absl::StrCat("aggregation failed: ", agg.status().message());
+    } else {
+      for (size_t i = 0; i < agg->groups.size(); ++i) {
+        const StackGroup& g = agg->groups[i];
+        std::string summary = g.summary;
+        if (summary.size() > kMaxSummaryChars) summary = summary.substr(0, kMaxSummaryChars) + "...";
+        r.groups.push_back(absl::StrFormat("ranks %s%s: %s", absl::StrJoin(g.ranks, ","),
+                                           static_cast<int>(i) == agg->dominant_group ? " (healthy)" : "", summary));
+      }
+      r.suspect_ranks = agg->suspect_ranks;
+      r.explanation = agg->explanation;
+    }
+    if (!failures.empty()) {  // into the first line, which is the verdict
+      const size_t eol = std::min(r.explanation.find('\n'), r.explanation.size());
+      r.explanation.insert(eol, absl::StrCat(" (", absl::StrJoin(failures, "; "), ")"));
+    }
+
+    if (inv.kind == "Hang") {
+      DecideFromAggregation(inv, agg.ok() ? &*agg : nullptr);
+      return;
+    }
+    // MFU rounds.
+    if (agg.ok()) {
+      if (std::optional<FlaggedGroup> f = GroupWithMostOutliers(layout, agg->suspect_ranks)) {
+        r.flagged_kind = GroupKindName(f->kind);
+        r.flagged_index = f->index;
+      }
+    }
+    if (static_cast<int>(inv.rounds.size()) < inv.rounds_planned) {
+      inv.state = "Waiting";
+      inv.next_round_at = r.started_at + options_.mfu_round_interval_ns;
+      Wake(std::max(inv.next_round_at, now_ + 1));
+      return;
+    }
+    MfuDropRounds series(layout, inv.rounds_planned);
+    for (const StackRound& past : inv.rounds) {
+      std::optional<FlaggedGroup> flagged;
+      if (std::optional<GroupKind> k = KindFromName(past.flagged_kind); k && past.flagged_index >= 0) {
+        flagged = FlaggedGroup{*k, past.flagged_index};
+      }
+      series.RecordRound(flagged);
+    }
+    std::optional<MfuVerdict> verdict = series.Decide();
+    if (!verdict || !verdict->group || verdict->machines_to_evict.empty() ||
+        verdict->flags < options_.mfu_min_flags) {
+      inv.state = "Resolved";
+      inv.ended_at = now_;
+      inv.explanation = !verdict ? "no verdict"
+                        : verdict->group
+                            ? absl::StrFormat("%s flagged in only %d of %d rounds (at least %d needed): no action",
+                                              GroupName(verdict->group->kind, verdict->group->index), verdict->flags,
+                                              inv.rounds_planned, options_.mfu_min_flags)
+                            : verdict->explanation;
+      Event("Normal", "MfuDropNoOutlier", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+      return;
+    }
+    inv.state = "Decided";
+    inv.chosen_group = GroupName(verdict->group->kind, verdict->group->index);
+    inv.slots = verdict->machines_to_evict;
+    inv.explanation = absl::StrFormat("%s flagged in %d of %d rounds: %s", inv.chosen_group, verdict->flags,
+                                      inv.rounds_planned, verdict->explanation);
+    RecordMachines(inv);
+    Event("Warning", "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+    RepeatVerdict(inv);
+  }
+
+  void DecideFromAggregation(StackInvestigation& inv, const StackAggregation* agg) {
+    inv.state = "Decided";
+    if (agg != nullptr && !agg->machines_to_evict.empty()) {
+      inv.slots = agg->machines_to_evict;
+      if (agg->chosen_group) inv.chosen_group = GroupName(agg->chosen_group->kind, agg->chosen_group->index);
+    }
+    const std::string& full = inv.rounds.back().explanation;  // its first line is the verdict
+    inv.explanation = full.substr(0, full.find('\n'));
+    RecordMachines(inv);
+    Event("Warning", "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+    RepeatVerdict(inv);
+  }
+
+  void RecordMachines(StackInvestigation& inv) {
+    inv.machines.clear();
+    for (int s : inv.slots) {
+      std::string m;
+      for (const HangPolicySlot& slot : in_.slots) {
+        if (slot.index == s) m = slot.machine_id;
+      }
+      inv.machines.push_back(m.empty() ? absl::StrCat("slot-", s) : m);
+    }
+  }
+
+  void RepeatVerdict(const StackInvestigation& inv) {
+    d_.kind = inv.kind;
+    d_.signal = inv.signal;
+    d_.verdict = inv.slots.empty() ? HangVerdict::kReattempt : HangVerdict::kEvict;
+    d_.evict_slots = inv.slots;
+    if (inv.slots.empty()) {
+      d_.reason = absl::StrCat("stack aggregation found no outlier (", inv.explanation, "): reattempt in place");
+    } else {
+      d_.reason = absl::StrFormat("stack aggregation (investigation %d): %s over-evicted (machines %s)", inv.id,
+                                  inv.chosen_group.empty() ? "the outliers' machines" : inv.chosen_group,
+                                  absl::StrJoin(inv.machines, ", "));
+    }
+    d_.details.clear();
+    for (size_t i = 0; i < inv.rounds.size(); ++i) {
+      const StackRound& r = inv.rounds[i];
+      const std::string prefix = inv.rounds.size() > 1 ? absl::StrFormat("round %d: ", i + 1) : "";
+      for (const std::string& g : r.groups) d_.details.push_back(absl::StrCat(prefix, "stack group ", g));
+      if (!r.suspect_ranks.empty()) {
+        d_.details.push_back(absl::StrCat(prefix, "suspect ranks ", absl::StrJoin(r.suspect_ranks, ","),
+                                          r.flagged_kind.empty() ? ""
+                                                                 : absl::StrCat(" (flagged ", r.flagged_kind, " ",
+                                                                                r.flagged_index, ")")));
+      }
+      if (!r.unanswered_slots.empty()) {
+        d_.details.push_back(
+            absl::StrCat(prefix, "no stacks from slot(s) ", absl::StrJoin(r.unanswered_slots, ","), " (suspects)"));
+      }
+    }
+    d_.details.push_back(absl::StrCat("verdict: ", inv.explanation));
+  }
+
+  const HangPolicyInput& in_;
+  const int64_t now_;
+  const HangPolicyOptions& options_;
+  HangDecision d_;
+};
+
+}  // namespace
+
+int64_t HangTimeoutNanos(int hang_timeout_seconds, double mean_iteration_seconds, const HangPolicyOptions& options) {
+  const double floor_s = static_cast<double>(std::max(1, hang_timeout_seconds));
+  const double adaptive_s = std::max(0.0, mean_iteration_seconds) * options.hang_iterations;
+  return static_cast<int64_t>(std::max(floor_s, adaptive_s) * kNanosPerSecond);
+}
+
+std::string StackCaptureCommandId(const std::string& command_prefix, const std::string& pod, uint64_t id,
+                                  int round) {
+  return absl::StrCat(command_prefix, "/", pod, "/stacks-", id, "-", round);
+}
+
+HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& status, const JobObservation& obs,
+                                    const ParallelLayout* layout, bool steady, bool other_failure) {
+  HangPolicyInput in;
+  in.command_prefix = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
+  in.layout = layout;
+  in.hang_timeout_seconds = job.spec.fault_tolerance.hang_timeout_seconds;
+  in.attempt = status.attempt;
+  in.resume_step = status.resume_step;
+  in.last_completed_step = status.last_completed_step;
+  in.mean_iteration_seconds = status.mean_iteration_seconds;
+  in.steady = steady;
+  in.other_failure = other_failure;
+  in.state = status.stack_diagnosis;
+  for (const FailSlowFinding& f : status.fail_slows) {
+    if (!f.validation.state.empty() && f.validation.state != "Done") in.held = true;
+    if (f.ended_at != 0) continue;
+    if (f.state == "Localized") {
+      in.fail_slow_localized = true;
+    } else if (in.fail_slow_profiling_since == 0 || f.detected_at < in.fail_slow_profiling_since) {
+      in.fail_slow_profiling_since = f.detected_at;
+    }
+  }
+  std::map<std::string, const PodObservation*> pods;
+  for (const PodObservation& p : obs.pods) pods[p.name] = &p;
+  std::map<std::string, const AgentObservation*> agents;
+  for (const AgentObservation& a : obs.agents) agents[a.pod] = &a;
+  const int gpus = job.spec.gpus_per_machine;
+  double iter_sum = 0;
+  int iter_n = 0;
+  for (const SlotStatus& slot : status.slots) {
+    HangPolicySlot s;
+    s.index = slot.index;
+    s.pod = slot.pod;
+    s.machine_id = slot.machine_id;
+    auto p = pods.find(slot.pod);
+    auto a = agents.find(slot.pod);
+    const AgentObservation* agent = a == agents.end() ? nullptr : a->second;
+    s.training_alive = p != pods.end() && p->second->running && !p->second->failed && agent != nullptr &&
+                       agent->connected && !agent->registered_as_standby && agent->attempt == status.attempt &&
+                       agent->phase == AgentTrainingPhase::kRunning;
+    in.slots.push_back(s);
+    if (agent == nullptr) continue;
+    if (agent->attempt == status.attempt && agent->mean_iteration_seconds > 0) {
+      iter_sum += agent->mean_iteration_seconds;
+      ++iter_n;
+    }
+    const std::string own = absl::StrCat(in.command_prefix, "/", slot.pod, "/stacks-");
+    for (const std::string& id : agent->pending_command_ids) {
+      if (id.rfind(own, 0) == 0) in.pending.insert(id);
+    }
+    for (const auto& [id, result] : agent->command_results) {
+      if (id.rfind(own, 0) != 0) continue;
+      StackCaptureReply reply;
+      reply.ok = result.ok;
+      reply.error = result.message;
+      std::vector<ProcessStack> not_a_rank;
+      for (const auto& [rank, captured] : result.stacks) {
+        for (const CapturedProcessStack& c : captured) {
+          ProcessStack stack = c.stack;
+          if (stack.threads.empty() && !c.raw.empty()) {
+            // An agent that sent only the tool's text: parse it here.
+            for (StackTool tool : {StackTool::kPySpy, StackTool::kEuStack, StackTool::kGdb}) {
+              if (stack.tool != StackToolName(tool)) continue;
+              if (auto parsed = ParseStackText(tool, c.raw, stack.pid); parsed.ok() && !parsed->empty()) {
+                stack.threads = (*parsed)[0].threads;
+              }
+            }
+          }
+          if (stack.threads.empty()) continue;  // nothing captured: the rank stays a suspect
+          if (rank < 0) {
+            not_a_rank.push_back(std::move(stack));
+          } else {
+            reply.stacks[rank].push_back(std::move(stack));
+          }
+        }
+      }
+      if (!not_a_rank.empty()) {
+        for (int r = slot.index * gpus; r < (slot.index + 1) * gpus; ++r) {
+          auto it = reply.stacks.find(r);
+          if (it == reply.stacks.end()) continue;  // the rank itself was not captured
+          it->second.insert(it->second.end(), not_a_rank.begin(), not_a_rank.end());
+        }
+      }
+      in.replies[id] = std::move(reply);
+    }
+  }
+  in.recent_iteration_seconds = iter_n > 0 ? iter_sum / iter_n : 0;
+  return in;
+}
+
+HangDecision DecideHang(const HangPolicyInput& input, int64_t now, const HangPolicyOptions& options) {
+  return Policy(input, now, options).Run();
+}
+
+}  // namespace peregrine

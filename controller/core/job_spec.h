@@ -1,0 +1,120 @@
+// TrainingJob: the plain-struct form of the peregrine.dev/v1alpha1 TrainingJob resource.
+//
+// One parser (job_parser.h) turns YAML or JSON text (a local job file, or the object
+// the Kubernetes API server returns) into these structs; the CRD schema in
+// crds/peregrine.dev_trainingjobs.yaml describes exactly the same fields. Field names
+// in comments are the manifest's camelCase names. Defaults are the seeds' values.
+//
+// Plain data, no I/O; thread-compatible.
+#ifndef PEREGRINE_CONTROLLER_CORE_JOB_SPEC_H_
+#define PEREGRINE_CONTROLLER_CORE_JOB_SPEC_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace peregrine {
+
+struct CodeVersionSpec {
+  std::string image;                       // image
+  std::vector<std::string> command;        // command: argv, run without a shell (required)
+  std::string revision;                    // revision
+  std::map<std::string, std::string> env;  // env
+  bool operator==(const CodeVersionSpec&) const = default;
+};
+
+// How training processes are started in a pod.
+enum class LaunchMode {
+  kPerGpu,      // "PerGPU": the agent starts one process per GPU with RANK/LOCAL_RANK set
+  kPerMachine,  // "PerMachine": one launcher per machine (torchrun), NODE_RANK/NNODES set
+};
+
+struct ParallelismSpec {
+  int tensor = 1;    // tensor
+  int pipeline = 1;  // pipeline
+  int data = 1;      // data
+};
+
+// standby: warm-standby pool sizing (ByteRobust: binomial P99).
+struct StandbySpec {
+  double daily_failure_rate = 0.01;      // dailyFailureRate: per machine per day, [0, 1]
+  double replenish_horizon_hours = 1.0;  // replenishHorizonHours: time to bring a new standby up
+  double percentile = 0.99;              // percentile: (0, 1)
+  int min = 0;                           // min
+  int max = 64;                          // max
+};
+
+// faultTolerance: ByteRobust's automated fault-tolerance knobs.
+struct FaultToleranceSpec {
+  int network_alarm_window_seconds = 300;  // networkAlarmWindowSeconds: alarms counted in this window
+  int network_alarms_to_evict = 2;         // networkAlarmsToEvict: evict on this many alarms in the window
+  int max_reattempts = 1;                  // maxReattempts: in-place reattempts before rollback
+  double loss_spike_factor = 5.0;          // lossSpikeFactor: loss or grad-norm jump that triggers diagnosis
+  double hot_update_window_hours = 24.0;   // hotUpdateWindowHours: lazy updates applied at the latest after this
+  int restart_grace_seconds = 10;          // restartGraceSeconds: SIGTERM -> SIGKILL grace
+  int heartbeat_timeout_seconds = 30;      // heartbeatTimeoutSeconds: silence before corroborating a lost agent
+  int max_recoveries = 50;                 // maxRecoveries: give up (phase Failed) after this many
+  // hangTimeoutSeconds: a running attempt whose slowest rank completes no step for
+  // max(hangTimeoutSeconds, 10 x the job's mean iteration time) while every training
+  // process is alive is hung: stacks are captured and aggregated (hang_policy.h).
+  int hang_timeout_seconds = 60;
+};
+
+enum class FailSlowMitigation {
+  kAuto,         // "Auto": run the S1-S4 ladder
+  kMonitorOnly,  // "MonitorOnly": detect and report, never act
+};
+
+// failSlow: Falcon/GREYHOUND detection and GUARD severity tiers.
+struct FailSlowSpec {
+  bool enabled = true;                       // enabled
+  double change_point_probability = 0.9;     // changePointProbability
+  double verify_threshold = 0.10;            // verifyThreshold: relative mean shift to confirm
+  double suspicious_group_ratio = 1.1;       // suspiciousGroupRatio: x median of same-kind groups
+  double mitigate_threshold = 0.10;          // mitigateThreshold: GUARD: mitigate at next checkpoint
+  double replace_threshold = 0.20;           // replaceThreshold: GUARD: replace immediately
+  FailSlowMitigation mitigation = FailSlowMitigation::kAuto;  // mitigation
+};
+
+// checkpoint: in-memory checkpoints.
+struct CheckpointSpec {
+  int interval_steps = 0;  // intervalSteps: 0 disables in-memory checkpoints
+  int backup_copies = 1;   // backupCopies: peers outside the rank's TP/DP/PP groups
+};
+
+struct TrainingJobSpec {
+  int machines = 0;         // machines (required): active machines
+  int gpus_per_machine = 0; // gpusPerMachine (required)
+  ParallelismSpec parallelism;  // parallelism (required): product == machines * gpusPerMachine
+  LaunchMode launch = LaunchMode::kPerGpu;  // launch
+  CodeVersionSpec code;     // codeVersion (required)
+  std::string template_json;  // template: the pod template (PodTemplateSpec) as JSON text, "" if absent
+  StandbySpec standby;
+  FaultToleranceSpec fault_tolerance;
+  FailSlowSpec fail_slow;
+  CheckpointSpec checkpoint;
+};
+
+struct ObjectMeta {
+  std::string name;       // required; a DNS-1123 label
+  std::string namespace_ = "default";
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+};
+
+struct TrainingJob {
+  ObjectMeta metadata;
+  TrainingJobSpec spec;
+};
+
+const char* LaunchModeName(LaunchMode mode);              // "PerGPU", "PerMachine"
+const char* FailSlowMitigationName(FailSlowMitigation m);  // "Auto", "MonitorOnly"
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_CORE_JOB_SPEC_H_

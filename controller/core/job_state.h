@@ -1,0 +1,474 @@
+// The decision engine's vocabulary: what the controller persists about a job (JobStatus),
+// what it observes each round (JobObservation) and what it decides to do (JobPlan).
+//
+// Plain data, no I/O. JobStatus is everything needed to resume after a controller
+// restart (everything needed to resume lives in the TrainingJob status):
+// it is written to the TrainingJob status subresource (Kubernetes) or the state file
+// (local mode) after every round that changed it. Times are Unix nanoseconds.
+#ifndef PEREGRINE_CONTROLLER_CORE_JOB_STATE_H_
+#define PEREGRINE_CONTROLLER_CORE_JOB_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/core/job_spec.h"
+#include "diagnosis/stack_parse.h"
+
+namespace peregrine {
+
+enum class JobPhase { kPending, kRunning, kRecovering, kSucceeded, kFailed };
+const char* JobPhaseName(JobPhase phase);  // "Pending", "Running", ...
+
+// Kubernetes condition conventions: lastTransitionTime moves only when status flips.
+struct Condition {
+  std::string type;    // Valid, Ready, Progressing, StandbyReady, Degraded
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;  // CamelCase
+  std::string message;
+  int64_t observed_generation = 0;
+  int64_t last_transition_time = 0;
+};
+
+// A machine slot of the job: slot i holds ranks [i*gpus, (i+1)*gpus).
+struct SlotStatus {
+  int index = 0;
+  std::string pod;         // the pod holding the slot now
+  std::string machine_id;  // where that pod runs ("" until observed)
+  bool observed = false;   // the pod has been seen running at least once
+};
+
+struct StandbyStatus {
+  std::string pod;
+  std::string machine_id;
+  bool observed = false;
+};
+
+// One stage of a stop-time diagnosis (stop_time_diagnosis.h) as recorded in its incident.
+struct DiagnosisStageRecord {
+  std::string stage;   // stop, alignment, eud, all_to_all, all_gather, replay
+  int64_t started_at = 0;
+  int64_t finished_at = 0;  // 0 while running
+  std::string verdict;      // passed | failed | no-verdict ("" while running)
+  std::vector<std::string> failed_machines;  // machine ids
+  std::vector<std::string> results;          // one line per machine / pair / group, with figures
+  std::string note;                          // why no verdict, the digest majority, ...
+};
+
+// One incident: a failure signal, what was decided and what it cost.
+struct Incident {
+  uint64_t id = 0;
+  std::string kind;    // MachineLost, ProcessCrash, ...
+  std::string signal;  // human-readable evidence
+  int64_t detected_at = 0;
+  int64_t decided_at = 0;   // 0 while triaging
+  int64_t resumed_at = 0;   // the first step after the restart completed; 0 while recovering
+  std::vector<std::string> machines;  // machine ids acted on
+  std::string decision;               // evict+standby, reattempt, ...
+  std::vector<std::string> actions;
+  uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure
+  uint64_t resume_step = 0;      // the step training resumed after
+  double training_time_lost_seconds = 0;
+  std::vector<DiagnosisStageRecord> diagnosis;  // the stop-time diagnosis it ran, in order
+};
+
+// A stop-time diagnosis in progress (stop_time_diagnosis.h): persisted so a restarted
+// controller resumes it at the same stage and round (command ids are deterministic, agents
+// answer a known id with the stored result).
+struct StopTimeDiagnosis {
+  uint64_t incident_id = 0;
+  bool numeric = false;     // NaN / loss spike: the alignment stage runs first
+  std::string stage;        // the current stage
+  int round = 0;            // the round inside it (all_gather pair rounds, replay phases)
+  int64_t stage_started_at = 0;  // when the current round's commands went out
+  uint32_t port_base = 0;   // rendezvous ports: port_base + 1 + pair / group index
+  // Outcomes of the finished rounds of a multi-round stage: all_gather "<edge>" ->
+  // passed | failed | excluded; replay "<round>/<group>" -> digest | failed | unavailable.
+  std::map<std::string, std::string> outcomes;
+};
+
+struct Eviction {
+  std::string machine_id;
+  std::string pod;
+  std::string reason;
+  int64_t at = 0;
+};
+
+struct VersionRecord {
+  CodeVersionSpec code;
+  int64_t applied_at = 0;
+  std::string reason;
+  std::string outcome;  // Running, Healthy, Failed, RolledBack
+  uint64_t applied_at_step = 0;  // the step training resumed after when it was applied
+};
+
+// A network alarm (NIC flap, link down, RDMA errors) counted towards eviction.
+struct NetworkAlarmRecord {
+  std::string machine_id;
+  int64_t at = 0;
+  std::string summary;
+};
+
+// A fail-slow of the job (Falcon-Detect): detected from the ranks' verified iteration-time
+// changes, localized by comparing the communication groups' profiles, ended when the
+// ranks' iteration time came back.
+// Validation while paused (Falcon section 4.3; controller/failslow_validation.h): NCCL
+// trapped on every agent, GEMM on the suspects' machines, the O(1) link rounds over the
+// ring links of the suspect groups' kinds, then NCCL released.
+struct FailSlowValidation {
+  std::string state;                  // "" not started; Pausing, Gemm, Links, Resuming, Done
+  int pass = 0;                       // Gemm / Links: which pass of the measurement (from 1)
+  std::string verdict;                // confirmed | not confirmed | failed (set once judged)
+  int64_t started_at = 0;
+  int64_t phase_started_at = 0;       // when the current state began (timeouts)
+  int64_t ended_at = 0;               // training released (Done)
+  std::vector<std::string> machines;  // machines whose GPUs ran GEMM
+  std::string link_kinds;             // group kinds whose ring links were measured ("dp,pp")
+  std::string master_addr;            // the link rounds' rendezvous (the current pass's port)
+  uint32_t master_port = 0;
+  std::vector<int> slow_gpus;         // global ranks whose GEMM is slower than their peers
+  std::vector<std::string> slow_links;  // "dp 0->2": kind, sender and receiver global ranks
+  std::string detail;                 // the figures behind the verdict, or why it failed
+};
+
+struct FailSlowFinding {
+  uint64_t id = 0;
+  std::string state;            // Profiling (locating), Localized, Recovered
+  std::string kind;             // compute | communication | compute+communication | "" while not localized
+  std::vector<int> ranks;       // the slow rank(s) (compute, compute+communication) or the slow groups' ranks
+  std::string group;            // "dp 1", "pp 0", "tp 3" (communication); "" for compute
+  std::vector<std::string> machines;  // machine ids of the slow ranks and groups
+  double severity = 0;          // iteration time / healthy - 1 (largest reported)
+  std::string tier;             // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
+  double healthy_iteration_seconds = 0;
+  double slow_iteration_seconds = 0;
+  int64_t onset = 0;            // first slow iteration (earliest over the ranks)
+  int64_t detected_at = 0;      // when the controller saw the first verified slowdown
+  int64_t localized_at = 0;
+  int64_t ended_at = 0;         // 0 while ongoing
+  std::string detail;           // the numbers behind the verdict
+  FailSlowValidation validation;
+};
+
+// The loss monitor's running reference (loss_monitor.h): recent per-step medians over the
+// ranks, newest last, and the last step folded in.
+struct LossReference {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  uint64_t step = 0;
+};
+
+// Stack aggregation (ByteRobust section 5.1; controller/hang_policy.h): a hang or an MFU
+// drop is investigated by capturing the stacks of every training-related process of every
+// active pod, in one round (hang) or several rounds 10 s apart (MFU drop).
+struct StackRound {
+  int64_t started_at = 0;
+  int64_t finished_at = 0;              // 0 while the captures are outstanding
+  std::vector<std::string> groups;      // "ranks 2,3,6,7 (healthy): <innermost frames>", largest first
+  std::vector<int> suspect_ranks;       // ranks outside the dominant group, ascending
+  std::vector<int> unanswered_slots;    // slots whose capture failed or missed the deadline
+  std::string flagged_kind;             // MFU rounds: "tp", "pp", "dp" of the flagged group; "" none
+  int flagged_index = -1;
+  std::string explanation;
+};
+
+struct StackInvestigation {
+  uint64_t id = 0;
+  std::string kind;   // Hang | MfuDrop
+  std::string state;  // Capturing, Waiting (between MFU rounds), Decided, Evicted, Reattempted,
+                      // Resolved (progress resumed / MFU recovered), Abandoned (another failure)
+  uint64_t attempt = 0;
+  uint64_t incident_id = 0;  // the incident that carries it (0 until opened)
+  std::string signal;        // what triggered it
+  int64_t started_at = 0;
+  int64_t ended_at = 0;
+  int rounds_planned = 1;
+  int64_t next_round_at = 0;  // MFU: when the next round's captures are sent
+  std::vector<StackRound> rounds;
+  std::string chosen_group;           // "pp 0"; "" when the machines' union was chosen or none
+  std::vector<int> slots;             // slots (layout machines) to evict, ascending
+  std::vector<std::string> machines;  // their machine ids when decided
+  std::string explanation;
+};
+
+struct StackDiagnosisStatus {
+  // Progress watch: when the slowest rank last completed a step (hang detection).
+  uint64_t progress_attempt = 0;
+  uint64_t progress_step = 0;
+  int64_t progress_at = 0;
+  // MFU watch for progress_attempt: the healthy iteration time (EWMA) and since when
+  // the iteration time has stayed above the drop factor (0: it has not).
+  double healthy_iteration_seconds = 0;
+  int64_t degraded_since = 0;
+  uint64_t next_id = 1;
+  std::vector<StackInvestigation> investigations;  // bounded, newest last
+};
+
+struct JobStatus {
+  JobPhase phase = JobPhase::kPending;
+  std::vector<Condition> conditions;
+  int64_t observed_generation = 0;
+  // The current attempt: every job-wide (re)start increments it; agents converge to it.
+  uint64_t attempt = 0;
+  uint64_t resume_step = 0;
+  int64_t attempt_started_at = 0;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  CodeVersionSpec code;
+  std::vector<VersionRecord> version_history;  // bounded
+  std::vector<SlotStatus> slots;
+  std::vector<StandbyStatus> standbys;
+  int standby_desired = 0;
+  int standby_ready = 0;
+  uint64_t last_completed_step = 0;  // min over ranks of the current attempt
+  uint64_t max_completed_step = 0;   // max over ranks (progress not yet common to all)
+  double mean_iteration_seconds = 0;
+  int64_t started_at = 0;
+  int64_t finished_at = 0;
+  double training_time_lost_seconds = 0;
+  double ettr = 1.0;  // effective training time ratio
+  std::vector<Incident> incidents;  // bounded, newest last
+  std::vector<Eviction> evicted;    // bounded, newest last
+  uint64_t next_incident_id = 1;
+  uint64_t next_pod_serial = 0;
+  int recoveries = 0;
+  int reattempts = 0;  // consecutive reattempts without progress past the failure step
+  int64_t triage_deadline = 0;  // >0 while an incident gathers corroborating signals
+  std::vector<FailSlowFinding> fail_slows;  // bounded, newest last
+  uint64_t next_fail_slow_id = 1;
+  std::vector<NetworkAlarmRecord> network_alarms;  // bounded, newest last
+  // A non-urgent hot update waiting for the next failure-triggered restart or its window.
+  std::optional<CodeVersionSpec> pending_code;
+  int64_t pending_code_since = 0;
+  LossReference loss_reference;
+  std::optional<StopTimeDiagnosis> diagnosis;  // set while training is stopped for diagnosis
+  int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
+  StackDiagnosisStatus stack_diagnosis;  // hang / MFU-drop investigations (hang_policy.h)
+};
+
+// ---------------------------------------------------------------------------
+// Observations (filled by the edges: the Cluster and the agent registry)
+// ---------------------------------------------------------------------------
+
+struct PodObservation {
+  std::string name;
+  std::string machine_id;
+  bool running = false;  // the pod's processes are alive
+  bool failed = false;   // the pod terminated or its machine is gone
+  std::string reason;    // why it failed ("process group exited with signal 9", "node NotReady")
+  // Why a pod that is neither running nor failed cannot start, as the cluster shows it
+  // ("ImagePullBackOff: ...", "Unschedulable: ..."); empty while nothing is wrong.
+  std::string waiting_reason;
+};
+
+enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };
+
+struct RankExit {
+  int global_rank = 0;
+  int exit_code = 0;
+  int signal = 0;
+  std::vector<std::string> last_log_lines;
+};
+
+// One machine-inspection result as the agent reported it (agent/inspection): the latest
+// per component (heartbeat) or an alarm (a threshold crossing).
+struct InspectionObservation {
+  std::string kind;       // gpu, xid, network, rdma, host
+  std::string component;  // gpu0, PCI:0000:3b:00, eth0, /data
+  std::string status;     // OK, NOT_PRESENT, WARNING, FAULT, ERROR
+  std::string summary;
+  bool machine_attributed = false;
+  int64_t at = 0;
+};
+
+// Fail-slow state of one rank as its agent reported it (FailSlowEvent, level-based: the
+// latest verified change wins).
+struct RankFailSlowObservation {
+  bool slow = false;
+  int64_t onset = 0;       // first slow iteration of the current (or last) slowdown
+  int64_t ended_at = 0;    // onset of the recovery, 0 while slow
+  double severity = 0;     // slow level / healthy level - 1
+  double before_seconds = 0;
+  double after_seconds = 0;
+  uint64_t iteration_index = 0;
+};
+
+// Profiling (CommProfile): one rank's recent collectives on one communicator.
+struct CollectiveObservation {
+  uint64_t sequence = 0;  // equal on every member: n-th collective, or n-th send/recv with `peer`
+  std::string op;
+  int64_t enter = 0;
+  int64_t exit = 0;       // exit - enter: time spent in the operation (one host's clock)
+  int peer = -1;          // send/recv: the peer's rank in the communicator
+};
+struct CommProfileObservation {
+  uint64_t comm_id = 0;
+  int global_rank = -1;
+  int rank_in_comm = -1;
+  int comm_size = 0;
+  std::vector<CollectiveObservation> collectives;
+};
+
+// The plain form of peregrine.v1.DiagnosticResult (every field of the proto).
+struct DiagnosticOutcome {
+  std::string kind;
+  bool passed = false;
+  std::string detail;
+  std::map<std::string, double> figures;
+  std::vector<int> failed_ranks;  // global ranks
+  bool not_present = false;       // tool and stand-in absent: never a fault (passed is true)
+  std::string digest;             // alignment / replay
+  std::string machine_id;
+  double seconds = 0;
+};
+
+// One process's captured stacks (peregrine.v1.ProcessStacks): parsed frames plus the
+// tool's raw text.
+struct CapturedProcessStack {
+  ProcessStack stack;
+  std::string raw;
+};
+
+// The result of one command as the agent reported it (peregrine.v1.CommandResult).
+struct CommandResultObservation {
+  std::string command_id;
+  bool ok = false;
+  int code = 0;              // absl::StatusCode numbering; 0 is OK
+  std::string message;       // the error message (or a note on success)
+  int64_t finished_at = 0;
+  std::optional<DiagnosticOutcome> diagnostic;  // RunDiagnostic
+  bool has_stacks = false;                      // CaptureStacks
+  std::map<int, std::vector<CapturedProcessStack>> stacks;  // by global rank; -1: not a rank
+};
+
+// The latest loss and grad-norm one rank printed, with the step they belong to.
+struct RankLossObservation {
+  uint64_t step = 0;
+  double loss = 0;
+  double grad_norm = 0;
+};
+
+struct AgentObservation {
+  std::string pod;
+  std::string machine_id;
+  bool connected = false;
+  bool registered_as_standby = false;
+  bool self_check_passed = false;
+  int64_t last_seen = 0;
+  uint64_t attempt = 0;  // the attempt its training runs (or ran last)
+  uint64_t acked_attempt = 0;  // the attempt its last RegisterAck carried (it converges to it alone)
+  AgentTrainingPhase phase = AgentTrainingPhase::kUnknown;
+  std::map<int, uint64_t> rank_steps;  // global rank -> last completed step (for `attempt`)
+  double mean_iteration_seconds = 0;
+  std::vector<RankExit> exits;  // exits of `attempt`'s processes
+  std::vector<std::string> pending_command_ids;
+  std::map<std::string, std::string> failed_commands;  // id -> error message
+  std::map<int, RankFailSlowObservation> fail_slow;   // by global rank (for `attempt`)
+  std::vector<CommProfileObservation> comm_profiles;  // the latest heartbeat's (profiling on)
+  bool nccl_profiling = false;  // the agent acknowledged profiling on (set_nccl_mode)
+  std::vector<InspectionObservation> inspections;  // latest non-OK result per component
+  std::vector<InspectionObservation> alarms;       // bounded, newest last
+  // Results of the commands sent to it, by command id (bounded: the newest 64).
+  std::map<std::string, CommandResultObservation> command_results;
+  std::map<int, RankLossObservation> rank_losses;  // by global rank (for `attempt`)
+};
+
+struct JobObservation {
+  std::vector<PodObservation> pods;       // the job's pods as the cluster shows them
+  std::vector<AgentObservation> agents;   // every agent that ever registered for the job
+  // Rank 0's address is "<slot-0 pod>.<rendezvous_domain>" (Kubernetes headless Service),
+  // or 127.0.0.1 when the domain is empty (local mode).
+  std::string rendezvous_domain;
+  uint32_t candidate_master_port = 0;     // a free port, used when a new attempt starts
+  std::optional<uint64_t> injected_fault_at;  // local mode: when a fault was injected (timeline)
+};
+
+// ---------------------------------------------------------------------------
+// Plan (applied by the executor; deciding again on the applied result returns no actions)
+// ---------------------------------------------------------------------------
+
+enum class PodRole { kActive, kStandby };
+
+struct PodToCreate {
+  std::string name;
+  PodRole role = PodRole::kActive;
+  int slot = -1;  // for active pods
+};
+
+struct PodToDelete {
+  std::string name;
+  std::string reason;
+};
+
+// What an agent should run: the plain form of peregrine.v1.Assignment.
+struct AssignmentSpec {
+  int slot = -1;
+  uint64_t attempt = 0;
+  uint64_t resume_step = 0;
+  int64_t attempt_started_at = 0;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  CodeVersionSpec code;
+};
+
+enum class CommandKind {
+  kRestartInPlace,
+  kActivate,
+  kStop,
+  kSetNcclMode,
+  kPause,          // SIGSTOP the training processes
+  kResume,         // SIGCONT them
+  kCaptureStacks,  // stacks of every training-related process (result: stacks)
+  kRunDiagnostic,  // one diagnostic (result: a DiagnosticOutcome)
+};
+const char* CommandKindName(CommandKind kind);
+
+// peregrine.v1.RunDiagnostic: kind (eud, all_to_all, all_gather, alignment, replay, gemm,
+// p2p_rounds), string params (agent/diagnostics/README.md) and a timeout (0: the kind's default).
+struct DiagnosticRequest {
+  std::string kind;
+  std::map<std::string, std::string> params;
+  uint32_t timeout_ms = 0;
+  bool operator==(const DiagnosticRequest&) const = default;
+};
+
+struct CommandToSend {
+  std::string pod;
+  std::string id;  // deterministic: a resend after a controller restart has the same id
+  CommandKind kind = CommandKind::kRestartInPlace;
+  AssignmentSpec assignment;
+  int grace_ms = 0;
+  bool nccl_profiling = false;  // kSetNcclMode
+  bool nccl_trap = false;       // kSetNcclMode
+  bool include_native = false;  // kCaptureStacks
+  DiagnosticRequest diagnostic;  // kRunDiagnostic
+};
+
+struct JobEvent {
+  std::string type;  // Normal, Warning
+  std::string reason;
+  std::string message;
+};
+
+// The role and assignment each pod's agent should hold (RegisterAck is built from it).
+struct DesiredAgent {
+  bool standby = false;
+  AssignmentSpec assignment;
+};
+
+struct JobPlan {
+  JobStatus status;  // the new status (persist when changed)
+  std::vector<PodToCreate> create_pods;
+  std::vector<PodToDelete> delete_pods;
+  std::vector<CommandToSend> commands;
+  std::vector<JobEvent> events;
+  std::map<std::string, DesiredAgent> desired_agents;  // by pod name
+  int64_t requeue_after_ns = 0;  // look again after this long even without new observations
+  bool Empty() const { return create_pods.empty() && delete_pods.empty() && commands.empty() && events.empty(); }
+};
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_CORE_JOB_STATE_H_

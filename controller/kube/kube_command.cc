@@ -1,0 +1,152 @@
+#include "controller/kube/kube_command.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "controller/kube/config.h"
+
+namespace peregrine {
+
+std::string KubeMainUsage() {
+  return "usage: peregrine-controller [options]   (Kubernetes mode; --local FILE runs the local cluster)\n"
+         "  --kubeconfig FILE          kubeconfig (default: in-cluster, else $KUBECONFIG, ~/.kube/config)\n"
+         "  --context NAME             kubeconfig context (default: current-context)\n"
+         "  --namespace NS             watch TrainingJobs in NS only (default: every namespace)\n"
+         "  --leader-elect             Lease-based leader election (needed with several replicas)\n"
+         "  --lease-namespace NS       the Lease's namespace (default: $POD_NAMESPACE or default)\n"
+         "  --lease-name NAME          the Lease's name (default peregrine-controller)\n"
+         "  --grpc-port N              agents' gRPC port (default 7400)\n"
+         "  --http-port N              /healthz and /metrics (default 7401)\n"
+         "  --agent-image IMAGE        image with /opt/peregrine/bin/peregrine-agent (required)\n"
+         "  --controller-address A     host:port the agents dial\n"
+         "                             (default peregrine-grpc.<POD_NAMESPACE>.svc:<grpc-port>)\n"
+         "  --workers N                reconcile workers (default 1)\n"
+         "  --rendezvous-port N        rank 0's rendezvous port in the pods (default 29500)\n"
+         "  --resync-s N               look at every job at least this often (default 10)\n"
+         "  --standby-pending-timeout-s N  replace a standby stuck Pending (image pull,\n"
+         "                             unschedulable) after N seconds (default 600)\n"
+         "  --log-level L              debug, info, warning or error (default info)\n";
+}
+
+absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
+    const std::vector<std::string>& args, const std::function<std::optional<std::string>(std::string_view)>& env) {
+  KubeMainOptions o;
+  KubeModeOptions& m = o.mode;
+  const std::string pod_name = env("POD_NAME").value_or("");
+  const std::string pod_namespace = env("POD_NAMESPACE").value_or("");
+  m.own_pod_name = pod_name;
+  m.own_pod_namespace = pod_namespace;
+  m.lease_namespace = pod_namespace.empty() ? "default" : pod_namespace;
+  std::string controller_address;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--leader-elect") {
+      m.leader_elect = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(arg, ": needs a value (or unknown flag)"));
+    const std::string value = args[++i];
+    auto number = [&](int* out, int min) -> absl::Status {
+      if (!absl::SimpleAtoi(value, out) || *out < min) {
+        return absl::InvalidArgumentError(absl::StrCat(arg, ": expected an integer >= ", min, ", got '", value, "'"));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    int n = 0;
+    if (arg == "--kubeconfig") {
+      o.kubeconfig = value;
+    } else if (arg == "--context") {
+      o.context = value;
+    } else if (arg == "--namespace") {
+      m.watch_namespace = value;
+    } else if (arg == "--lease-namespace") {
+      m.lease_namespace = value;
+    } else if (arg == "--lease-name") {
+      m.lease_name = value;
+    } else if (arg == "--grpc-port") {
+      s = number(&m.grpc_port, 0);
+    } else if (arg == "--http-port") {
+      s = number(&m.http_port, 0);
+    } else if (arg == "--agent-image") {
+      m.agent_image = value;
+    } else if (arg == "--controller-address") {
+      controller_address = value;
+    } else if (arg == "--workers") {
+      s = number(&m.workers, 1);
+    } else if (arg == "--rendezvous-port") {
+      s = number(&n, 1);
+      m.rendezvous_port = static_cast<uint32_t>(n);
+    } else if (arg == "--resync-s") {
+      s = number(&n, 1);
+      m.resync = absl::Seconds(n);
+    } else if (arg == "--standby-pending-timeout-s") {
+      s = number(&n, 1);
+      m.standby_pending_timeout = absl::Seconds(n);
+    } else if (arg == "--log-level") {
+      if (value != "debug" && value != "info" && value != "warning" && value != "error") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--log-level: expected debug, info, warning or error, got '", value, "'"));
+      }
+      o.log_level = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg));
+    }
+    if (!s.ok()) return s;
+  }
+  if (m.agent_image.empty()) return absl::InvalidArgumentError("--agent-image is required");
+  if (controller_address.empty()) {
+    controller_address = absl::StrCat("peregrine-grpc.", pod_namespace.empty() ? "default" : pod_namespace,
+                                      ".svc:", m.grpc_port);
+  }
+  m.controller_address = controller_address;
+  if (!pod_name.empty()) m.identity = absl::StrCat(pod_name, "_", absl::ToUnixNanos(absl::Now()) % 1000000007);
+  return o;
+}
+
+int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) {
+  absl::StatusOr<kube::Config> config;
+  if (!options.kubeconfig.empty()) {
+    config = kube::LoadKubeconfigFile(options.kubeconfig, options.context);
+  } else {
+    config = kube::LoadDefaultConfig();
+  }
+  if (!config.ok()) {
+    std::fprintf(stderr, "peregrine-controller: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  auto mode = KubeMode::Start(*config, options.mode);
+  if (!mode.ok()) {
+    std::fprintf(stderr, "peregrine-controller: %s\n", mode.status().ToString().c_str());
+    return 2;
+  }
+  std::fprintf(stderr,
+               "peregrine-controller: %s against %s (namespace %s); agents dial %s; grpc :%d, http :%d%s\n",
+               (*mode)->identity().c_str(), config->server.c_str(),
+               options.mode.watch_namespace.empty() ? "<all>" : options.mode.watch_namespace.c_str(),
+               options.mode.controller_address.c_str(), (*mode)->grpc_port(), (*mode)->http_port(),
+               options.mode.leader_elect ? ", leader election on" : "");
+  bool was_leader = false;
+  int code = 0;
+  while (signal.load() == 0) {
+    const bool leader = (*mode)->IsLeader();
+    if (leader != was_leader && options.log_level != "error" && options.log_level != "warning") {
+      std::fprintf(stderr, "peregrine-controller: %s\n", leader ? "became the leader" : "not the leader");
+      was_leader = leader;
+    }
+    if ((*mode)->LostLeadership()) {
+      std::fprintf(stderr, "peregrine-controller: lost the leader lease; exiting so the replica restarts\n");
+      code = 1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  (*mode)->Shutdown();
+  return code;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,228 @@
+#include "controller/local/local_mode.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "controller/agent_registry.h"
+#include "controller/agent_service.h"
+#include "controller/controller_metrics.h"
+#include "controller/http_server.h"
+#include "controller/local/local_cluster.h"
+#include "controller/core/recovery_policy.h"
+#include "sim/fault/fault_control.h"
+
+namespace peregrine {
+namespace {
+
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The per-job token agents present; kept across controller restarts.
+absl::StatusOr<std::string> EnsureToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (in && std::getline(in, token) && !token.empty()) return token;
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  token = absl::StrFormat("%016x%016x", gen(), gen());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    out << token << "\n";
+  }
+  chmod(tmp.c_str(), 0600);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return token;
+}
+
+int LoadPersistedPort(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  try {
+    return nlohmann::json::parse(in).value("grpcPort", 0);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+struct LocalMode::Impl {
+  TrainingJob job;
+  LocalModeOptions options;
+  std::string key;
+  std::unique_ptr<ControllerMetrics> metrics;
+  std::unique_ptr<AgentRegistry> registry;
+  std::unique_ptr<AgentServiceImpl> service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<JobController> controller;
+  std::unique_ptr<FaultInjector> injector;
+  std::unique_ptr<HttpServer> http;
+  int grpc_port = 0;
+  int http_port = 0;
+  bool shut_down = false;
+};
+
+LocalMode::LocalMode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LocalMode::~LocalMode() { Shutdown(false); }
+
+absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& job, LocalModeOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->job = job;
+  impl->options = options;
+  impl->key = JobKey(job.metadata.namespace_, job.metadata.name);
+  std::error_code ec;
+  std::filesystem::create_directories(options.state_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", options.state_dir, ": ", ec.message()));
+  const std::string token_path = options.state_dir + "/token";
+  auto token = EnsureToken(token_path);
+  if (!token.ok()) return token.status();
+  const std::string faults = options.state_dir + "/faults.bin";
+  if (!std::filesystem::exists(faults)) {
+    if (auto s = sim::CreateFaultTable(faults); !s.ok()) return s;
+  }
+
+  impl->metrics = std::make_unique<ControllerMetrics>();
+  impl->metrics->SetLeader(true);  // local mode has one replica
+  impl->registry = std::make_unique<AgentRegistry>(absl::StrCat("local-", getpid()));
+  impl->registry->SetHeartbeatIntervalMs(static_cast<uint32_t>(options.heartbeat_ms));
+  impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), UnixNanos);
+
+  // The agents dial this port again after a controller restart, so it is persisted.
+  const std::string ports_path = options.state_dir + "/controller.json";
+  int port = options.grpc_port != 0 ? options.grpc_port : LoadPersistedPort(ports_path);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(options.host, ":", port), grpc::InsecureServerCredentials(), &impl->grpc_port);
+  builder.RegisterService(impl->service.get());
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 << 20);
+  impl->grpc_server = builder.BuildAndStart();
+  if (!impl->grpc_server || impl->grpc_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for agents on ", options.host, ":", port));
+  }
+
+  LocalClusterOptions copts;
+  copts.state_dir = options.state_dir;
+  copts.agent_binary = options.bin_dir + "/peregrine-agent";
+  copts.controller_address = absl::StrCat(options.host, ":", impl->grpc_port);
+  copts.token_file = token_path;
+  copts.path_prepend = {options.bin_dir};
+  copts.pod_env["PEREGRINE_SIM_FAULTS"] = faults;
+  // The stand-in device the validation tools and the GPU self-test use instead of a GPU.
+  const std::string standin = options.bin_dir + "/../lib/sim/libperegrine_sim_device.so";
+  if (!std::filesystem::exists(standin)) {
+    return absl::FailedPreconditionError(absl::StrCat("local mode needs the stand-in device ", standin,
+                                                      " (build the target peregrine_sim_device)"));
+  }
+  copts.pod_env["PEREGRINE_STANDIN_DEVICE"] = std::filesystem::weakly_canonical(standin).string();
+  // Fail-slow tracking: agents preload the NCCL hook into training when the build has it.
+  if (const std::string hook = options.bin_dir + "/../lib/libperegrine_nccl.so"; std::filesystem::exists(hook)) {
+    copts.pod_env["PEREGRINE_NCCL_HOOK"] = std::filesystem::weakly_canonical(hook).string();
+  }
+  // Stand-in machines: each agent inspects its own kernel log and sysfs tree there.
+  const std::string sim_machines = options.state_dir + "/machines";
+  copts.pod_env["PEREGRINE_SIM_MACHINE_ROOT"] = sim_machines;
+  copts.heartbeat_ms = options.heartbeat_ms;
+  auto cluster = LocalCluster::Create(copts);
+  if (!cluster.ok()) return cluster.status();
+  impl->cluster = std::move(*cluster);
+
+  JobController::Options jopts;
+  jopts.decision = options.decision;
+  jopts.now = UnixNanos;
+  jopts.agent_token = *token;
+  impl->controller = std::make_unique<JobController>(job, impl->cluster.get(), impl->registry.get(),
+                                                     impl->metrics.get(), jopts);
+  JobController* controller = impl->controller.get();
+  impl->registry->SetChangeCallback([controller](const std::string&) { controller->Wake(); });
+  if (auto s = controller->Start(); !s.ok()) return s;
+
+  impl->injector = std::make_unique<FaultInjector>(impl->cluster.get(), faults, sim_machines);
+  impl->http = std::make_unique<HttpServer>(std::vector<JobController*>{controller}, impl->metrics.get(),
+                                            impl->injector.get());
+  auto http_port = impl->http->Start(options.host, options.http_port);
+  if (!http_port.ok()) return http_port.status();
+  impl->http_port = *http_port;
+  {
+    std::ofstream out(ports_path + ".tmp", std::ios::trunc);
+    out << nlohmann::json{{"grpcPort", impl->grpc_port},
+                          {"httpPort", impl->http_port},
+                          {"http", absl::StrCat("http://", options.host, ":", impl->http_port)},
+                          {"pid", getpid()}}
+               .dump(2);
+  }
+  std::rename((ports_path + ".tmp").c_str(), ports_path.c_str());
+  return std::unique_ptr<LocalMode>(new LocalMode(std::move(impl)));
+}
+
+JobController& LocalMode::controller() { return *impl_->controller; }
+LocalCluster& LocalMode::cluster() { return *impl_->cluster; }
+int LocalMode::grpc_port() const { return impl_->grpc_port; }
+int LocalMode::http_port() const { return impl_->http_port; }
+
+absl::StatusOr<std::string> LocalMode::Inject(const FaultRequest& request) {
+  auto result = impl_->injector->Inject(request, impl_->controller->Snapshot());
+  if (result.ok()) impl_->controller->Note(absl::StrCat("Fault injected: ", *result));
+  return result;
+}
+
+std::vector<AgentObservation> LocalMode::ObserveAgents() { return impl_->registry->Observe(impl_->key); }
+
+void LocalMode::Shutdown(bool teardown) {
+  if (!impl_ || impl_->shut_down) return;
+  impl_->shut_down = true;
+  if (impl_->http) impl_->http->Stop();
+  if (impl_->controller) impl_->controller->Stop();
+  if (teardown && impl_->cluster) impl_->cluster->TearDown(impl_->job.spec.fault_tolerance.restart_grace_seconds * 1000);
+  if (impl_->grpc_server) {
+    impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    impl_->grpc_server->Wait();
+  }
+}
+
+std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const JobStatus& st, int64_t origin) {
+  std::string out = "== timeline ==\n";
+  for (const TimelineEntry& e : timeline) {
+    absl::StrAppendFormat(&out, "  +%7.2fs  %s\n", static_cast<double>(e.at - origin) / 1e9, e.what);
+  }
+  out += "== incidents ==\n";
+  for (const Incident& inc : st.incidents) {
+    absl::StrAppendFormat(&out, "  #%d %s: %s\n", inc.id, inc.kind, inc.signal);
+    absl::StrAppendFormat(&out, "     detected +%.2fs, decided +%.2fs (%s), training resumed +%.2fs\n",
+                          static_cast<double>(inc.detected_at - origin) / 1e9,
+                          static_cast<double>(inc.decided_at - origin) / 1e9, inc.decision,
+                          inc.resumed_at ? static_cast<double>(inc.resumed_at - origin) / 1e9 : 0.0);
+    for (const std::string& a : inc.actions) absl::StrAppendFormat(&out, "     - %s\n", a);
+    for (const DiagnosisStageRecord& r : inc.diagnosis) {
+      absl::StrAppendFormat(&out, "     diagnosis %s +%.2fs..+%.2fs: %s%s%s\n", r.stage,
+                            static_cast<double>(r.started_at - origin) / 1e9,
+                            static_cast<double>(r.finished_at - origin) / 1e9, r.verdict.empty() ? "running" : r.verdict,
+                            r.failed_machines.empty() ? "" : absl::StrCat(" (", absl::StrJoin(r.failed_machines, ", "), ")"),
+                            r.note.empty() ? "" : absl::StrCat("; ", r.note));
+      for (const std::string& line : r.results) absl::StrAppendFormat(&out, "       %s\n", line);
+    }
+    absl::StrAppendFormat(&out, "     training time lost: %.2f s (resumed after step %d; failure at step %d)\n",
+                          inc.training_time_lost_seconds, inc.resume_step, inc.step_at_failure);
+  }
+  absl::StrAppendFormat(&out, "== %s: step %d, %d attempt(s), %d incident(s), %.2f s lost, ETTR %.3f, %.1f s wall ==\n",
+                        JobPhaseName(st.phase), st.last_completed_step, st.attempt, st.incidents.size(),
+                        st.training_time_lost_seconds, st.ettr,
+                        static_cast<double>((st.finished_at ? st.finished_at : origin) - origin) / 1e9);
+  return out;
+}
+
+}  // namespace peregrine
