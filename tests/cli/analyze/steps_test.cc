@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/analyze/step_times.h"
-#include "tests/analyze/analyze_test_util.h"
+#include "tests/cli/analyze/analyze_test_util.h"
 
 namespace peregrine {
 namespace {

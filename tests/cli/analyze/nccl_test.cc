@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/analyze/nccl_trace.h"
-#include "tests/analyze/analyze_test_util.h"
+#include "tests/cli/analyze/analyze_test_util.h"
 
 namespace peregrine {
 namespace {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "cli/peregrinectl.h"
-#include "e2e_util.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {
 namespace {

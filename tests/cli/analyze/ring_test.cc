@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "sim/fault/fault_control.h"
-#include "tests/analyze/analyze_test_util.h"
+#include "tests/cli/analyze/analyze_test_util.h"
 #include "tests/nccl_hook/probe_process.h"
 
 namespace peregrine {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "cli/analyze/stack_files.h"
 #include "cli/peregrinectl.h"
-#include "tests/analyze/analyze_test_util.h"
+#include "tests/cli/analyze/analyze_test_util.h"
 
 namespace peregrine {
 namespace {

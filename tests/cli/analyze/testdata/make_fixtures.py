@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the NCCL fixtures of tests/analyze (deterministic: fixed seeds). Run from this
+"""Writes the NCCL fixtures of tests/cli/analyze (deterministic: fixed seeds). Run from this
 directory: python3 make_fixtures.py. See README.md for the format sources."""
 import json
 import random

@@ -1,7 +1,7 @@
 // Helpers for the analyze tests: a temporary directory removed on destruction, fixture
 // paths, file I/O, and running `peregrinectl analyze` as a function.
-#ifndef PEREGRINE_TESTS_ANALYZE_ANALYZE_TEST_UTIL_H_
-#define PEREGRINE_TESTS_ANALYZE_ANALYZE_TEST_UTIL_H_
+#ifndef PEREGRINE_TESTS_CLI_ANALYZE_ANALYZE_TEST_UTIL_H_
+#define PEREGRINE_TESTS_CLI_ANALYZE_ANALYZE_TEST_UTIL_H_
 
 #include <stdlib.h>
 
@@ -54,7 +54,7 @@ inline void WriteAll(const std::string& path, const std::string& text) {
 }
 
 inline std::string Fixture(const std::string& name) {
-  return std::string(PEREGRINE_SOURCE_DIR) + "/tests/analyze/testdata/" + name;
+  return std::string(PEREGRINE_SOURCE_DIR) + "/tests/cli/analyze/testdata/" + name;
 }
 
 inline std::string StackFixture(const std::string& name) {
@@ -82,4 +82,4 @@ inline Result Analyze(const std::vector<std::string>& args) {
 
 }  // namespace peregrine::analyze_test
 
-#endif  // PEREGRINE_TESTS_ANALYZE_ANALYZE_TEST_UTIL_H_
+#endif  // PEREGRINE_TESTS_CLI_ANALYZE_ANALYZE_TEST_UTIL_H_
