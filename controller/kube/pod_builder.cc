@@ -1,0 +1,224 @@
+#include "controller/kube/pod_builder.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "controller/job_parser.h"
+#include "controller/kube/resources.h"
+
+// The pod BuildPod makes from the TrainingJob's spec.template (a PodTemplateSpec):
+//   - an init container (PodBuildOptions::agent_image) copies the agent's files into an
+//     emptyDir mounted at /peregrine: it runs `cp -a /opt/peregrine/. /peregrine/`, the
+//     agent image (docker/Dockerfile, target agent) holding bin/peregrine-agent,
+//     bin/peregrine-diagnose and its tools, and lib/libperegrine_nccl.so under
+//     kAgentImagePrefix;
+//   - the training container (the template's first container) runs
+//       /peregrine/bin/peregrine-agent --controller <addr> --job <ns>/<name> --pod <pod>
+//                                      --role active|standby --machine-id $(NODE_NAME)
+//     with NODE_NAME from the downward API, PEREGRINE_TOKEN_FILE pointing at the per-job
+//     token Secret mounted read-only and, when spec.failSlow.enabled,
+//     PEREGRINE_NCCL_HOOK=/peregrine/lib/libperegrine_nccl.so;
+//   - labels peregrine.dev/job, /role, /slot (actives only); an ownerReference to the
+//     TrainingJob (controller, blockOwnerDeletion) so deleting the job garbage-collects
+//     it; hostname = pod name and subdomain = the job's headless Service, so rank 0 is
+//     reachable at <pod>.<job>.<ns>.svc; restartPolicy Never (the controller, not the
+//     kubelet, replaces a failed machine).
+
+namespace peregrine {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kAgentBinDir[] = "/peregrine";
+constexpr char kAgentBinary[] = "/peregrine/bin/peregrine-agent";
+constexpr char kNcclHook[] = "/peregrine/lib/libperegrine_nccl.so";
+// The diagnostics helper the agent runs (stop-time diagnosis, fail-slow validation); its
+// tools (peregrine-nccl-check, peregrine-gemm, ...) are its neighbours in /peregrine/bin.
+constexpr char kDiagnoseBinary[] = "/peregrine/bin/peregrine-diagnose";
+constexpr char kTokenDir[] = "/var/run/peregrine/token";
+constexpr char kBinVolume[] = "peregrine-bin";
+constexpr char kTokenVolume[] = "peregrine-token";
+constexpr char kInitContainer[] = "peregrine-agent-install";
+
+// Appends `item` to the array `list` unless an element with the same "name" exists
+// (then that element is replaced: ours wins).
+void PutNamed(json& list, json item) {
+  if (!list.is_array()) list = json::array();
+  for (json& existing : list) {
+    if (existing.is_object() && existing.value("name", "") == item.value("name", "")) {
+      existing = std::move(item);
+      return;
+    }
+  }
+  list.push_back(std::move(item));
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+const json* Path(const json& j, std::initializer_list<const char*> keys) {
+  const json* cur = &j;
+  for (const char* k : keys) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(k);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+// A resource quantity that is a plain non-negative integer (8 or "8"); nullopt otherwise
+// (GPUs are whole devices: "500m" or "1Ki" is not a GPU count).
+std::optional<long long> IntegerQuantity(const json& q) {
+  if (q.is_number_integer()) return q.get<long long>();
+  if (!q.is_string()) return std::nullopt;
+  const std::string s = q.get<std::string>();
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  long long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Gives the training container nvidia.com/gpu = gpusPerMachine (limit, and request when
+// the template sets one): a machine of the job is exactly gpusPerMachine GPUs. An explicit
+// value that differs cannot run the layout and is kInvalidArgument.
+absl::Status SetGpuLimit(const TrainingJob& job, json& trainer) {
+  const std::string want = absl::StrCat(job.spec.gpus_per_machine);
+  json& resources = trainer["resources"];
+  if (resources.is_null()) resources = json::object();
+  if (!resources.is_object()) return absl::InvalidArgumentError("spec.template.spec.containers[0].resources: not an object");
+  for (const char* kind : {"limits", "requests"}) {
+    const json* list = Path(resources, {kind});
+    if (list == nullptr || list->is_null()) continue;
+    if (!list->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.template.spec.containers[0].resources.", kind, ": not an object"));
+    }
+    auto it = list->find(kGpuResource);
+    if (it == list->end()) continue;
+    const std::optional<long long> have = IntegerQuantity(*it);
+    if (!have.has_value() || *have != job.spec.gpus_per_machine) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.template.spec.containers[0].resources.%s.%s: %s conflicts with spec.gpusPerMachine = %d (leave it "
+          "out: the controller sets it)",
+          kind, kGpuResource, it->dump(), job.spec.gpus_per_machine));
+    }
+  }
+  if (!resources.contains("limits") || resources["limits"].is_null()) resources["limits"] = json::object();
+  resources["limits"][kGpuResource] = want;
+  if (resources.contains("requests") && resources["requests"].is_object() &&
+      resources["requests"].contains(kGpuResource)) {
+    resources["requests"][kGpuResource] = want;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request, const PodBuildOptions& options) {
+  json tmpl = json::object();
+  if (!job.spec.template_json.empty()) {
+    tmpl = json::parse(job.spec.template_json, nullptr, /*allow_exceptions=*/false);
+    if (tmpl.is_discarded() || !tmpl.is_object()) {
+      return absl::InvalidArgumentError("spec.template: not a JSON object (PodTemplateSpec)");
+    }
+  }
+  json meta = tmpl.contains("metadata") && tmpl["metadata"].is_object() ? tmpl["metadata"] : json::object();
+  json spec = tmpl.contains("spec") && tmpl["spec"].is_object() ? tmpl["spec"] : json::object();
+  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) {
+    if (job.spec.code.image.empty()) {
+      return absl::InvalidArgumentError(
+          "spec.template.spec.containers: the pod template needs a container (or set spec.codeVersion.image)");
+    }
+    spec["containers"] = json::array({json{{"name", "trainer"}}});
+  }
+  json& trainer = spec["containers"][0];
+  if (!trainer.is_object()) return absl::InvalidArgumentError("spec.template.spec.containers[0]: not an object");
+  if (!job.spec.code.image.empty()) trainer["image"] = job.spec.code.image;
+  if (Str(trainer, "image").empty()) {
+    return absl::InvalidArgumentError("spec.template.spec.containers[0].image: required (or set spec.codeVersion.image)");
+  }
+  if (Str(trainer, "name").empty()) trainer["name"] = "trainer";
+  if (auto s = SetGpuLimit(job, trainer); !s.ok()) return s;
+
+  const bool standby = request.role == PodRole::kStandby;
+  json command = json::array({kAgentBinary, "--controller", options.controller_address, "--job",
+                              absl::StrCat(job.metadata.namespace_, "/", job.metadata.name), "--pod", request.name,
+                              "--role", standby ? "standby" : "active", "--machine-id", "$(NODE_NAME)"});
+  if (options.heartbeat_ms > 0) {
+    command.push_back("--heartbeat-ms");
+    command.push_back(absl::StrCat(options.heartbeat_ms));
+  }
+  trainer["command"] = std::move(command);
+  trainer.erase("args");
+  PutNamed(trainer["env"], json{{"name", "NODE_NAME"},
+                                {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
+  PutNamed(trainer["env"], json{{"name", "PEREGRINE_TOKEN_FILE"}, {"value", absl::StrCat(kTokenDir, "/", kJobTokenKey)}});
+  PutNamed(trainer["env"], json{{"name", "PEREGRINE_DIAGNOSE_BIN"}, {"value", kDiagnoseBinary}});
+  if (job.spec.fail_slow.enabled) {  // the agent preloads the NCCL hook into training processes
+    PutNamed(trainer["env"], json{{"name", "PEREGRINE_NCCL_HOOK"}, {"value", kNcclHook}});
+  }
+  PutNamed(trainer["volumeMounts"], json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}, {"readOnly", true}});
+  PutNamed(trainer["volumeMounts"], json{{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}});
+
+  json init = {{"name", kInitContainer},
+               {"image", options.agent_image},
+               {"command",
+                json::array({"cp", "-a", absl::StrCat(kAgentImagePrefix, "/."), absl::StrCat(kAgentBinDir, "/")})},
+               {"volumeMounts", json::array({json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}}})}};
+  json inits = json::array({init});
+  if (spec.contains("initContainers") && spec["initContainers"].is_array()) {
+    for (const json& c : spec["initContainers"]) {
+      if (Str(c, "name") != kInitContainer) inits.push_back(c);
+    }
+  }
+  spec["initContainers"] = std::move(inits);
+  PutNamed(spec["volumes"], json{{"name", kBinVolume}, {"emptyDir", json::object()}});
+  PutNamed(spec["volumes"], json{{"name", kTokenVolume},
+                                 {"secret", {{"secretName", JobSecretName(job)}, {"defaultMode", 0440}}}});
+  spec["restartPolicy"] = "Never";
+  spec["hostname"] = request.name;
+  spec["subdomain"] = JobServiceName(job);
+  spec["terminationGracePeriodSeconds"] = job.spec.fault_tolerance.restart_grace_seconds + 5;
+
+  meta.erase("name");
+  meta.erase("generateName");
+  meta["name"] = request.name;
+  meta["namespace"] = job.metadata.namespace_;
+  if (!meta.contains("labels") || !meta["labels"].is_object()) meta["labels"] = json::object();
+  meta["labels"][kJobLabel] = job.metadata.name;
+  meta["labels"][kRoleLabel] = standby ? "standby" : "active";
+  if (!standby) {
+    meta["labels"][kSlotLabel] = absl::StrCat(request.slot);
+  } else {
+    meta["labels"].erase(kSlotLabel);
+  }
+  meta["ownerReferences"] = json::array({JobOwnerReference(job)});
+  return json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", std::move(meta)}, {"spec", std::move(spec)}};
+}
+
+absl::Status ValidateForKubernetes(const TrainingJob& job) {
+  if (job.metadata.name.size() > static_cast<size_t>(kMaxJobNameLength)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "metadata.name: '%s' has %d characters, at most %d fit the pod hostnames <job>-m<slot>-<serial> (63)",
+        job.metadata.name, job.metadata.name.size(), kMaxJobNameLength));
+  }
+  PodBuildOptions options;
+  options.controller_address = "controller:7400";
+  options.agent_image = "agent";
+  const int last = std::max(job.spec.machines - 1, 0);
+  for (const PodToCreate& pod : {PodToCreate{absl::StrCat(job.metadata.name, "-m", last), PodRole::kActive, last},
+                                 PodToCreate{absl::StrCat(job.metadata.name, "-s0"), PodRole::kStandby, -1}}) {
+    if (auto built = BuildPod(job, pod, options); !built.ok()) return built.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace peregrine

@@ -1,0 +1,47 @@
+// The pod KubeCluster creates for one machine of a TrainingJob: spec.template (a
+// PodTemplateSpec) with the agent injected (an init container copying the agent's files,
+// the training container running peregrine-agent, the token Secret mounted), the
+// peregrine.dev labels, an ownerReference to the job and nvidia.com/gpu = gpusPerMachine.
+// Pure functions; thread-safe. The layout of the pod is described in pod_builder.cc.
+#ifndef PEREGRINE_CONTROLLER_KUBE_POD_BUILDER_H_
+#define PEREGRINE_CONTROLLER_KUBE_POD_BUILDER_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
+
+namespace peregrine {
+
+// The extended resource the NVIDIA device plugin advertises.
+inline constexpr char kGpuResource[] = "nvidia.com/gpu";
+// Where the agent image keeps the files the init container copies.
+inline constexpr char kAgentImagePrefix[] = "/opt/peregrine";
+
+struct PodBuildOptions {
+  std::string controller_address;  // host:port the agents dial (the gRPC Service)
+  std::string agent_image;         // holds /opt/peregrine/bin/peregrine-agent
+  int heartbeat_ms = 0;            // 0: the agent's default
+};
+
+// The pod to submit for `pod`. The training container's resources get nvidia.com/gpu =
+// spec.gpusPerMachine (the limit always; the request when the template has one).
+// kInvalidArgument naming the field when the template is not a PodTemplateSpec with at
+// least one container (or spec.codeVersion.image to make one), has no image, or sets an
+// nvidia.com/gpu limit or request other than gpusPerMachine.
+absl::StatusOr<nlohmann::json> BuildPod(const TrainingJob& job, const PodToCreate& pod,
+                                        const PodBuildOptions& options);
+
+// Checks what the CRD schema cannot see but a cluster needs to run the job: that
+// BuildPod can make the active pod of the last slot and a standby from spec.template
+// and that the name fits the pod hostnames (kMaxJobNameLength, job_parser.h). OK, or
+// kInvalidArgument naming the field (reported as Valid=False; nothing is created).
+absl::Status ValidateForKubernetes(const TrainingJob& job);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_KUBE_POD_BUILDER_H_

@@ -1,0 +1,114 @@
+#include "controller/kube/pod_observer.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace peregrine {
+namespace {
+
+using nlohmann::json;
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+const json* Path(const json& j, std::initializer_list<const char*> keys) {
+  const json* cur = &j;
+  for (const char* k : keys) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(k);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+// Why a terminated pod stopped: the first terminated container's reason and exit code,
+// else the pod's own reason/message.
+std::string TerminationReason(const json& pod, const std::string& phase) {
+  if (const json* statuses = Path(pod, {"status", "containerStatuses"}); statuses && statuses->is_array()) {
+    for (const json& cs : *statuses) {
+      const json* t = Path(cs, {"state", "terminated"});
+      if (t == nullptr) t = Path(cs, {"lastState", "terminated"});
+      if (t == nullptr || !t->is_object()) continue;
+      return absl::StrFormat("container %s terminated (%s, exit code %d)", Str(cs, "name"),
+                             Str(*t, "reason").empty() ? "no reason" : Str(*t, "reason"),
+                             t->value("exitCode", 0));
+    }
+  }
+  const json* status = Path(pod, {"status"});
+  std::string reason = status ? Str(*status, "reason") : "";
+  std::string message = status ? Str(*status, "message") : "";
+  if (!reason.empty() || !message.empty()) return absl::StrCat("pod ", phase, ": ", reason, reason.empty() ? "" : " ", message);
+  return absl::StrCat("pod ", phase);
+}
+
+}  // namespace
+
+std::string NodeReadyStatus(const json& node) {
+  const json* conds = Path(node, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return "";
+  for (const json& c : *conds) {
+    if (Str(c, "type") == "Ready") return Str(c, "status");
+  }
+  return "";
+}
+
+std::string PodStuckReason(const json& pod) {
+  static const std::set<std::string>* const kStuck = new std::set<std::string>{
+      "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
+      "RunContainerError"};
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    const json* statuses = Path(pod, {"status", list});
+    if (statuses == nullptr || !statuses->is_array()) continue;
+    for (const json& cs : *statuses) {
+      const json* waiting = Path(cs, {"state", "waiting"});
+      if (waiting == nullptr || !waiting->is_object()) continue;
+      const std::string reason = Str(*waiting, "reason");
+      if (!kStuck->count(reason)) continue;
+      const std::string message = Str(*waiting, "message");
+      return absl::StrCat(reason, " (container ", Str(cs, "name"), ")", message.empty() ? "" : ": ",
+                          message.substr(0, 200));
+    }
+  }
+  if (const json* conds = Path(pod, {"status", "conditions"}); conds && conds->is_array()) {
+    for (const json& c : *conds) {
+      if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False" && Str(c, "reason") == "Unschedulable") {
+        const std::string message = Str(c, "message");
+        return absl::StrCat("Unschedulable", message.empty() ? "" : ": ", message.substr(0, 200));
+      }
+    }
+  }
+  return "";
+}
+
+PodObservation ObservePodObject(const json& pod, const json* node) {
+  PodObservation obs;
+  obs.name = Str(pod["metadata"], "name");
+  const json* node_name = Path(pod, {"spec", "nodeName"});
+  obs.machine_id = node_name && node_name->is_string() ? node_name->get<std::string>() : "";
+  const json* phase_json = Path(pod, {"status", "phase"});
+  const std::string phase = phase_json && phase_json->is_string() ? phase_json->get<std::string>() : "Pending";
+  if (phase == "Failed" || phase == "Succeeded") {
+    obs.failed = true;
+    obs.reason = TerminationReason(pod, phase);
+  } else if (phase == "Running") {
+    obs.running = true;
+  }
+  if (!obs.machine_id.empty() && !obs.failed && node != nullptr) {
+    const std::string ready = NodeReadyStatus(*node);
+    if (ready == "False" || ready == "Unknown") {
+      obs.running = false;
+      obs.failed = true;
+      obs.reason = absl::StrCat("node ", obs.machine_id, " NotReady");
+    }
+  }
+  if (obs.running || obs.failed) return obs;
+  obs.waiting_reason = PodStuckReason(pod);
+  return obs;
+}
+
+}  // namespace peregrine
