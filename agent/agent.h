@@ -1,36 +1,10 @@
-// Agent: peregrine-agent, the training pod's entrypoint.
-//
-// Wires the Supervisor (training processes), the ControllerLink (the stream to
-// the controller), progress parsing and stack capture:
-//   * registers on every new stream (job, pod, machine, role, current
-//     TrainingState, recent executed command ids, a self-check for standbys);
-//   * converges on every RegisterAck, level-based: ACTIVE with attempt > 0 ->
-//     training of exactly that attempt runs (left alone when it already does,
-//     otherwise stopped and restarted); ACTIVE with attempt 0 or STANDBY ->
-//     nothing runs;
-//   * heartbeats (TrainingState + IterationSummary per rank) every interval
-//     (the ack's heartbeat_interval_ms overrides the option);
-//   * sends Event.process_exit (exit code or signal, the last output lines,
-//     attempt, last completed step) when a training process exits on its own
-//     (not for exits the agent caused by stop/restart/shutdown); events that
-//     happen while disconnected are queued (bounded) and sent after the next
-//     RegisterAck;
-//   * executes Commands idempotently by id (the last 256 results are kept and
-//     re-sent for a repeated id): restart_in_place, activate, stop, pause,
-//     resume, capture_stacks, hot_update (urgent: restart now; otherwise
-//     deferred to the next start); run_diagnostic runs asynchronously, one at a
-//     time, through agent/diagnostics (DiagnosticRunner; INVALID_ARGUMENT for an
-//     unknown kind or malformed param, otherwise OK with a DiagnosticResult);
-//   * never restarts training by itself and keeps it running while the
-//     controller is away, reconnecting with jittered backoff;
-//   * on shutdown (SIGTERM/SIGINT when handle_signals, or RequestShutdown):
-//     SIGTERM to every training process group, SIGKILL after grace_ms, reap,
-//     then Wait() returns 0 if training had succeeded, else 143.
-//
-// Threads: one control loop owns all state (commands, supervisor, timers);
-// the link's reader thread and stack-capture workers post closures to it.
-// Thread safety: public methods are thread-safe. Ownership: the Agent owns its
-// threads and children; destroying it shuts down (as RequestShutdown) and joins.
+// Agent: peregrine-agent, the training pod's entrypoint. It keeps one stream to
+// the controller, converges training toward what the controller wants, runs its
+// commands idempotently by id, reports progress, exits, inspections and fail-slow
+// events, and never restarts training by itself (agent/agent.cc describes how).
+// Threads: one control loop owns all state; public methods are thread-safe.
+// Ownership: the Agent owns its threads and children; destroying it shuts down
+// (as RequestShutdown) and joins. Errors: BuildAndStart's status.
 #ifndef PEREGRINE_AGENT_AGENT_H_
 #define PEREGRINE_AGENT_AGENT_H_
 

@@ -1,0 +1,88 @@
+#include "agent/agent_components.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "agent/supervisor.h"
+
+namespace peregrine {
+
+absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const AgentOptions& options) {
+  if (options.nccl_hook.empty()) return std::unique_ptr<FailSlowMonitor>();
+  // Rings live in memory (/dev/shm, a tmpfs) in a directory private to this agent
+  // process, unless the agent's environment names one (PEREGRINE_NCCL_RING_DIR): a
+  // disk-backed log volume would put page-cache writeback and a full disk under the
+  // training processes' NCCL calls. The hook reserves each ring in full at creation
+  // and forwards unrecorded when it cannot (reported through TakeRingFailures).
+  FailSlowMonitorOptions monitor;
+  const char* ring_dir_env = std::getenv("PEREGRINE_NCCL_RING_DIR");
+  std::error_code shm_ec;
+  if (ring_dir_env != nullptr && *ring_dir_env != '\0') {
+    monitor.ring_dir = ring_dir_env;
+  } else if (std::filesystem::is_directory("/dev/shm", shm_ec)) {
+    RemoveDeadAgentRingDirs("/dev/shm");  // of agents killed before they could clean up
+    monitor.ring_dir = absl::StrCat("/dev/shm/peregrine-nccl-", options.pod_name, "-", ::getpid());
+    monitor.remove_ring_dir_on_exit = true;
+  } else {
+    monitor.ring_dir = options.log_dir.empty() ? absl::StrCat("/tmp/peregrine-nccl-", options.pod_name)
+                                               : absl::StrCat(options.log_dir, "/nccl-rings");
+  }
+  return FailSlowMonitor::Create(monitor);
+}
+
+absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options) {
+  if (!options.inspections) return std::unique_ptr<InspectionRunner>();
+  std::string sim_dir;
+  if (!options.sim_machine_root.empty()) {
+    sim_dir = absl::StrCat(options.sim_machine_root, "/", options.machine_id);
+    if (absl::Status s = PrepareStandInMachine(sim_dir); !s.ok()) return s;
+  }
+  InspectionRunnerOptions inspect;
+  inspect.kmsg_path = options.kmsg_path;
+  inspect.sysfs_root = options.sysfs_root;
+  inspect.use_dmesg_fallback = sim_dir.empty();
+  if (!options.log_dir.empty()) inspect.volumes.push_back(options.log_dir);
+  return std::make_unique<InspectionRunner>(inspect);
+}
+
+DiagnosticRunnerOptions DiagnosticRunnerOptionsFor(const AgentOptions& options) {
+  DiagnosticRunnerOptions diag;
+  diag.helper_binary = options.diagnose_binary;
+  if (diag.helper_binary.empty()) {
+    std::error_code ec;
+    std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    diag.helper_binary = (ec ? std::filesystem::path(".") : self.parent_path()) / "peregrine-diagnose";
+  }
+  diag.scratch_dir = options.log_dir.empty() ? absl::StrCat("/tmp/peregrine-diagnostics-", options.pod_name)
+                                             : absl::StrCat(options.log_dir, "/diagnostics");
+  diag.spawn = [](const std::vector<std::string>& argv, absl::Duration timeout) -> absl::StatusOr<HelperRun> {
+    absl::StatusOr<ToolRun> run = RunTool(argv, timeout, 1 << 20);
+    if (!run.ok()) return run.status();
+    return HelperRun{run->exit_code, run->signal, run->timed_out, std::move(run->output)};
+  };
+  return diag;
+}
+
+DiagnosticRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
+                                        const DiagnosticTask& task) {
+  DiagnosticRequest request;
+  request.command_id = command_id;
+  request.kind = task.kind;
+  request.params = task.params;
+  request.timeout_ms = task.timeout_ms;
+  request.machine_id = machine_id;
+  request.gpus = task.gpus;
+  request.rank_base = task.rank_base;
+  request.command = task.command;
+  request.code_env = task.code_env;
+  return request;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,32 @@
+// The agent's components built from AgentOptions: the fail-slow monitor (where its
+// NCCL rings live), the machine inspections (with the stand-in machine in local
+// mode), the diagnostic runner's options and requests. Called once at start-up from the
+// agent's constructor thread. Errors: the status of the step that failed.
+#ifndef PEREGRINE_AGENT_AGENT_COMPONENTS_H_
+#define PEREGRINE_AGENT_AGENT_COMPONENTS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent/agent.h"
+#include "agent/command_state.h"
+#include "agent/diagnostics/diagnostic_runner.h"
+#include "agent/failslow_monitor.h"
+#include "agent/inspection_runner.h"
+
+namespace peregrine {
+
+// Null when options.nccl_hook is empty (no hook, nothing to monitor).
+absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const AgentOptions& options);
+// Null when options.inspections is off.
+absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options);
+// peregrine-diagnose next to this binary unless named; its scratch directory; RunTool as spawner.
+DiagnosticRunnerOptions DiagnosticRunnerOptionsFor(const AgentOptions& options);
+// The runner's request for the state machine's task on this machine.
+DiagnosticRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
+                                        const DiagnosticTask& task);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_AGENT_AGENT_COMPONENTS_H_
