@@ -19,6 +19,10 @@ inline constexpr char kRoleLabel[] = "peregrine.dev/role";
 inline constexpr char kSlotLabel[] = "peregrine.dev/slot";
 inline constexpr char kQuarantineLabel[] = "peregrine.dev/quarantined";
 inline constexpr char kQuarantineReasonAnnotation[] = "peregrine.dev/quarantine-reason";
+// The finalizer that makes a deleted TrainingJob wait for its pods' teardown.
+inline constexpr char kTeardownFinalizer[] = "peregrine.dev/teardown";
+// The label the leading replica puts on its own pod (the agents' Service selects it).
+inline constexpr char kLeaderLabel[] = "peregrine.dev/leader";
 // The key of the agents' token in the job's Secret (JobSecretName).
 inline constexpr char kJobTokenKey[] = "token";
 // The pod informer's index: "<namespace>/<job>" from the pod's namespace and job label.

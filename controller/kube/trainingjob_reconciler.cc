@@ -1,0 +1,521 @@
+#include "controller/kube/trainingjob_reconciler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "controller/code_update.h"
+#include "controller/job_controller.h"
+#include "controller/job_parser.h"
+#include "controller/kube/resources.h"
+#include "controller/status_json.h"
+
+// One Reconcile(key), in order:
+//   - not the leader: nothing (gaining the Lease enqueues every job again);
+//   - the object is gone from the cache (deleted, finalizer removed): forget the job
+//     (its controller stops, its agents are unbound and told, its metric series go);
+//   - the object has a deletionTimestamp: delete its pods (actives and standbys) with
+//     their grace period, then remove the finalizer peregrine.dev/teardown; the API
+//     server's garbage collector then removes what the job owns (pods, headless Service,
+//     token Secret);
+//   - otherwise add the finalizer on first sight; parse and validate the spec
+//     (ParseTrainingJob, ValidateForKubernetes): an invalid one is a terminal error,
+//     Valid=False reason InvalidSpec with the message and observedGeneration, no pods;
+//   - a generation whose pods the API server refused for good is left alone until the
+//     spec changes;
+//   - a new job, or a changed spec (generation) or peregrine.dev/hot-update annotation:
+//     the job's objects are ensured (EnsureJobObjects) and its JobController is (re)built
+//     from the object, resuming from the persisted status;
+//   - one round of the JobController (ReconcileOnce). A pod the API server refuses
+//     (400/422 on create) is a terminal error: Valid=False reason PodRejected naming the
+//     pod and the server's message, not retried (pods already running are left alone)
+//     until the spec changes. Any other error of the round is retried with backoff. A
+//     clean round asks to look again after the plan's requeue delay, at most the resync
+//     period; when the stuck pods changed without the decision changing, the status is
+//     rewritten first so its PodsStuck condition says so.
+//
+// The errors of a round: JobController::ReconcileOnce keeps the cluster's errors in the
+// job's status and returns only when to look again, so the round runs against a
+// RoundCluster that records the round's first error and its first pod refusal; RunRound
+// returns them as values and nothing else reads them.
+
+namespace peregrine {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kInvalidSpec[] = "InvalidSpec";
+constexpr char kPodRejected[] = "PodRejected";
+
+const json* Path(const json& j, std::initializer_list<const char*> keys) {
+  const json* cur = &j;
+  for (const char* k : keys) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(k);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+bool Deleting(const json& object) {
+  const json* ts = Path(object, {"metadata", "deletionTimestamp"});
+  return ts != nullptr && !ts->is_null();
+}
+
+bool HasFinalizer(const json& object) {
+  const json* f = Path(object, {"metadata", "finalizers"});
+  if (f == nullptr || !f->is_array()) return false;
+  return std::any_of(f->begin(), f->end(), [](const json& v) { return v == kTeardownFinalizer; });
+}
+
+std::string MetaString(const json& object, const char* key) {
+  const json* v = Path(object, {"metadata", key});
+  return v && v->is_string() ? v->get<std::string>() : "";
+}
+
+// True when the object's status says the API server refused this generation's pods.
+bool PodsRejected(const json& object, int64_t generation) {
+  const json* conds = Path(object, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return false;
+  for (const json& c : *conds) {
+    if (c.value("type", "") == "Valid" && c.value("status", "") == "False" && c.value("reason", "") == kPodRejected &&
+        c.value("observedGeneration", int64_t{-1}) == generation) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The identity of the TrainingJob object, enough for the cluster's per-job calls when the
+// spec cannot be parsed (deletion of an invalid job).
+TrainingJob MinimalJob(const json& object) {
+  TrainingJob job;
+  job.metadata.name = MetaString(object, "name");
+  job.metadata.namespace_ = MetaString(object, "namespace");
+  job.metadata.uid = MetaString(object, "uid");
+  return job;
+}
+
+// Retried with backoff: on these paths a kInvalidArgument is one request refused (the
+// finalizer, the job's Service or Secret, a status write), not a verdict on the spec,
+// so it is passed on as kFailedPrecondition. Only Terminal returns kInvalidArgument.
+absl::Status Retryable(const absl::Status& s) {
+  if (!absl::IsInvalidArgument(s)) return s;
+  return absl::FailedPreconditionError(s.message());
+}
+
+// The Cluster a job's JobController runs against: KubeCluster, with the first error and
+// the first pod refusal of the current round recorded (see the comment at the top).
+class RoundCluster final : public Cluster {
+ public:
+  explicit RoundCluster(KubeCluster* inner) : inner_(inner) {}
+
+  // Clears what the previous round recorded.
+  void BeginRound() {
+    first_error_ = absl::OkStatus();
+    rejection_ = absl::OkStatus();
+  }
+  const absl::Status& first_error() const { return first_error_; }
+  const absl::Status& rejection() const { return rejection_; }
+
+  absl::Status CreatePod(const TrainingJob& job, const PodToCreate& pod) override {
+    absl::Status s = inner_->CreatePod(job, pod);
+    // 400/422 (or a pod BuildPod cannot make): retrying the same pod cannot succeed.
+    if (absl::IsInvalidArgument(s) && rejection_.ok()) {
+      rejection_ = absl::InvalidArgumentError(absl::StrCat("pod ", pod.name, " cannot be created: ", s.message()));
+    }
+    return Note(s);
+  }
+  absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override {
+    return Note(inner_->DeletePod(job, name, grace_ms));
+  }
+  absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override {
+    auto pods = inner_->ListPods(job);
+    Note(pods.status());
+    return pods;
+  }
+  absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override {
+    return Note(inner_->QuarantineMachine(machine_id, reason));
+  }
+  absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override {
+    return Note(inner_->RecordEvent(job, event, now));
+  }
+  absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override {
+    return Note(inner_->PersistStatus(job, status));
+  }
+  absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override {
+    auto status = inner_->LoadStatus(job);
+    Note(status.status());
+    return status;
+  }
+  std::string RendezvousDomain(const TrainingJob& job) override { return inner_->RendezvousDomain(job); }
+  absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override {
+    auto port = inner_->RendezvousPort(job);
+    Note(port.status());
+    return port;
+  }
+
+ private:
+  absl::Status Note(absl::Status s) {
+    if (!s.ok() && first_error_.ok()) first_error_ = s;
+    return s;
+  }
+
+  KubeCluster* const inner_;
+  absl::Status first_error_;
+  absl::Status rejection_;
+};
+
+}  // namespace
+
+struct TrainingJobReconciler::JobEntry {
+  std::string uid;
+  int64_t generation = 0;
+  std::string hot_update;  // the peregrine.dev/hot-update annotation (no generation bump)
+  std::unique_ptr<RoundCluster> cluster;
+  std::unique_ptr<JobController> controller;
+};
+
+// What one JobController round returned: when to look again, its first error and its
+// first pod refusal (kInvalidArgument; OK when none).
+struct TrainingJobReconciler::Round {
+  int64_t requeue_ns = 0;
+  absl::Status error;
+  absl::Status rejection;
+};
+
+TrainingJobReconciler::TrainingJobReconciler(Deps deps, Options options)
+    : deps_(std::move(deps)), options_(std::move(options)) {}
+
+TrainingJobReconciler::~TrainingJobReconciler() { StopAll(); }
+
+void TrainingJobReconciler::StopAll() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : entries_) entry->controller->Stop();
+}
+
+absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::Reconcile(const std::string& key) {
+  if (!deps_.is_leader()) return kube::ReconcileResult{};  // gaining the lease enqueues every job again
+  kube::ObjectPtr object = deps_.jobs->Get(key);
+  if (object == nullptr) {  // deleted (and its finalizer gone): forget it
+    ForgetJob(key);
+    return kube::ReconcileResult{};
+  }
+  if (Deleting(*object)) {
+    if (!HasFinalizer(*object)) return kube::ReconcileResult{};
+    if (absl::Status s = TearDown(key, *object); !s.ok()) return Retryable(s);
+    return kube::ReconcileResult{};
+  }
+  if (!HasFinalizer(*object)) {
+    if (absl::Status s = UpdateFinalizers(*object, /*add=*/true); !s.ok()) return Retryable(s);
+  }
+  return ReconcileJob(key, *object);
+}
+
+absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const std::string& key, const json& object) {
+  json manifest = object;
+  manifest.erase("status");
+  absl::StatusOr<TrainingJob> job = ParseTrainingJob(manifest.dump());
+  if (job.ok()) {
+    if (absl::Status s = ValidateForKubernetes(*job); !s.ok()) job = s;
+  }
+  if (!job.ok()) return Terminal(key, object, job.status(), kInvalidSpec);
+  const std::string rejection_key = absl::StrCat(job->metadata.uid, "/", job->metadata.generation);
+  bool rejected_here = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = rejected_.find(key);
+    rejected_here = it != rejected_.end() && it->second == rejection_key;
+    if (it != rejected_.end() && !rejected_here) rejected_.erase(it);
+  }
+  if (rejected_here || PodsRejected(object, job->metadata.generation)) {
+    // This generation's pods were refused by the API server: wait for a spec change.
+    RemoveEntry(key);
+    return kube::ReconcileResult{};
+  }
+  JobEntry* entry = FindEntry(key);
+  const auto hot = job->metadata.annotations.find(kHotUpdateAnnotation);
+  const std::string hot_update = hot == job->metadata.annotations.end() ? "" : hot->second;
+  if (entry != nullptr && (entry->uid != job->metadata.uid || entry->generation != job->metadata.generation ||
+                           entry->hot_update != hot_update)) {
+    RemoveEntry(key);  // the spec changed: decide from the new one, resuming the status
+    entry = nullptr;
+  }
+  if (entry == nullptr) {
+    absl::StatusOr<std::string> token = deps_.cluster->EnsureJobObjects(*job);
+    if (!token.ok()) return Retryable(token.status());
+    auto fresh = std::make_unique<JobEntry>();
+    fresh->uid = job->metadata.uid;
+    fresh->generation = job->metadata.generation;
+    fresh->hot_update = hot_update;
+    fresh->cluster = std::make_unique<RoundCluster>(deps_.cluster);
+    JobController::Options jopts;
+    jopts.decision = options_.decision;
+    jopts.now = deps_.now;
+    jopts.resync_ns = absl::ToInt64Nanoseconds(options_.resync);
+    jopts.agent_token = *token;
+    fresh->controller =
+        std::make_unique<JobController>(*job, fresh->cluster.get(), deps_.registry, deps_.metrics, jopts);
+    if (absl::Status s = fresh->controller->Start(/*run_loop=*/false); !s.ok()) return Retryable(s);
+    AgentRegistry::JobBinding binding;
+    binding.spec = job->spec;
+    binding.token = *token;
+    deps_.registry->BindJob(key, binding);
+    absl::MutexLock lock(&mu_);
+    entry = fresh.get();
+    entries_[key] = std::move(fresh);
+  }
+  if (!deps_.is_leader()) return kube::ReconcileResult{};
+  const Round round = RunRound(*entry);
+  if (!round.rejection.ok()) {
+    // Not retried: the same pod would be refused again. Pods already running are left
+    // alone; fixing the spec (a new generation) starts reconciling again.
+    {
+      absl::MutexLock lock(&mu_);
+      rejected_[key] = rejection_key;
+    }
+    return Terminal(key, object, round.rejection, kPodRejected);
+  }
+  if (!round.error.ok()) return Retryable(round.error);
+  CountConnectedAgents(key);
+  if (deps_.cluster->StuckPodsChanged(entry->controller->job())) {
+    // A pod got stuck or unstuck without the decision changing: rewrite the status so
+    // its PodsStuck condition says so.
+    if (absl::Status s = deps_.cluster->PersistStatus(entry->controller->job(), entry->controller->Snapshot());
+        !s.ok()) {
+      return Retryable(s);
+    }
+  }
+  kube::ReconcileResult result;
+  result.requeue_after = options_.resync;
+  if (round.requeue_ns > 0) result.requeue_after = std::min(result.requeue_after, absl::Nanoseconds(round.requeue_ns));
+  return result;
+}
+
+TrainingJobReconciler::Round TrainingJobReconciler::RunRound(JobEntry& entry) {
+  entry.cluster->BeginRound();
+  const auto started = std::chrono::steady_clock::now();
+  Round round;
+  round.requeue_ns = entry.controller->ReconcileOnce();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  round.error = entry.cluster->first_error();
+  round.rejection = entry.cluster->rejection();
+  deps_.metrics->ObserveReconcile(seconds, !round.error.ok());
+  return round;
+}
+
+// The one place a terminal error is reported: the job's controller goes, Valid=False
+// with `reason` is written, and the caller forgets the key (kInvalidArgument). When the
+// write fails, its error is returned instead and the key is retried.
+absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::Terminal(const std::string& key, const json& object,
+                                                                      const absl::Status& why, const char* reason) {
+  RemoveEntry(key);
+  if (absl::Status s = MarkInvalid(object, why, reason); !s.ok()) return Retryable(s);
+  return absl::InvalidArgumentError(why.message());
+}
+
+TrainingJobReconciler::JobEntry* TrainingJobReconciler::FindEntry(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
+// JobDirectory for the HTTP API: the jobs this replica reconciles right now (a
+// follower has none). The map lock is held while fn runs, so RemoveEntry waits.
+void TrainingJobReconciler::ForEachJob(const std::function<void(JobController&)>& fn) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : entries_) fn(*entry->controller);
+}
+bool TrainingJobReconciler::WithJob(const std::string& ns, const std::string& name, const std::function<void(JobController&)>& fn) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(absl::StrCat(ns, "/", name));
+  if (it == entries_.end()) return false;
+  fn(*it->second->controller);
+  return true;
+}
+// A code update is a change of the TrainingJob object (spec.codeVersion and the
+// hot-update annotation), read-modify-written with conflict retries, so the API
+// server stays the source of truth; the leader's informer then brings it to the job's
+// controller like any kubectl edit. Any replica may do it.
+absl::StatusOr<std::string> TrainingJobReconciler::UpdateCode(const std::string& ns, const std::string& name,
+                                       const CodeUpdateRequest& request) {
+  const std::string key = absl::StrCat(ns, "/", name);
+  kube::ObjectPtr cached = deps_.jobs->Get(key);
+  if (cached == nullptr) return absl::NotFoundError(absl::StrCat("no TrainingJob ", key));
+  const std::string uid = MetaString(*cached, "uid");
+  json manifest = *cached;
+  manifest.erase("status");
+  absl::StatusOr<TrainingJob> job = ParseTrainingJob(manifest.dump());
+  if (job.ok()) {
+    if (absl::Status s = ValidateForKubernetes(*job); !s.ok()) job = s;
+  }
+  if (!job.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainingJob ", key, " is invalid already (fix it with kubectl): ", job.status().message()));
+  }
+  if (absl::Status s = ValidateTrainingJob(ApplyCodeUpdate(*job, request)); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("update of TrainingJob ", key, " rejected: ", s.message()));
+  }
+  auto written = kube::UpdateWithRetryOnConflict(
+      *deps_.client, TrainingJobsPath(ns), name, /*status_subresource=*/false, [&](json& o) -> absl::Status {
+        if (MetaString(o, "uid") != uid) return absl::FailedPreconditionError("trainingjob was re-created");
+        if (Deleting(o)) return absl::FailedPreconditionError("trainingjob is being deleted");
+        json& code = o["spec"]["codeVersion"];
+        code["revision"] = request.revision;
+        if (request.image) code["image"] = *request.image;
+        if (request.command) code["command"] = *request.command;
+        json& annotations = o["metadata"]["annotations"];
+        if (request.urgent) {
+          annotations[kHotUpdateAnnotation] = "urgent";
+        } else if (annotations.is_object()) {
+          annotations.erase(kHotUpdateAnnotation);
+        }
+        if (annotations.is_null()) o["metadata"].erase("annotations");
+        return absl::OkStatus();
+      });
+  if (!written.ok()) return written.status();
+  const json* generation = Path(*written, {"metadata", "generation"});
+  return absl::StrCat("TrainingJob ", key, " now asks for code revision ", request.revision, " (generation ",
+                      generation != nullptr && generation->is_number() ? generation->get<int64_t>() : 0, "); ",
+                      request.urgent ? "urgent: training restarts in place with it now"
+                                     : "lazy: applied at the next failure-triggered restart or when the "
+                                       "hot-update window expires");
+}
+
+// peregrine_agents_connected: the sum over jobs of their connected agents, recounted
+// for a job each time it is reconciled (an agent connecting or leaving wakes its job).
+void TrainingJobReconciler::CountConnectedAgents(const std::string& key) {
+  int n = 0;
+  for (const AgentObservation& a : deps_.registry->Observe(key)) n += a.connected ? 1 : 0;
+  absl::MutexLock lock(&mu_);
+  if (n == 0) {
+    connected_agents_.erase(key);
+  } else {
+    connected_agents_[key] = n;
+  }
+  int total = 0;
+  for (const auto& [job, count] : connected_agents_) total += count;
+  deps_.metrics->SetAgentsConnected(total);
+}
+
+// The job is deleted: its controller stops, its agents are told and disconnected,
+// and its metric series go away.
+void TrainingJobReconciler::ForgetJob(const std::string& key) {
+  RemoveEntry(key);
+  {
+    absl::MutexLock lock(&mu_);
+    rejected_.erase(key);
+    connected_agents_.erase(key);
+    int total = 0;
+    for (const auto& [job, count] : connected_agents_) total += count;
+    deps_.metrics->SetAgentsConnected(total);
+  }
+  deps_.registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
+  const size_t slash = key.find('/');
+  deps_.metrics->ForgetJob(key.substr(0, slash), key.substr(slash + 1));
+  TrainingJob gone;
+  gone.metadata.namespace_ = key.substr(0, slash);
+  gone.metadata.name = key.substr(slash + 1);
+  deps_.cluster->ForgetJob(gone);
+}
+
+void TrainingJobReconciler::RemoveEntry(const std::string& key) {
+  std::unique_ptr<JobEntry> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    gone = std::move(it->second);
+    entries_.erase(it);
+  }
+  gone->controller->Stop();
+  deps_.registry->SetDesired(key, {});
+}
+
+// Writes Valid=False with `reason` (keeping whatever else the status holds) unless it
+// is there already. kInvalidSpec: the spec cannot run; kPodRejected: the API server
+// refused a pod built from it (400/422), so the same round would fail again.
+absl::Status TrainingJobReconciler::MarkInvalid(const json& object, const absl::Status& why, const char* reason) {
+  const int64_t generation = Path(object, {"metadata", "generation"}) && (*Path(object, {"metadata", "generation"})).is_number()
+                                 ? (*Path(object, {"metadata", "generation"})).get<int64_t>()
+                                 : 0;
+  const std::string message(why.message());
+  JobStatus status;
+  if (const json* st = Path(object, {"status"}); st != nullptr && st->is_object() && st->contains("phase")) {
+    if (auto parsed = JobStatusFromJson(st->dump()); parsed.ok()) status = *std::move(parsed);
+  }
+  if (std::string(reason) == kPodRejected) {
+    // The job's controller may have written a newer status this round than the cache.
+    auto loaded = deps_.cluster->LoadStatus(MinimalJob(object));
+    if (!loaded.ok()) return loaded.status();
+    if (loaded->has_value()) status = **std::move(loaded);
+  }
+  for (const Condition& c : status.conditions) {
+    if (c.type == "Valid" && c.status == "False" && c.reason == reason && c.message == message &&
+        c.observed_generation == generation) {
+      return absl::OkStatus();
+    }
+  }
+  const int64_t now = deps_.now();
+  bool found = false;
+  for (Condition& c : status.conditions) {
+    if (c.type != "Valid") continue;
+    if (c.status != "False") c.last_transition_time = now;
+    c.status = "False";
+    c.reason = reason;
+    c.message = message;
+    c.observed_generation = generation;
+    found = true;
+  }
+  if (!found) status.conditions.push_back(Condition{"Valid", "False", reason, message, generation, now});
+  status.observed_generation = generation;
+  TrainingJob job = MinimalJob(object);
+  return deps_.cluster->PersistStatus(job, status);
+}
+
+absl::Status TrainingJobReconciler::UpdateFinalizers(const json& object, bool add) {
+  if (!deps_.is_leader()) return absl::UnavailableError("not the leader");
+  const std::string ns = MetaString(object, "namespace");
+  const std::string uid = MetaString(object, "uid");
+  auto written = kube::UpdateWithRetryOnConflict(
+      *deps_.client, TrainingJobsPath(ns), MetaString(object, "name"), /*status_subresource=*/false,
+      [&](json& o) -> absl::Status {
+        if (MetaString(o, "uid") != uid) return absl::FailedPreconditionError("trainingjob was re-created");
+        if (!deps_.is_leader()) return absl::UnavailableError("not the leader");
+        json finalizers = json::array();
+        if (const json* f = Path(o, {"metadata", "finalizers"}); f && f->is_array()) {
+          for (const json& v : *f) {
+            if (v != kTeardownFinalizer) finalizers.push_back(v);
+          }
+        }
+        if (add) {
+          if (Deleting(o)) return absl::FailedPreconditionError("trainingjob is being deleted");
+          finalizers.push_back(kTeardownFinalizer);
+        }
+        o["metadata"]["finalizers"] = finalizers;
+        return absl::OkStatus();
+      });
+  if (absl::IsNotFound(written.status())) return absl::OkStatus();
+  return written.status();
+}
+
+// Deletion: stop the pods (graceful), then let the garbage collector take the rest.
+absl::Status TrainingJobReconciler::TearDown(const std::string& key, const json& object) {
+  const TrainingJob job = MinimalJob(object);
+  int grace_ms = 10'000;
+  if (JobEntry* entry = FindEntry(key); entry != nullptr) {
+    grace_ms = entry->controller->job().spec.fault_tolerance.restart_grace_seconds * 1000;
+  }
+  ForgetJob(key);
+  absl::Status first;
+  for (const std::string& pod : deps_.cluster->CachedPodNames(job)) {
+    if (absl::Status s = deps_.cluster->DeletePod(job, pod, grace_ms); !s.ok() && first.ok()) first = s;
+  }
+  if (!first.ok()) return first;
+  return UpdateFinalizers(object, /*add=*/false);
+}
+}  // namespace peregrine
