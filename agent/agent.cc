@@ -15,7 +15,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -28,7 +27,6 @@
 #include "agent/diagnostics/diagnostic_runner.h"
 #include "agent/failslow_monitor.h"
 #include "agent/inspection_runner.h"
-#include "agent/launch_plan.h"
 #include "agent/progress_parser.h"
 #include "agent/proto_translation.h"
 #include "agent/self_check.h"
@@ -36,8 +34,6 @@
 #include "agent/stack_capture.h"
 #include "agent/supervisor.h"
 #include "diagnosis/check.h"
-
-extern char** environ;
 
 // The agent's event loop: one thread owns all state and runs poll() over a wake-up
 // eventfd, the SIGCHLD/SIGTERM signal pipe and the training processes' output,
@@ -515,20 +511,8 @@ class Agent::Impl {
   // Builds the processes of `assignment` and starts them; nothing runs on error.
   absl::Status Launch(const TrainingAssignment& assignment) {
     PEREGRINE_CHECK(supervisor_->Idle()) << "Launch with live processes";
-    LaunchContext context;
-    for (char** e = environ; *e != nullptr; ++e) context.agent_env.emplace_back(*e);
-    context.machine_id = options_.machine_id;
-    context.log_dir = options_.log_dir;
-    context.started_at = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
-    absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(AssignmentToProto(assignment), context);
+    absl::StatusOr<std::vector<ProcessSpec>> plan = PrepareLaunch(options_, assignment, failslow_.get());
     if (!plan.ok()) return plan.status();
-    if (failslow_) {
-      for (ProcessSpec& spec : *plan) {
-        AddNcclHookEnvironment(options_.nccl_hook, failslow_->ring_dir(), failslow_->profiling(), failslow_->trap(),
-                               &spec.env);
-      }
-      failslow_->Reset();
-    }
     return supervisor_->Start(std::move(*plan));
   }
 

@@ -10,7 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/launch_plan.h"
+#include "agent/proto_translation.h"
 #include "agent/supervisor.h"
+
+extern char** environ;
 
 namespace peregrine {
 
@@ -35,6 +39,26 @@ absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const Age
                                                : absl::StrCat(options.log_dir, "/nccl-rings");
   }
   return FailSlowMonitor::Create(monitor);
+}
+
+absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& options,
+                                                       const TrainingAssignment& assignment,
+                                                       FailSlowMonitor* failslow) {
+  LaunchContext context;
+  for (char** e = environ; *e != nullptr; ++e) context.agent_env.emplace_back(*e);
+  context.machine_id = options.machine_id;
+  context.log_dir = options.log_dir;
+  context.started_at = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
+  absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(AssignmentToProto(assignment), context);
+  if (!plan.ok()) return plan.status();
+  if (failslow != nullptr) {
+    for (ProcessSpec& spec : *plan) {
+      AddNcclHookEnvironment(options.nccl_hook, failslow->ring_dir(), failslow->profiling(), failslow->trap(),
+                             &spec.env);
+    }
+    failslow->Reset();
+  }
+  return plan;
 }
 
 absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options) {

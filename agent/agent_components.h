@@ -1,12 +1,14 @@
 // The agent's components built from AgentOptions: the fail-slow monitor (where its
 // NCCL rings live), the machine inspections (with the stand-in machine in local
-// mode), the diagnostic runner's options and requests. Called once at start-up from the
+// mode), the diagnostic runner's options and requests, and the processes of a
+// training start. Called once at start-up from the
 // agent's constructor thread. Errors: the status of the step that failed.
 #ifndef PEREGRINE_AGENT_AGENT_COMPONENTS_H_
 #define PEREGRINE_AGENT_AGENT_COMPONENTS_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "agent/agent.h"
@@ -14,11 +16,18 @@
 #include "agent/diagnostics/diagnostic_runner.h"
 #include "agent/failslow_monitor.h"
 #include "agent/inspection_runner.h"
+#include "agent/supervisor.h"
+#include "agent/training_assignment.h"
 
 namespace peregrine {
 
 // Null when options.nccl_hook is empty (no hook, nothing to monitor).
 absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const AgentOptions& options);
+// The processes of `assignment` (agent/launch_plan.h) with the agent's environment,
+// the NCCL hook's when `failslow` is set (whose rings it resets for the new run).
+absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& options,
+                                                       const TrainingAssignment& assignment,
+                                                       FailSlowMonitor* failslow);
 // Null when options.inspections is off.
 absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options);
 // peregrine-diagnose next to this binary unless named; its scratch directory; RunTool as spawner.

@@ -9,6 +9,18 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 
+// A background thread opens the stream (a fresh channel per attempt; insecure,
+// or TLS with the given CA bundle; metadata "authorization: Bearer <token>" when
+// a token file is set, re-read on every attempt so rotated tokens are picked
+// up), reports it with on_stream_open, delivers every ControllerMessage with
+// on_message, and reports the end with on_stream_closed. It then waits a
+// jittered exponential backoff (ReconnectBackoff) and tries again, for ever,
+// until Stop(). MarkRegistered() (called when a RegisterAck arrived) resets the
+// backoff, so only failed attempts make the wait grow.
+//
+// Each stream has a session number; writes are serialised by a mutex and may
+// block while gRPC flow control holds them.
+
 namespace peregrine {
 namespace {
 

@@ -1,24 +1,11 @@
-// ControllerLink: the agent's one long-lived AgentService.Connect stream.
-//
-// A background thread opens the stream (a fresh channel per attempt; insecure,
-// or TLS with the given CA bundle; metadata "authorization: Bearer <token>" when
-// a token file is set, re-read on every attempt so rotated tokens are picked
-// up), reports it with on_stream_open, delivers every ControllerMessage with
-// on_message, and reports the end with on_stream_closed. It then waits a
-// jittered exponential backoff (ReconnectBackoff) and tries again, for ever,
-// until Stop(). MarkRegistered() (called when a RegisterAck arrived) resets the
-// backoff, so only failed attempts make the wait grow.
-//
-// Each stream has a session number; Send(session, msg) writes only to that
-// session's stream (writes are serialised by a mutex and may block while gRPC
-// flow control holds them) and returns false when that stream is gone or the
-// write failed: the caller keeps what must not be lost and re-sends it after
-// the next registration.
-//
-// Thread safety: every public method is thread-safe. The callbacks run on the
-// link's thread, one at a time, and never after Stop() returned; they must not
-// call Stop(). Ownership: the owner must outlive the link (the callbacks
-// usually capture it) and call Stop() (or destroy the link) first.
+// ControllerLink: the agent's one long-lived AgentService.Connect stream,
+// reconnected for ever with jittered backoff until Stop(). Callbacks report each
+// stream's opening, messages and end with its session number; Send(session, msg)
+// writes only to that session and returns false when it is gone (the caller keeps
+// what must not be lost and re-sends it after the next registration).
+// Thread safety: every public method is thread-safe; callbacks run on the link's
+// thread, one at a time, never after Stop() returned, and must not call Stop().
+// Ownership: the owner outlives the link and calls Stop() (or destroys it) first.
 #ifndef PEREGRINE_AGENT_CONTROLLER_LINK_H_
 #define PEREGRINE_AGENT_CONTROLLER_LINK_H_
 
