@@ -10,7 +10,8 @@
 #
 # peregrine_test_suite(NAME name DIR dir DEPS ... [TAGS_ARE_LABELS])
 #   One Catch2 executable <name>_tests from every *_test.cc in dir; each TEST_CASE is
-#   registered with CTest on its own so the suite runs in parallel.
+#   registered with CTest on its own so the suite runs in parallel. Every suite links the
+#   shared kit peregrine::testing (tests/testing/).
 
 set(PEREGRINE_WARNINGS -Wall -Wextra)
 
@@ -55,7 +56,7 @@ function(peregrine_test_suite)
   add_executable(${ARG_NAME}_tests ${srcs})
   target_include_directories(${ARG_NAME}_tests PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   target_compile_options(${ARG_NAME}_tests PRIVATE ${PEREGRINE_WARNINGS})
-  target_link_libraries(${ARG_NAME}_tests PRIVATE peregrine_catch_main ${ARG_DEPS})
+  target_link_libraries(${ARG_NAME}_tests PRIVATE peregrine_catch_main peregrine::testing ${ARG_DEPS})
   target_compile_definitions(${ARG_NAME}_tests PRIVATE
     PEREGRINE_BINARY_DIR="${PROJECT_BINARY_DIR}" PEREGRINE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   set_target_properties(${ARG_NAME}_tests PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)

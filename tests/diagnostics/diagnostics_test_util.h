@@ -29,7 +29,9 @@
 #include "grpcpp/grpcpp.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "sim/fault/fault_control.h"
-#include "tests/agent/process_test_util.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/process_guard.h"
+#include "tests/testing/temp_dir.h"
 
 extern char** environ;
 
@@ -37,22 +39,7 @@ namespace peregrine::diagtest {
 
 namespace v1 = ::peregrine::v1;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "peregrine-diag-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    if (std::getenv("PEREGRINE_KEEP_TEST_DIRS") != nullptr) return;
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::peregrine::testing::TempDir;
 
 // Answers every Register with the ack configured for that pod; records command results.
 class FakeController final : public v1::AgentService::Service {

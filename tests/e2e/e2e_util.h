@@ -1,6 +1,6 @@
-// Helpers for end-to-end tests: a temporary directory that is removed on destruction, a
-// LocalMode that is always torn down (even when a REQUIRE fails), the demo job with a
-// short run, and a check that no process of a pod survived.
+// Helpers for end-to-end tests: a LocalMode that is always torn down (even when a REQUIRE
+// fails), the demo job with a short run, and a check that no process of a pod survived.
+// Temporary directories come from the kit (tests/testing/temp_dir.h).
 #ifndef PEREGRINE_TESTS_E2E_E2E_UTIL_H_
 #define PEREGRINE_TESTS_E2E_E2E_UTIL_H_
 
@@ -9,7 +9,6 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -20,25 +19,11 @@
 #include "controller/local/local_cluster.h"
 #include "controller/local/local_mode.h"
 #include "controller/local/scenario.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine::e2e {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "peregrine-e2e-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    if (std::getenv("PEREGRINE_KEEP_TEST_DIRS") != nullptr) return;  // debugging a failure
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::peregrine::testing::TempDir;
 
 // Tears the local cluster down on scope exit, whatever happened.
 struct ModeGuard {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/nccl_ring/ring_format.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine {
 namespace {
@@ -28,22 +29,7 @@ namespace ring = nccl_ring;
 constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kUnixOffset = 1'700'000'000'000'000'000;  // unix - monotonic in the test
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "peregrine-failslow-XXXXXX").string();
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::peregrine::testing::TempDir;
 
 // A ring of this (live) process, named and formatted the way the hook does it.
 class TrainerRing {

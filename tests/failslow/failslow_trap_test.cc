@@ -14,11 +14,11 @@ namespace peregrine {
 namespace {
 
 using testing::Child;
-using testing::ScratchDir;
-using testing::WaitFor;
+using testing::TempDir;
+using testing::Eventually;
 
 TEST_CASE("trap is acknowledged only once training is really paused", "[integration]") {
-  ScratchDir dir;
+  TempDir dir;
   FailSlowMonitorOptions options;
   options.ring_dir = dir.path() + "/rings";
   auto created = FailSlowMonitor::Create(options);
@@ -40,7 +40,7 @@ TEST_CASE("trap is acknowledged only once training is really paused", "[integrat
   }
   auto poll = [&] { monitor.Poll(0, 0); };
   // Training runs: both rings open and records flow.
-  REQUIRE(WaitFor([&] {
+  REQUIRE(Eventually([&] {
     poll();
     return monitor.stats().rings_opened == 2 && monitor.stats().records > 200;
   }));
@@ -55,7 +55,7 @@ TEST_CASE("trap is acknowledged only once training is really paused", "[integrat
   CHECK(!monitor.CheckPaused().paused);  // the first check has nothing to compare with
   // Checked at a steady cadence (as the agent's 100 ms poll does), it becomes paused.
   FailSlowMonitor::PauseCheck check;
-  REQUIRE(WaitFor([&] {
+  REQUIRE(Eventually([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the cadence, not a wait for a condition
     poll();
     check = monitor.CheckPaused();
@@ -73,7 +73,7 @@ TEST_CASE("trap is acknowledged only once training is really paused", "[integrat
 
   // Released: training moves again and completes with correct results.
   monitor.SetMode(/*profiling=*/true, /*trap=*/false);
-  REQUIRE(WaitFor([&] {
+  REQUIRE(Eventually([&] {
     poll();
     return monitor.stats().records > records;
   }));

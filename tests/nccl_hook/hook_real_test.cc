@@ -16,7 +16,7 @@ namespace {
 
 namespace ring = nccl_ring;
 using testing::Child;
-using testing::ScratchDir;
+using testing::TempDir;
 
 std::string Hex(uint64_t v) {
   char buf[32];
@@ -25,7 +25,7 @@ std::string Hex(uint64_t v) {
 }
 
 TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration]") {
-  ScratchDir dir;
+  TempDir dir;
   REQUIRE(!dir.path().empty());
   Child plain({testing::ProbePath(), "real"},
               {{"LD_LIBRARY_PATH", testing::kRealNcclDir}, {"LD_PRELOAD", ""}},
@@ -103,7 +103,7 @@ TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration
 }
 
 TEST_CASE("hook with PEREGRINE_NCCL_DISABLE=1 only forwards and creates no ring", "[integration]") {
-  ScratchDir dir;
+  TempDir dir;
   Child hooked({testing::ProbePath(), "real"},
                {{"LD_LIBRARY_PATH", testing::kRealNcclDir},
                 {"LD_PRELOAD", testing::HookPath()},

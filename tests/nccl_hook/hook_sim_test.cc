@@ -20,8 +20,8 @@ namespace {
 
 namespace ring = nccl_ring;
 using testing::Child;
-using testing::ScratchDir;
-using testing::WaitFor;
+using testing::TempDir;
+using testing::Eventually;
 
 std::string Hex(uint64_t v) {
   char buf[32];
@@ -34,7 +34,7 @@ struct Pair {
   std::unique_ptr<Child> rank[2];
 };
 
-Pair StartPair(const ScratchDir& dir, int iterations, bool hooked,
+Pair StartPair(const TempDir& dir, int iterations, bool hooked,
                std::map<std::string, std::string> extra = {}) {
   Pair p;
   const std::string tag = hooked ? "hooked" : "plain";
@@ -55,7 +55,7 @@ Pair StartPair(const ScratchDir& dir, int iterations, bool hooked,
   return p;
 }
 
-std::string RingPath(const ScratchDir& dir, int rank, pid_t pid) {
+std::string RingPath(const TempDir& dir, int rank, pid_t pid) {
   return dir.path() + "/peregrine-nccl-r" + std::to_string(rank) + "-p" + std::to_string(pid) +
          ".ring";
 }
@@ -63,7 +63,7 @@ std::string RingPath(const ScratchDir& dir, int rank, pid_t pid) {
 // Opens the ring once its process has created it.
 std::unique_ptr<NcclRingReader> OpenWhenReady(const std::string& path) {
   std::unique_ptr<NcclRingReader> reader;
-  WaitFor([&] {
+  Eventually([&] {
     auto r = NcclRingReader::Open(path);
     if (!r.ok()) return false;
     reader = std::move(*r);
@@ -73,7 +73,7 @@ std::unique_ptr<NcclRingReader> OpenWhenReady(const std::string& path) {
 }
 
 TEST_CASE("hook over sim NCCL: 2 ranks, results unchanged, consistent records", "[integration]") {
-  ScratchDir dir;
+  TempDir dir;
   constexpr int kIterations = 20;
   Pair plain = StartPair(dir, kIterations, /*hooked=*/false);
   Pair hooked = StartPair(dir, kIterations, /*hooked=*/true);
@@ -176,7 +176,7 @@ TEST_CASE("hook over sim NCCL: 2 ranks, results unchanged, consistent records", 
 }
 
 TEST_CASE("trap mode pauses both ranks at call boundaries and releases them", "[integration]") {
-  ScratchDir dir;
+  TempDir dir;
   constexpr int kIterations = 20000;
   Pair hooked = StartPair(dir, kIterations, /*hooked=*/true, {{"PEREGRINE_NCCL_TRAP", "1"}});
   std::unique_ptr<NcclRingReader> reader[2];
@@ -189,7 +189,7 @@ TEST_CASE("trap mode pauses both ranks at call boundaries and releases them", "[
     return i.trapped_now == 1 && i.trapped_total >= total;
   };
   // Phase 1: started trapped: both wait at their first call (CommInitRank).
-  REQUIRE(WaitFor([&] { return trapped(0, 1) && trapped(1, 1); }));
+  REQUIRE(Eventually([&] { return trapped(0, 1) && trapped(1, 1); }));
   const uint64_t start0 = reader[0]->Info().write_index;
   const uint64_t start1 = reader[1]->Info().write_index;
   // Nothing moves while trapped (a window, not a wait for a condition).
@@ -203,7 +203,7 @@ TEST_CASE("trap mode pauses both ranks at call boundaries and releases them", "[
   // so both stop again at their next call (CommSplit).
   reader[0]->Release();
   reader[1]->Release();
-  REQUIRE(WaitFor([&] { return trapped(0, 2) && trapped(1, 2); }));
+  REQUIRE(Eventually([&] { return trapped(0, 2) && trapped(1, 2); }));
   for (int r = 0; r < 2; ++r) {
     NcclPollResult poll = reader[r]->Poll(0);
     REQUIRE(!poll.records.empty());
@@ -221,15 +221,15 @@ TEST_CASE("trap mode pauses both ranks at call boundaries and releases them", "[
     for (const NcclRecord& rec : reader[r]->Poll(0).records) n += IsNcclTrafficOp(rec.op);
     return n;
   };
-  REQUIRE(WaitFor([&] { return traffic(0) >= 60 && traffic(1) >= 60; }));
+  REQUIRE(Eventually([&] { return traffic(0) >= 60 && traffic(1) >= 60; }));
   reader[0]->SetTrap(true);
   reader[1]->SetTrap(true);
   // A rank may be inside a collective waiting for its trapped peer, or reach the trap
   // just after a release: releasing the trapped ones one call at a time brings both to
   // the same boundary, both waiting there.
-  REQUIRE(WaitFor([&] { return trapped(0, 1) || trapped(1, 1); }));
+  REQUIRE(Eventually([&] { return trapped(0, 1) || trapped(1, 1); }));
   auto last_release = std::chrono::steady_clock::now();
-  REQUIRE(WaitFor([&] {
+  REQUIRE(Eventually([&] {
     if (trapped(0, 1) && trapped(1, 1)) return true;
     if (std::chrono::steady_clock::now() - last_release > std::chrono::milliseconds(50)) {
       reader[0]->Release();

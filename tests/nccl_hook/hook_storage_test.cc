@@ -19,7 +19,7 @@ namespace peregrine {
 namespace {
 
 using testing::Child;
-using testing::ScratchDir;
+using testing::TempDir;
 
 // A tmpfs of `bytes` mounted on `dir` for the test's lifetime; ok() false when this
 // process may not mount (not root / no CAP_SYS_ADMIN), with the reason in error().
@@ -47,7 +47,7 @@ class SmallTmpfs {
 
 // Runs a 2-rank hooked workload whose processes start through `launcher` (prefix argv)
 // with their rings in `ring_dir`; both must finish with correct results.
-void RunPairAndExpectCorrectResults(const ScratchDir& scratch, const std::string& ring_dir,
+void RunPairAndExpectCorrectResults(const TempDir& scratch, const std::string& ring_dir,
                                     const std::vector<std::string>& launcher) {
   std::unique_ptr<Child> ranks[2];
   for (int r = 0; r < 2; ++r) {
@@ -79,7 +79,7 @@ void RunPairAndExpectCorrectResults(const ScratchDir& scratch, const std::string
 
 TEST_CASE("hook on a full file system: forwards only, reports why, training unaffected",
           "[integration]") {
-  ScratchDir scratch;
+  TempDir scratch;
   const std::string ring_dir = scratch.path() + "/rings";
   std::filesystem::create_directories(ring_dir);
   // 64 KiB: room for the failure markers, far too small for a ring (over 4 MiB). Without
@@ -103,7 +103,7 @@ TEST_CASE("hook on a full file system: forwards only, reports why, training unaf
 
 TEST_CASE("hook under a file-size limit smaller than its ring: forwards only, no SIGXFSZ",
           "[integration]") {
-  ScratchDir scratch;
+  TempDir scratch;
   REQUIRE(std::filesystem::exists("/usr/bin/prlimit"));
   // 1 MiB limit: the markers fit, a ring does not. ftruncate past the limit would raise
   // SIGXFSZ, whose default action terminates the training process.

@@ -1,5 +1,5 @@
-// Test helpers for the nccl_hook suite: a scratch directory removed on destruction and
-// a child process started with posix_spawn (own environment, stdout/stderr to a file),
+// Test helpers for the nccl_hook suite: the paths of the hook and probe, and a child
+// process started with posix_spawn (own environment, stdout/stderr to a file),
 // killed and reaped on destruction if still running.
 #ifndef PEREGRINE_TESTS_NCCL_HOOK_PROBE_PROCESS_H_
 #define PEREGRINE_TESTS_NCCL_HOOK_PROBE_PROCESS_H_
@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/eventually.h"
+#include "tests/testing/temp_dir.h"
+
 extern char** environ;
 
 namespace peregrine::testing {
@@ -28,23 +31,6 @@ inline std::string HookPath() { return std::string(PEREGRINE_BINARY_DIR) + "/lib
 inline std::string ProbePath() { return std::string(PEREGRINE_BINARY_DIR) + "/bin/nccl-hook-probe"; }
 inline std::string SimNcclDir() { return std::string(PEREGRINE_BINARY_DIR) + "/lib/sim"; }
 inline constexpr const char* kRealNcclDir = "/usr/local/cuda/lib64";
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "nccl-hook-XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    if (p != nullptr) path_ = p;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class Child {
  public:
@@ -129,18 +115,6 @@ class Child {
   bool reaped_ = false;
   int exit_code_ = -1;
 };
-
-// Polls `cond` every few milliseconds until true or the deadline (generous: only a
-// broken implementation reaches it).
-template <typename F>
-bool WaitFor(F cond, std::chrono::seconds timeout = std::chrono::seconds(60)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return cond();
-}
 
 }  // namespace peregrine::testing
 

@@ -60,7 +60,7 @@ class TestRing {
 };
 
 TEST_CASE("records come back in order with every field", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   TestRing r(dir.path(), 16);
   for (uint64_t i = 0; i < 5; ++i) REQUIRE(r.Append(100 + i, 0xabc, i) == i);
   auto reader = NcclRingReader::Open(r.path());
@@ -92,7 +92,7 @@ TEST_CASE("records come back in order with every field", "[unit]") {
 }
 
 TEST_CASE("wraparound overwrites the oldest and the reader counts exactly what it lost", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   TestRing r(dir.path(), 8);
   auto reader = NcclRingReader::Open(r.path());
   REQUIRE(reader.ok());
@@ -112,7 +112,7 @@ TEST_CASE("wraparound overwrites the oldest and the reader counts exactly what i
 }
 
 TEST_CASE("an uncommitted record stops the poll until it is committed", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   TestRing r(dir.path(), 8);
   r.Append(1, 1, 1);
   // Simulate a writer between reservation and commit for index 1.
@@ -133,7 +133,7 @@ TEST_CASE("an uncommitted record stops the poll until it is committed", "[unit]"
 }
 
 TEST_CASE("a writer stalled for a full lap loses only its own record", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   TestRing r(dir.path(), 4);
   // Index 0 reserved and claimed, its writer stalls; 8 more records go through.
   __atomic_fetch_add(&r.header()->write_index, 1, __ATOMIC_RELAXED);
@@ -163,7 +163,7 @@ TEST_CASE("a writer stalled for a full lap loses only its own record", "[unit]")
 }
 
 TEST_CASE("several producer threads: every record exactly once, none torn", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   constexpr int kThreads = 4;
   constexpr uint64_t kPerThread = 20000;
   TestRing r(dir.path(), 1u << 17);  // holds everything: no loss allowed
@@ -195,7 +195,7 @@ TEST_CASE("several producer threads: every record exactly once, none torn", "[un
 }
 
 TEST_CASE("concurrent producers and reader on a small ring: received + lost == written", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   constexpr int kThreads = 3;
   constexpr uint64_t kPerThread = 30000;
   TestRing r(dir.path(), 256);
@@ -235,7 +235,7 @@ TEST_CASE("concurrent producers and reader on a small ring: received + lost == w
 }
 
 TEST_CASE("Open rejects what is not a ring, naming the file", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   SECTION("missing") {
     auto r = NcclRingReader::Open(dir.path() + "/nope");
     REQUIRE(!r.ok());
@@ -282,7 +282,7 @@ TEST_CASE("Open rejects what is not a ring, naming the file", "[unit]") {
 }
 
 TEST_CASE("control words round-trip and ring files are listed by rank", "[unit]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   TestRing r(dir.path(), 8);
   auto reader = NcclRingReader::Open(r.path());
   REQUIRE(reader.ok());

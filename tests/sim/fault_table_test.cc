@@ -17,7 +17,7 @@ using peregrine::testing::TempDir;
 
 TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   auto empty = ReadFaults(path);
   REQUIRE(empty.ok());
@@ -70,7 +70,7 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
 
 TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of -1 is every other machine", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   RankFault nvlink;
   nvlink.intra_corrupt = true;
@@ -122,7 +122,7 @@ TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of
 
 TEST_CASE("fault table: ClearMachineFaults removes one GPU's or one machine's faults only", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   RankFault crash;
   crash.crash = true;
@@ -172,7 +172,7 @@ TEST_CASE("fault table: CorruptPayload flips one bit per 4 bytes and is its own 
 
 TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per GPU", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   RankFault sdc;
   sdc.grad_corrupt = true;
@@ -190,7 +190,7 @@ TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per G
 
 TEST_CASE("fault table: a reader follows changes and a re-created table", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   FaultTableReader early(path);  // before the file exists: no faults, no error thrown
   CHECK(early.Poll().ranks.empty());
   REQUIRE(CreateFaultTable(path).ok());
@@ -210,7 +210,7 @@ TEST_CASE("fault table: a reader follows changes and a re-created table", "[unit
 
 TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   CHECK(SetRankFault(path, 0, 0, RankFault{}).code() == absl::StatusCode::kNotFound);
   CHECK(ReadFaults(path).status().code() == absl::StatusCode::kNotFound);
   REQUIRE(CreateFaultTable(path).ok());
@@ -223,7 +223,7 @@ TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
   negative.delay_us = -1;
   CHECK(SetLinkFault(path, 0, 1, negative).code() == absl::StatusCode::kInvalidArgument);
 
-  const std::string garbage = dir.File("garbage");
+  const std::string garbage = dir.Path("garbage");
   {
     std::ofstream out(garbage);
     for (int i = 0; i < 2000; ++i) out << "not a fault table ";
@@ -233,14 +233,14 @@ TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
   FaultTableReader reader(garbage);
   CHECK(reader.Poll().ranks.empty());
   CHECK_FALSE(reader.error().empty());
-  const std::string tiny = dir.File("tiny");
+  const std::string tiny = dir.Path("tiny");
   { std::ofstream out(tiny); out << "PRG"; }
   CHECK(ReadFaults(tiny).status().code() == absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("fault table: jitter is stored, merged and validated", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   RankFault machine_wide;
   machine_wide.jitter_fraction = 0.05;
@@ -293,7 +293,7 @@ TEST_CASE("fault table: JitterFactor is uniform within 1 +- j, per seed and draw
 
 TEST_CASE("fault table: a table of another version is rejected, naming both versions", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   {
     // Rewrite the header as an older build wrote it (version 1).
@@ -319,7 +319,7 @@ TEST_CASE("fault table: a table of another version is rejected, naming both vers
 
 TEST_CASE("fault table: capacity is enforced", "[unit]") {
   TempDir dir;
-  const std::string path = dir.File("faults");
+  const std::string path = dir.Path("faults");
   REQUIRE(CreateFaultTable(path).ok());
   RankFault hang;
   hang.hang = true;

@@ -71,7 +71,7 @@ long long Nanos(const std::string& answer, const std::string& prefix) {
 
 TEST_CASE("link delay slows transfers between the faulted machines only", "[integration]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   ServeCluster c(faults);
   REQUIRE(c.Ready());
@@ -102,7 +102,7 @@ TEST_CASE("link delay slows transfers between the faulted machines only", "[inte
 
 TEST_CASE("bandwidth cap paces payload between machines", "[integration]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   ServeCluster c(faults);
   REQUIRE(c.Ready());
@@ -126,7 +126,7 @@ TEST_CASE("bandwidth cap paces payload between machines", "[integration]") {
 
 TEST_CASE("nan and corrupt faults from one GPU change results while running", "[integration]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   ServeCluster c(faults);
   REQUIRE(c.Ready());
@@ -153,7 +153,7 @@ TEST_CASE("nan and corrupt faults from one GPU change results while running", "[
 
 TEST_CASE("nvlink corrupts payloads inside the machine only, link-corrupt between machines only", "[integration]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   ServeCluster c(faults);
   REQUIRE(c.Ready());

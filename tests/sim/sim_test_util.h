@@ -1,22 +1,21 @@
-// Helpers shared by the sim suite: paths of the binaries under test, unique ids for
-// worker processes, temporary directories and free loopback ports.
+// Helpers shared by the sim suite: paths of the binaries under test and unique ids for
+// worker processes (temporary directories, free ports and child processes: tests/testing/).
 #ifndef PEREGRINE_TESTS_SIM_SIM_TEST_UTIL_H_
 #define PEREGRINE_TESTS_SIM_SIM_TEST_UTIL_H_
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "nccl.h"
-#include "tests/sim/child_process.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/ports.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine::testing {
 
@@ -36,37 +35,6 @@ inline std::string NewIdHex() {
     hex += buf;
   }
   return hex;
-}
-
-// A directory removed (with its contents) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "peregrine-sim-XXXXXX").string();
-    path_ = mkdtemp(templ.data()) != nullptr ? templ : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-// A loopback port that was free a moment ago (bound to 0, then released).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 }  // namespace peregrine::testing

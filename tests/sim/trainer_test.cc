@@ -36,7 +36,7 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
                                                       const std::string& faults,
                                                       const std::vector<std::string>& extra,
                                                       const std::string& timeout_ms = "") {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 8; ++r) {
     ChildProcess::Options o;
@@ -50,8 +50,8 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
              {"PEREGRINE_DP", "2"},                 {"PEREGRINE_RESUME_STEP", std::to_string(resume_step)},
              {"PEREGRINE_MACHINE_ID", std::to_string(r / 2)},
              {"PEREGRINE_SIM_FAULTS", faults},      {"PEREGRINE_NCCL_TIMEOUT_MS", timeout_ms}};
-    o.stdout_path = dir.File(tag + ".out." + std::to_string(r));
-    o.stderr_path = dir.File(tag + ".err." + std::to_string(r));
+    o.stdout_path = dir.Path(tag + ".out." + std::to_string(r));
+    o.stderr_path = dir.Path(tag + ".err." + std::to_string(r));
     ranks.push_back(ChildProcess::Start(o));
   }
   return ranks;
@@ -68,7 +68,7 @@ RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int re
   for (int r = 0; r < 8; ++r) {
     result.statuses.push_back(ranks[r] ? ranks[r]->Wait(kGenerous) : std::nullopt);
     std::vector<StepLine> lines;
-    std::ifstream in(dir.File(tag + ".out." + std::to_string(r)));
+    std::ifstream in(dir.Path(tag + ".out." + std::to_string(r)));
     std::string line;
     while (std::getline(in, line)) {
       std::smatch m;
@@ -79,7 +79,7 @@ RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int re
       }
     }
     result.lines.push_back(lines);
-    result.stderr_text.push_back(Slurp(dir.File(tag + ".err." + std::to_string(r))));
+    result.stderr_text.push_back(Slurp(dir.Path(tag + ".err." + std::to_string(r))));
   }
   return result;
 }
@@ -115,7 +115,7 @@ TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs and ranks and r
 TEST_CASE("sim-trainer: nan and corrupt faults show in the loss and a crash exits the rest with 3",
           "[e2e]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   const RunResult clean = RunWorld(dir, "clean", 2, 0, faults);
   for (int r = 0; r < 8; ++r) REQUIRE(ExitedWith(clean.statuses[r], 0));
@@ -162,7 +162,7 @@ TEST_CASE("sim-trainer: nan and corrupt faults show in the loss and a crash exit
 
 TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration", "[e2e]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   sim::RankFault slow;
   slow.compute_slowdown = 3.0;
@@ -171,7 +171,7 @@ TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration"
   for (int k = 0; k < 8; ++k) REQUIRE(ExitedWith(r.statuses[k], 0));
   // The slowed rank alone spends >= 4 micro-batches x 10 ms x 3 per step; every rank waits
   // for it, so every iteration time has that floor.
-  std::ifstream in(dir.File("slow.out.0"));
+  std::ifstream in(dir.Path("slow.out.0"));
   std::string line;
   int checked = 0;
   while (std::getline(in, line)) {
@@ -184,7 +184,7 @@ TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration"
 
 TEST_CASE("sim-trainer: a hung GPU times its peers out and SIGTERM stops it", "[e2e]") {
   TempDir dir;
-  const std::string faults = dir.File("faults");
+  const std::string faults = dir.Path("faults");
   REQUIRE(sim::CreateFaultTable(faults).ok());
   sim::RankFault hang;
   hang.hang = true;
@@ -192,7 +192,7 @@ TEST_CASE("sim-trainer: a hung GPU times its peers out and SIGTERM stops it", "[
   auto ranks = StartWorld(dir, "hang", 3, 0, faults, {}, /*timeout_ms=*/"1500");
   for (int r = 0; r < 8; ++r) {
     if (r == 6) continue;
-    INFO("rank " << r << " stderr: " << Slurp(dir.File("hang.err." + std::to_string(r))));
+    INFO("rank " << r << " stderr: " << Slurp(dir.Path("hang.err." + std::to_string(r))));
     CHECK(ExitedWith(ranks[r]->Wait(kGenerous), 3));
   }
   // The hung rank is not inside NCCL, so nothing times it out: it is still there.

@@ -1,12 +1,8 @@
-// Helpers for the analyze tests: a temporary directory removed on destruction, fixture
-// paths, file I/O, and running `peregrinectl analyze` as a function.
+// Helpers for the analyze tests: fixture paths and running `peregrinectl analyze` as a
+// function (temporary directories and file I/O: tests/testing/).
 #ifndef PEREGRINE_TESTS_CLI_ANALYZE_ANALYZE_TEST_UTIL_H_
 #define PEREGRINE_TESTS_CLI_ANALYZE_ANALYZE_TEST_UTIL_H_
 
-#include <stdlib.h>
-
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,43 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/analyze/analyze_command.h"
+#include "tests/testing/files.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine::analyze_test {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "peregrine-analyze-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string Path(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void WriteAll(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  REQUIRE(out.good());
-  out << text;
-  REQUIRE(out.good());
-}
 
 inline std::string Fixture(const std::string& name) {
   return std::string(PEREGRINE_SOURCE_DIR) + "/tests/cli/analyze/testdata/" + name;

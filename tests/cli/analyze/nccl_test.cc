@@ -13,9 +13,9 @@ namespace {
 
 using analyze_test::Analyze;
 using analyze_test::Fixture;
-using analyze_test::ReadAll;
-using analyze_test::TempDir;
-using analyze_test::WriteAll;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
 
 // The fixtures' iteration: 7 calls, the first an AllGather on the TP communicator.
 void CheckPattern(const nlohmann::json& stream) {
@@ -112,7 +112,7 @@ TEST_CASE("analyze nccl: coarse timestamps are used, with a warning", "[unit]") 
                             1024 << k);
     }
   }
-  WriteAll(dir.Path("coarse.log"), log);
+  WriteFile(dir.Path("coarse.log"), log);
   const nlohmann::json j = Analyze({"nccl", dir.Path("coarse.log"), "--json"}).Json();
   const nlohmann::json& s = j["streams"][0];
   CHECK(s["period"] == 3);
@@ -180,7 +180,7 @@ TEST_CASE("analyze nccl: op names across formats", "[unit]") {
 
 TEST_CASE("analyze nccl: malformed input names the file, line and problem", "[unit]") {
   TempDir dir;
-  const std::string kineto = ReadAll(Fixture("kineto_profiler_steps.json"));
+  const std::string kineto = ReadFile(Fixture("kineto_profiler_steps.json"));
   auto log_line = [](const std::string& count) {
     return absl::StrCat("h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x2 count ", count,
                         " datatype 7 op 0 root 0 comm 0xabc [nranks=2] stream 0x3\n");
@@ -224,7 +224,7 @@ TEST_CASE("analyze nccl: malformed input names the file, line and problem", "[un
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    WriteAll(dir.Path(c.name), c.text);
+    WriteFile(dir.Path(c.name), c.text);
     analyze_test::Result r = Analyze({"nccl", dir.Path(c.name)});
     INFO(r.err);
     CHECK(r.code == 1);

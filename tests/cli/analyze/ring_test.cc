@@ -19,8 +19,8 @@ namespace peregrine {
 namespace {
 
 using analyze_test::Analyze;
-using analyze_test::ReadAll;
-using analyze_test::WriteAll;
+using testing::ReadFile;
+using testing::WriteFile;
 
 // The single ring file in `dir`.
 std::string OnlyRing(const std::string& dir) {
@@ -38,7 +38,7 @@ struct TrainerRun {
   std::string ring;
   std::string output;
 };
-TrainerRun RunTrainer(const testing::ScratchDir& dir, int steps, const std::string& faults = "",
+TrainerRun RunTrainer(const testing::TempDir& dir, int steps, const std::string& faults = "",
                       int at_step = -1, const std::function<void()>& on_step = {}) {
   const std::string out = dir.path() + "/trainer.out";
   testing::Child trainer(
@@ -60,21 +60,21 @@ TrainerRun RunTrainer(const testing::ScratchDir& dir, int steps, const std::stri
       out);
   if (on_step) {
     const std::string marker = "step=" + std::to_string(at_step) + " ";
-    REQUIRE(testing::WaitFor([&] {
+    REQUIRE(testing::Eventually([&] {
       std::error_code ec;
-      return std::filesystem::exists(out, ec) && ReadAll(out).find(marker) != std::string::npos;
+      return std::filesystem::exists(out, ec) && ReadFile(out).find(marker) != std::string::npos;
     }));
     on_step();
   }
   const int rc = trainer.Wait();
-  const std::string output = ReadAll(out);
+  const std::string output = ReadFile(out);
   INFO(output);
   REQUIRE(rc == 0);
   return {OnlyRing(dir.path()), output};
 }
 
 TEST_CASE("analyze nccl: a real ring file from the hook over sim-trainer", "[integration]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const TrainerRun run = RunTrainer(dir, 120);
   const nlohmann::json j = Analyze({"nccl", run.ring, "--json"}).Json();
   CHECK(j["format"] == "peregrine-ring");
@@ -106,7 +106,7 @@ TEST_CASE("analyze nccl: a real ring file from the hook over sim-trainer", "[int
 }
 
 TEST_CASE("analyze nccl: a ring with a compute slowdown injected mid-run", "[integration]") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string faults = dir.path() + "/faults";
   REQUIRE(sim::CreateFaultTable(faults).ok());
   const TrainerRun run = RunTrainer(dir, 260, faults, 100, [&] {
@@ -125,8 +125,8 @@ TEST_CASE("analyze nccl: a ring with a compute slowdown injected mid-run", "[int
 }
 
 TEST_CASE("analyze nccl: truncated and garbage ring files fail with a clear error", "[integration]") {
-  testing::ScratchDir dir;
-  const std::string bytes = ReadAll(RunTrainer(dir, 20).ring);
+  testing::TempDir dir;
+  const std::string bytes = ReadFile(RunTrainer(dir, 20).ring);
   REQUIRE(bytes.size() > 100000);
   struct Case {
     std::string name;
@@ -148,7 +148,7 @@ TEST_CASE("analyze nccl: truncated and garbage ring files fail with a clear erro
   for (const Case& c : cases) {
     INFO(c.name);
     const std::string path = dir.path() + "/" + c.name;
-    WriteAll(path, c.content);
+    WriteFile(path, c.content);
     const analyze_test::Result r = Analyze({"nccl", path});
     CHECK(r.code == 1);
     CHECK(r.err.find(path + ": ") != std::string::npos);

@@ -15,10 +15,10 @@ namespace peregrine {
 namespace {
 
 using analyze_test::Analyze;
-using analyze_test::ReadAll;
+using testing::ReadFile;
 using analyze_test::StackFixture;
-using analyze_test::TempDir;
-using analyze_test::WriteAll;
+using testing::TempDir;
+using testing::WriteFile;
 
 const std::vector<std::string> kLayout1x2x2 = {"--tp", "1", "--pp", "2", "--dp", "2", "--gpus-per-machine", "1"};
 
@@ -33,7 +33,7 @@ TEST_CASE("analyze stacks: real gdb captures named gdb_rankN.txt find the hung r
   TempDir dir;
   for (int r = 0; r < 4; ++r) {
     const std::string name = absl::StrCat("gdb_rank", r, ".txt");
-    WriteAll(dir.Path(name), ReadAll(StackFixture(name)));
+    WriteFile(dir.Path(name), ReadFile(StackFixture(name)));
   }
   const nlohmann::json j = Analyze(Args(dir.path(), kLayout1x2x2, true)).Json();
   INFO(j.dump(1));
@@ -59,7 +59,7 @@ TEST_CASE("analyze stacks: real gdb captures named gdb_rankN.txt find the hung r
 TEST_CASE("analyze stacks: eu-stack captures named stack.N.txt, one rank missing", "[unit]") {
   TempDir dir;
   for (int r : {0, 1, 3}) {
-    WriteAll(dir.Path(absl::StrCat("stack.", r, ".txt")), ReadAll(StackFixture(absl::StrCat("eustack_rank", r, ".txt"))));
+    WriteFile(dir.Path(absl::StrCat("stack.", r, ".txt")), ReadFile(StackFixture(absl::StrCat("eustack_rank", r, ".txt"))));
   }
   const nlohmann::json j = Analyze(Args(dir.path(), kLayout1x2x2, true)).Json();
   INFO(j.dump(1));
@@ -75,15 +75,15 @@ TEST_CASE("analyze stacks: eu-stack captures named stack.N.txt, one rank missing
 TEST_CASE("analyze stacks: py-spy dumps with 'rank: N' header lines, several files per rank", "[unit]") {
   // TP=2 PP=2 DP=2, 2 GPUs per machine: machine m holds ranks 2m and 2m+1.
   TempDir dir;
-  const std::string pyspy = ReadAll(StackFixture("pyspy_dump_rank5.txt"));
+  const std::string pyspy = ReadFile(StackFixture("pyspy_dump_rank5.txt"));
   for (int r = 0; r < 8; ++r) {
     std::string text = pyspy;
     if (r == 5) text = absl::StrReplaceAll(text, {{"all_gather_into_tensor", "barrier"}});
-    WriteAll(dir.Path(absl::StrCat("trainer-", std::string(1, static_cast<char>('a' + r)), ".txt")),
+    WriteFile(dir.Path(absl::StrCat("trainer-", std::string(1, static_cast<char>('a' + r)), ".txt")),
              absl::StrCat("Rank: ", r, "\n", text));
   }
   // A second capture of rank 0 (a helper process, gdb) in a file named by rule 2.
-  WriteAll(dir.Path("rank-0.gdb"), ReadAll(StackFixture("gdb_rank0.txt")));
+  WriteFile(dir.Path("rank-0.gdb"), ReadFile(StackFixture("gdb_rank0.txt")));
   const std::vector<std::string> layout = {"--tp", "2", "--pp", "2", "--dp", "2", "--gpus-per-machine", "2"};
   const nlohmann::json j = Analyze(Args(dir.path(), layout, true)).Json();
   INFO(j.dump(1));
@@ -113,7 +113,7 @@ TEST_CASE("analyze stacks: rank rules", "[unit]") {
   CHECK(RankFromFileName("dump-07.log") == 7);
   CHECK(RankFromFileName("stacks.txt") == std::nullopt);
   absl::StatusOr<RankStackFile> f =
-      ParseRankStackText(absl::StrCat("\n  rank = 6\n", ReadAll(StackFixture("eustack_rank1.txt"))), "/x/rank-1.txt");
+      ParseRankStackText(absl::StrCat("\n  rank = 6\n", ReadFile(StackFixture("eustack_rank1.txt"))), "/x/rank-1.txt");
   REQUIRE(f.ok());
   CHECK(f->rank == 6);  // the header line wins over the file name
   CHECK(f->tool == StackTool::kEuStack);
@@ -129,14 +129,14 @@ TEST_CASE("analyze stacks: malformed input names the file and problem", "[unit]"
       {"rank-0.txt", "", {"rank-0.txt: empty file"}},
       {"rank-0.txt", std::string("\0\0\x13\x37garbage\0", 12), {"rank-0.txt: binary data"}},
       {"rank-0.txt", "Segmentation fault (core dumped)\n", {"rank-0.txt: not a stack dump"}},
-      {"stacks.txt", ReadAll(StackFixture("gdb_rank0.txt")), {"stacks.txt: cannot tell the rank"}},
-      {"rank-9.txt", ReadAll(StackFixture("gdb_rank0.txt")), {"rank-9.txt: rank 9", "outside the layout"}},
+      {"stacks.txt", ReadFile(StackFixture("gdb_rank0.txt")), {"stacks.txt: cannot tell the rank"}},
+      {"rank-9.txt", ReadFile(StackFixture("gdb_rank0.txt")), {"rank-9.txt: rank 9", "outside the layout"}},
       {"rank-0.txt", "PID 12 - process\nTID 12:\n#0  zzz\n", {"rank-0.txt:3:"}},
   };
   for (const Case& c : cases) {
     INFO(c.name << " " << c.expected[0]);
     TempDir dir;
-    WriteAll(dir.Path(c.name), c.text);
+    WriteFile(dir.Path(c.name), c.text);
     analyze_test::Result r = Analyze(Args(dir.path(), kLayout1x2x2, false));
     INFO(r.err);
     CHECK(r.code == 1);

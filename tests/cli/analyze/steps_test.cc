@@ -15,8 +15,8 @@ namespace peregrine {
 namespace {
 
 using analyze_test::Analyze;
-using analyze_test::TempDir;
-using analyze_test::WriteAll;
+using testing::TempDir;
+using testing::WriteFile;
 
 // Deterministic N(0, 1) noise (splitmix64 + Box-Muller), the same on every platform.
 class Noise {
@@ -124,7 +124,7 @@ void CheckJobReport(const nlohmann::json& j, const std::string& prefix) {
 TEST_CASE("analyze steps: a 30% slowdown and a persistently slow worker, long CSV", "[unit]") {
   TempDir dir;
   const auto job = GenerateJob();
-  WriteAll(dir.Path("steps.csv"), LongCsv(job, false));
+  WriteFile(dir.Path("steps.csv"), LongCsv(job, false));
   analyze_test::Result r = Analyze({"steps", dir.Path("steps.csv"), "--json"});
   const nlohmann::json j = r.Json();
   CHECK(j["format"] == "long");
@@ -145,12 +145,12 @@ TEST_CASE("analyze steps: a 30% slowdown and a persistently slow worker, long CS
 TEST_CASE("analyze steps: aliases, milliseconds and the wide layout give the same report", "[unit]") {
   TempDir dir;
   const auto job = GenerateJob();
-  WriteAll(dir.Path("ms.csv"), LongCsv(job, true));
+  WriteFile(dir.Path("ms.csv"), LongCsv(job, true));
   const nlohmann::json ms = Analyze({"steps", dir.Path("ms.csv"), "--json"}).Json();
   CHECK(ms["unit"] == "ms");
   CheckJobReport(ms, "");
 
-  WriteAll(dir.Path("wide.csv"), WideCsv(job));
+  WriteFile(dir.Path("wide.csv"), WideCsv(job));
   const nlohmann::json wide = Analyze({"steps", dir.Path("wide.csv"), "--json"}).Json();
   CHECK(wide["format"] == "wide");
   CheckJobReport(wide, "gpu");
@@ -161,7 +161,7 @@ TEST_CASE("analyze steps: aliases, milliseconds and the wide layout give the sam
 
 TEST_CASE("analyze steps: --verify and --prob reach the detector", "[unit]") {
   TempDir dir;
-  WriteAll(dir.Path("steps.csv"), LongCsv(GenerateJob(), false));
+  WriteFile(dir.Path("steps.csv"), LongCsv(GenerateJob(), false));
   // A 30% slowdown fails a 50% verification threshold.
   const nlohmann::json strict = Analyze({"steps", dir.Path("steps.csv"), "--verify", "0.5", "--json"}).Json();
   CHECK(strict["withSlowdowns"].empty());
@@ -219,7 +219,7 @@ TEST_CASE("analyze steps: malformed input names the file, line and problem", "[u
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    WriteAll(dir.Path(c.name), c.text);
+    WriteFile(dir.Path(c.name), c.text);
     analyze_test::Result r = Analyze({"steps", dir.Path(c.name), "--format", c.format});
     CHECK(r.code == 1);
     CHECK(r.out.empty());

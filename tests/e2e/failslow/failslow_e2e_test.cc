@@ -25,14 +25,12 @@
 #include "diagnosis/parallel_layout.h"
 #include "sim/fault/fault_control.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/testing/unix_time.h"
 
 namespace peregrine::e2e {
 namespace {
 
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using testing::UnixNanos;
 
 TrainingJob FailSlowJob() {
   auto job = LoadTrainingJobFile(PEREGRINE_SOURCE_DIR "/examples/local-demo.yaml");
@@ -131,7 +129,7 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   slow.slot = slot;
   slow.local_rank = local_rank;
   slow.factor = 3;
-  const int64_t injected_at = UnixNow();
+  const int64_t injected_at = UnixNanos();
   REQUIRE(mode->Inject(slow).ok());
 
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
@@ -167,7 +165,7 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
 
   FaultRequest clear;
   clear.kind = "clear";
-  const int64_t cleared_at = UnixNow();
+  const int64_t cleared_at = UnixNanos();
   REQUIRE(mode->Inject(clear).ok());
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
     return Latest(s) != nullptr && Latest(s)->ended_at != 0;
@@ -177,7 +175,7 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   CHECK(after.fail_slows.size() == 1);
   CHECK(r.state == "Recovered");
   CHECK(r.kind == "compute");
-  CheckRecoveryOnset(r, cleared_at, UnixNow());
+  CheckRecoveryOnset(r, cleared_at, UnixNanos());
   std::printf("[failslow_e2e] compute recovery onset %.2f s after the fault was cleared\n",
               static_cast<double>(r.ended_at - cleared_at) / 1e9);
   const std::string timeline = TimelineText(*mode.mode);
@@ -258,7 +256,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   // The link recovers: the finding ends at the reported recovery onset.
   FaultRequest clear;
   clear.kind = "clear";
-  const int64_t cleared_at = UnixNow();
+  const int64_t cleared_at = UnixNanos();
   REQUIRE(mode->Inject(clear).ok());
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
     return Latest(s) != nullptr && Latest(s)->ended_at != 0;
@@ -267,7 +265,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   const FailSlowFinding& r = *Latest(after);
   CHECK(after.fail_slows.size() == 1);
   CHECK(r.kind == "communication");
-  CheckRecoveryOnset(r, cleared_at, UnixNow());
+  CheckRecoveryOnset(r, cleared_at, UnixNanos());
   CHECK_THAT(TimelineText(*mode.mode), Catch::Contains("FailSlowRecovered"));
   CHECK(after.incidents.empty());
   std::printf("[failslow_e2e] link recovery onset %.2f s after the fault was cleared\n",

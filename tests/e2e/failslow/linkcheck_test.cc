@@ -11,29 +11,17 @@
 
 #include "sim/fault/fault_control.h"
 #include "tests/e2e/e2e_util.h"
-#include "tests/sim/child_process.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/files.h"
+#include "tests/testing/ports.h"
 
 namespace peregrine::e2e {
 namespace {
 
 using testing::ChildProcess;
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing::FreeLoopbackPort;
+using testing::ReadFileIfExists;
 
 TEST_CASE("peregrine-linkcheck flags exactly the link with an injected fault", "[integration]") {
   TempDir dir;
@@ -66,8 +54,8 @@ TEST_CASE("peregrine-linkcheck flags exactly the link with an injected fault", "
     REQUIRE(WIFEXITED(*status));
     codes.push_back(WEXITSTATUS(*status));
   }
-  const std::string out = ReadAll(dir.path() + "/out.0");
-  INFO(out << ReadAll(dir.path() + "/err.0"));
+  const std::string out = ReadFileIfExists(dir.path() + "/out.0");
+  INFO(out << ReadFileIfExists(dir.path() + "/err.0"));
   for (int c : codes) CHECK(c == 1);  // a slow link was found (every rank knows the verdict)
   const nlohmann::json report = nlohmann::json::parse(out);
   CHECK(report["world"] == 4);
@@ -94,7 +82,7 @@ TEST_CASE("peregrine-gemm falls back to the CPU without CUDA and reports GFLOP/s
   std::optional<int> status = p->Wait(std::chrono::seconds(120));
   REQUIRE(status.has_value());
   CHECK((WIFEXITED(*status) && WEXITSTATUS(*status) == 0));
-  std::istringstream lines(ReadAll(dir.path() + "/out"));
+  std::istringstream lines(ReadFileIfExists(dir.path() + "/out"));
   std::string line;
   int cpu = 0, cuda = 0;
   while (std::getline(lines, line)) {

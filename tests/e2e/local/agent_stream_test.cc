@@ -12,6 +12,7 @@
 #include "controller/agent_service.h"
 #include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
+#include "tests/testing/eventually.h"
 
 namespace peregrine {
 namespace {
@@ -73,14 +74,7 @@ struct Agent {
   }
 };
 
-bool WaitUntil(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
+using testing::Eventually;
 
 TEST_CASE("Register, heartbeat, command and result round-trip over loopback gRPC", "[integration]") {
   Server server;
@@ -100,7 +94,7 @@ TEST_CASE("Register, heartbeat, command and result round-trip over loopback gRPC
   it->set_global_rank(0);
   it->set_last_completed_step(42);
   REQUIRE(agent.stream->Write(hb));
-  REQUIRE(WaitUntil([&] {
+  REQUIRE(Eventually([&] {
     auto obs = server.registry.Observe("default/j");
     return obs.size() == 1 && obs[0].rank_steps.count(0) && obs[0].rank_steps.at(0) == 42;
   }));
@@ -122,10 +116,10 @@ TEST_CASE("Register, heartbeat, command and result round-trip over loopback gRPC
   v1::AgentMessage result;
   result.mutable_command_result()->set_command_id(cmd.id);
   REQUIRE(agent.stream->Write(result));
-  REQUIRE(WaitUntil([&] { return server.registry.Observe("default/j")[0].pending_command_ids.empty(); }));
+  REQUIRE(Eventually([&] { return server.registry.Observe("default/j")[0].pending_command_ids.empty(); }));
   agent.stream->WritesDone();
   CHECK(agent.stream->Finish().ok());
-  REQUIRE(WaitUntil([&] { return server.registry.ConnectedCountForTest() == 0; }));
+  REQUIRE(Eventually([&] { return server.registry.ConnectedCountForTest() == 0; }));
 }
 
 TEST_CASE("Malformed streams are refused without dropping the other agents", "[integration]") {

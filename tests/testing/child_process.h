@@ -1,11 +1,11 @@
-// ChildProcess: a real process started by a sim test, in its own process group, that is
+// ChildProcess: a real process started by a test, in its own process group, that is
 // killed (SIGKILL to the whole group) and reaped when the object goes away, even when the
 // test fails half-way. Optional stdin/stdout pipes for line-based control; stdout/stderr
 // can go to files instead.
 //
 // Not thread-safe; owned by one test.
-#ifndef PEREGRINE_TESTS_SIM_CHILD_PROCESS_H_
-#define PEREGRINE_TESTS_SIM_CHILD_PROCESS_H_
+#ifndef PEREGRINE_TESTS_TESTING_CHILD_PROCESS_H_
+#define PEREGRINE_TESTS_TESTING_CHILD_PROCESS_H_
 
 #include <fcntl.h>
 #include <poll.h>
@@ -166,4 +166,4 @@ inline bool ExitedWith(const std::optional<int>& status, int code) {
 
 }  // namespace peregrine::testing
 
-#endif  // PEREGRINE_TESTS_SIM_CHILD_PROCESS_H_
+#endif  // PEREGRINE_TESTS_TESTING_CHILD_PROCESS_H_
