@@ -1,0 +1,107 @@
+// ObservePod and StuckPodsMessage (kube_cluster.h): pure mapping of a pod (and its node)
+// to what the decision engine sees, table-driven.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+#include "controller/kube/kube_cluster.h"
+
+namespace peregrine {
+namespace {
+
+using nlohmann::json;
+
+json Pod(const std::string& role, json status) {
+  return json{{"metadata",
+               {{"name", "job-" + role},
+                {"creationTimestamp", "2026-01-01T00:00:00Z"},
+                {"labels", {{"peregrine.dev/role", role}}}}},
+              {"spec", {{"nodeName", "node-1"}}},
+              {"status", std::move(status)}};
+}
+
+json Waiting(const std::string& reason) {
+  return json{{"phase", "Pending"},
+              {"containerStatuses",
+               json::array({json{{"name", "trainer"}, {"state", {{"waiting", {{"reason", reason}, {"message", "m"}}}}}}})}};
+}
+
+TEST_CASE("ObservePod maps phases, stuck reasons and the standby pending timeout", "[unit]") {
+  const absl::Time created = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
+  const absl::Duration timeout = absl::Minutes(10);
+  const json ready_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "True"}}})}}}};
+  const json lost_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "Unknown"}}})}}}};
+  const json unschedulable = {{"phase", "Pending"},
+                              {"conditions", json::array({json{{"type", "PodScheduled"},
+                                                               {"status", "False"},
+                                                               {"reason", "Unschedulable"},
+                                                               {"message", "0/3 nodes are available"}}})}};
+  struct Case {
+    const char* name;
+    json pod;
+    const json* node;
+    absl::Duration age;
+    bool running, failed;
+    const char* waiting;  // substring of waiting_reason ("" = empty)
+    const char* reason;   // substring of reason ("" = empty)
+    bool machine;         // machine_id kept
+  };
+  const std::vector<Case> cases = {
+      {"running", Pod("active", {{"phase", "Running"}}), &ready_node, absl::Minutes(1), true, false, "", "", true},
+      {"failed", Pod("active", {{"phase", "Failed"}}), &ready_node, absl::Minutes(1), false, true, "", "pod Failed", true},
+      {"node lost", Pod("active", {{"phase", "Running"}}), &lost_node, absl::Minutes(1), false, true, "",
+       "node node-1 NotReady", true},
+      {"creating is not stuck", Pod("standby", Waiting("ContainerCreating")), &ready_node, absl::Hours(1), false,
+       false, "", "", true},
+      {"image pull back-off", Pod("active", Waiting("ImagePullBackOff")), &ready_node, absl::Hours(1), false, false,
+       "ImagePullBackOff (container trainer): m", "", true},
+      {"config error", Pod("active", Waiting("CreateContainerConfigError")), &ready_node, absl::Minutes(1), false,
+       false, "CreateContainerConfigError", "", true},
+      {"unschedulable", Pod("active", unschedulable), nullptr, absl::Hours(1), false, false,
+       "Unschedulable: 0/3 nodes are available", "", true},
+      {"standby stuck, within the timeout", Pod("standby", Waiting("ErrImagePull")), &ready_node, absl::Minutes(9),
+       false, false, "ErrImagePull", "", true},
+      {"standby stuck past the timeout", Pod("standby", Waiting("ErrImagePull")), &ready_node, absl::Minutes(10),
+       false, true, "ErrImagePull", "stuck Pending for 10m: ErrImagePull", false},
+      {"standby unschedulable past the timeout", Pod("standby", unschedulable), nullptr, absl::Hours(2), false, true,
+       "Unschedulable", "stuck Pending for 2h: Unschedulable", false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const PodObservation obs = ObservePod(c.pod, c.node, created + c.age, timeout);
+    CHECK(obs.running == c.running);
+    CHECK(obs.failed == c.failed);
+    if (std::string(c.waiting).empty()) {
+      CHECK(obs.waiting_reason.empty());
+    } else {
+      CHECK_THAT(obs.waiting_reason, Catch::Contains(c.waiting));
+    }
+    if (std::string(c.reason).empty()) {
+      CHECK(obs.reason.empty());
+    } else {
+      CHECK_THAT(obs.reason, Catch::Contains(c.reason));
+    }
+    CHECK(obs.machine_id == (c.machine ? "node-1" : ""));
+  }
+}
+
+TEST_CASE("StuckPodsMessage lists at most five stuck pods", "[unit]") {
+  std::vector<PodObservation> pods;
+  CHECK(StuckPodsMessage(pods).empty());
+  for (int i = 0; i < 8; ++i) {
+    PodObservation p;
+    p.name = "j-m" + std::to_string(i);
+    if (i != 0) p.waiting_reason = "ImagePullBackOff";
+    pods.push_back(p);
+  }
+  CHECK(StuckPodsMessage(pods) ==
+        "j-m1: ImagePullBackOff; j-m2: ImagePullBackOff; j-m3: ImagePullBackOff; j-m4: ImagePullBackOff; "
+        "j-m5: ImagePullBackOff; and 2 more");
+}
+
+}  // namespace
+}  // namespace peregrine
