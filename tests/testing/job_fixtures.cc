@@ -1,0 +1,32 @@
+#include "tests/testing/job_fixtures.h"
+
+#include <catch2/catch.hpp>
+
+#include "controller/job_parser.h"
+
+namespace peregrine::testing {
+
+TrainingJob DemoJob() {
+  auto job = ParseTrainingJob(R"(
+apiVersion: peregrine.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: demo}
+spec:
+  machines: 4
+  gpusPerMachine: 2
+  parallelism: {tensor: 2, pipeline: 2, data: 2}
+  codeVersion: {command: ["sim-trainer"]}
+  standby: {dailyFailureRate: 0.02, min: 1, max: 2}
+)");
+  REQUIRE(job.ok());
+  return *job;
+}
+
+TrainingJob LocalDemoJob() {
+  auto job = LoadTrainingJobFile(PEREGRINE_SOURCE_DIR "/examples/local-demo.yaml");
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  return *job;
+}
+
+}  // namespace peregrine::testing

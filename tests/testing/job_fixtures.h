@@ -1,0 +1,16 @@
+// Jobs the controller tests share: DemoJob is 4 machines x 2 GPUs, TP=2 PP=2 DP=2, one or
+// two standbys (the decision tests' job); LocalDemoJob is examples/local-demo.yaml as the
+// README runs it. A job that does not parse fails the test (Catch2 REQUIRE).
+#ifndef PEREGRINE_TESTS_TESTING_JOB_FIXTURES_H_
+#define PEREGRINE_TESTS_TESTING_JOB_FIXTURES_H_
+
+#include "controller/core/job_spec.h"
+
+namespace peregrine::testing {
+
+TrainingJob DemoJob();
+TrainingJob LocalDemoJob();
+
+}  // namespace peregrine::testing
+
+#endif  // PEREGRINE_TESTS_TESTING_JOB_FIXTURES_H_
