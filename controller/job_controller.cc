@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "controller/core/failslow_policy.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
 
@@ -45,21 +44,7 @@ absl::Status JobController::Start(bool run_loop) {
   {
     // Agents that reconnect before the first round must get the persisted desired state.
     JobStatus st = Snapshot();
-    if (st.attempt > 0) {
-      std::map<std::string, DesiredAgent> desired;
-      for (const SlotStatus& slot : st.slots) {
-        AssignmentSpec a;
-        a.slot = slot.index;
-        a.attempt = st.attempt;
-        a.resume_step = st.resume_step;
-        a.master_addr = st.master_addr;
-        a.master_port = st.master_port;
-        a.code = st.code;
-        desired[slot.pod] = DesiredAgent{false, a};
-      }
-      for (const StandbyStatus& sb : st.standbys) desired[sb.pod] = DesiredAgent{true, {}};
-      registry_->SetDesired(key(), desired);
-    }
+    if (st.attempt > 0) registry_->SetDesired(key(), DesiredAgents(st));
   }
   if (run_loop) thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
@@ -191,7 +176,6 @@ int64_t JobController::ReconcileOnce() {
   }
 
   JobPlan plan = DecideJob(current, before, obs, now, options_.decision);
-  ApplyFailSlowPolicy(current, obs, now, &plan);  // Falcon-Detect: profile, localize, validate, report
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
     if (auto s = cluster_->CreatePod(current, c); !s.ok()) error = s.ToString();
@@ -210,20 +194,14 @@ int64_t JobController::ReconcileOnce() {
     if (auto s = cluster_->RecordEvent(current, e, now); !s.ok()) error = s.ToString();
     entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
   }
-  // A machine the plan evicted is quarantined (cordoned) once, so nothing lands on it
-  // again; a failed quarantine is retried on the next rounds.
-  for (const Eviction& e : plan.status.evicted) {
-    const bool known = std::any_of(before.evicted.begin(), before.evicted.end(), [&](const Eviction& b) {
-      return b.machine_id == e.machine_id && b.pod == e.pod && b.at == e.at;
-    });
-    if (!known && !e.machine_id.empty()) quarantine_pending_[e.machine_id] = e.reason;
-  }
-  for (auto it = quarantine_pending_.begin(); it != quarantine_pending_.end();) {
-    if (auto s = cluster_->QuarantineMachine(it->first, it->second); !s.ok()) {
+  // Evicted machines go to node health management; the status records which are done.
+  for (const QuarantineRequest& q : plan.quarantine) {
+    if (auto s = cluster_->QuarantineMachine(q.machine_id, q.reason); !s.ok()) {
       error = s.ToString();
-      ++it;
-    } else {
-      it = quarantine_pending_.erase(it);
+      continue;
+    }
+    for (Eviction& e : plan.status.evicted) {
+      if (e.machine_id == q.machine_id) e.quarantined = true;
     }
   }
   if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {

@@ -3,7 +3,8 @@
 // commands, events), publishes the desired agent states and persists the status when it
 // changed. A round runs when something changed (an agent message, a pod event), when the
 // plan asked to look again, or every `resync` otherwise. A machine the plan evicts is
-// quarantined through the cluster (Kubernetes: the node is cordoned) once. Errors from
+// quarantined through the cluster (Kubernetes: the node is cordoned) until that succeeds;
+// the status records it (Eviction::quarantined), so a restart retries what failed. Errors from
 // the cluster are kept in the status' last error and retried with backoff; they never
 // stop the loop.
 //
@@ -104,9 +105,6 @@ class JobController {
   std::vector<TimelineEntry> timeline_;
   std::string last_error_;
   std::thread thread_;
-  // Evicted machines whose quarantine has not succeeded yet (machine -> reason). Only
-  // ReconcileOnce touches it (never concurrently with itself).
-  std::map<std::string, std::string> quarantine_pending_;
 };
 
 }  // namespace peregrine

@@ -201,7 +201,8 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["incidents"] = incidents;
   json evicted = json::array();
   for (const Eviction& e : s.evicted) {
-    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", e.reason}, {"at", Time(e.at)}});
+    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", e.reason}, {"at", Time(e.at)},
+                       {"quarantined", e.quarantined}});
   }
   j["evictedMachines"] = evicted;
   j["nextIncidentId"] = s.next_incident_id;
@@ -312,7 +313,8 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.incidents.push_back(std::move(inc));
     }
     for (const json& e : j.value("evictedMachines", json::array())) {
-      s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at")});
+      s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at"),
+                                   e.value("quarantined", false)});
     }
     s.next_incident_id = j.value("nextIncidentId", uint64_t{1});
     s.next_pod_serial = j.value("nextPodSerial", uint64_t{0});

@@ -35,6 +35,8 @@
 #include <cstdint>
 #include <string>
 
+#include "controller/core/failslow_policy.h"
+#include "controller/core/failslow_validation.h"
 #include "controller/core/job_spec.h"
 #include "controller/core/job_state.h"
 
@@ -48,14 +50,25 @@ struct DecisionConfig {
   size_t max_network_alarms = 100;
   size_t max_versions = 20;
   uint64_t healthy_version_steps = 5;  // a version that completed this many steps ran healthy
+  FailSlowPolicyOptions failslow;                  // detection, profiling, localization
+  FailSlowValidationOptions failslow_validation;  // pause, GEMM and link rounds
 };
 
 // Deterministic pod names.
 std::string ActivePodName(const std::string& job, int slot);
 std::string StandbyPodName(const std::string& job, uint64_t serial);
 
+// The one decision entry point: the job's lifecycle and recovery (failures, diagnosis,
+// standbys, code versions, convergence), then the fail-slow policy (failslow_policy.h) on
+// the new status. Deterministic: the same inputs give the same plan.
 JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
                   const DecisionConfig& config = {});
+
+// The assignment the agent of `slot` must converge to under `status` (attempt, resume
+// step, rendezvous, code version).
+AssignmentSpec DesiredAssignment(const JobStatus& status, int slot);
+// What every pod's agent must converge to: the slots' assignments, standbys idle.
+std::map<std::string, DesiredAgent> DesiredAgents(const JobStatus& status);
 
 }  // namespace peregrine
 

@@ -47,7 +47,7 @@ inline constexpr size_t kMaxFailSlowFindings = 32;
 struct FailSlowPolicyOptions {
   // Collectives every member of a communicator must have profiled before comparing.
   int min_collectives = 8;
-  double min_late_fraction = 0.8;          // CompareGroups (compute suspects)
+  double min_late_fraction = 0.7;          // CompareGroups (compute suspects; see group_comparison.h)
   double min_imposed_wait_fraction = 0.1;  // CompareGroups (compute suspects)
   // A suspicious group is named only when its mean transfer exceeds the median of its kind
   // by at least this fraction of the healthy iteration time.

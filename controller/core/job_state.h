@@ -94,6 +94,15 @@ struct Eviction {
   std::string pod;
   std::string reason;
   int64_t at = 0;
+  // The machine was handed to node health management (cordoned and labelled). Until then
+  // every round's plan asks for it (JobPlan::quarantine), across controller restarts.
+  bool quarantined = false;
+};
+
+// A machine to hand to node health management, and why.
+struct QuarantineRequest {
+  std::string machine_id;
+  std::string reason;
 };
 
 struct VersionRecord {
@@ -465,8 +474,13 @@ struct JobPlan {
   std::vector<CommandToSend> commands;
   std::vector<JobEvent> events;
   std::map<std::string, DesiredAgent> desired_agents;  // by pod name
+  // Evicted machines not yet quarantined: the executor quarantines each and, on success,
+  // sets quarantined on its evictions in `status` before persisting it.
+  std::vector<QuarantineRequest> quarantine;
   int64_t requeue_after_ns = 0;  // look again after this long even without new observations
-  bool Empty() const { return create_pods.empty() && delete_pods.empty() && commands.empty() && events.empty(); }
+  bool Empty() const {
+    return create_pods.empty() && delete_pods.empty() && commands.empty() && events.empty() && quarantine.empty();
+  }
 };
 
 }  // namespace peregrine

@@ -38,6 +38,7 @@ struct World {
   JobObservation obs;
   int64_t now = 1000 * kSecond;
   int next_machine = 0;
+  std::vector<std::string> quarantined;  // machines quarantined, in order
   // Stand-in diagnostics: what each machine's agent answers. Unless rigged, every diagnostic
   // passes (alignment and replay with digest "good").
   std::map<std::string, DiagnosticOutcome> rigged;  // "<machine>/<kind>" -> answer
@@ -59,6 +60,12 @@ struct World {
     obs.candidate_master_port = 30000 + static_cast<uint32_t>(status.attempt);
     JobPlan plan = DecideJob(job, status, obs, now);
     status = plan.status;
+    for (const QuarantineRequest& q : plan.quarantine) {  // the cluster quarantines at once
+      quarantined.push_back(q.machine_id);
+      for (Eviction& e : status.evicted) {
+        if (e.machine_id == q.machine_id) e.quarantined = true;
+      }
+    }
     for (const PodToCreate& c : plan.create_pods) {
       if (Pod(c.name)) continue;
       const std::string machine = "local-" + std::to_string(next_machine++);
@@ -230,6 +237,41 @@ TEST_CASE("A lost machine is evicted, a standby takes its slot and the others re
   CHECK(w.status.incidents.back().resumed_at == w.now);
   CHECK(w.status.incidents.back().training_time_lost_seconds == Approx(5.0));
   CHECK(w.Step().Empty());
+}
+
+TEST_CASE("An evicted machine is quarantined until the status says it is, across restarts", "[unit]") {
+  World w;
+  w.Step();
+  w.Step();
+  w.Progress(10);
+  w.Step();
+  const std::string victim = w.status.slots[1].pod;
+  const std::string machine = w.status.slots[1].machine_id;
+  w.Pod(victim)->running = false;
+  w.Pod(victim)->failed = true;
+  w.Pod(victim)->reason = "node lost";
+  w.now += 2 * kSecond;
+  w.Step();
+  w.now += 2 * kSecond;
+  const JobStatus before_eviction = w.status;
+  JobPlan evicting = DecideJob(w.job, before_eviction, w.obs, w.now);
+  REQUIRE(evicting.status.evicted.size() == 1);
+  CHECK_FALSE(evicting.status.evicted[0].quarantined);
+  REQUIRE(evicting.quarantine.size() == 1);
+  CHECK(evicting.quarantine[0].machine_id == machine);
+  // The quarantine failed (the executor did not mark it): every later round asks again,
+  // also a new controller that loads the persisted status.
+  auto persisted = JobStatusFromJson(JobStatusToJson(evicting.status));
+  REQUIRE(persisted.ok());
+  JobPlan again = DecideJob(w.job, *persisted, w.obs, w.now + kSecond);
+  REQUIRE(again.quarantine.size() == 1);
+  CHECK(again.quarantine[0].machine_id == machine);
+  // Once done it is recorded, survives the round trip, and is never asked again.
+  again.status.evicted[0].quarantined = true;
+  auto done = JobStatusFromJson(JobStatusToJson(again.status));
+  REQUIRE(done.ok());
+  CHECK(done->evicted[0].quarantined);
+  CHECK(DecideJob(w.job, *done, w.obs, w.now + 2 * kSecond).quarantine.empty());
 }
 
 TEST_CASE("A crash with no machine at fault is reattempted in place", "[unit]") {

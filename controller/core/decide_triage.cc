@@ -1,0 +1,386 @@
+// DecideJob, failure detection and triage: progress tracking, lost machines, crashes, loss spikes, hangs, eviction and standby activation.
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "controller/core/conditions.h"
+#include "controller/core/hang_policy.h"
+#include "controller/core/internal/decider.h"
+#include "controller/core/loss_monitor.h"
+#include "controller/core/recovery_policy.h"
+#include "controller/core/standby_pool_size.h"
+#include "controller/core/stop_time_diagnosis.h"
+
+namespace peregrine::decision_internal {
+
+void Decider::TrackProgress() {
+  JobStatus& st = plan_.status;
+  uint64_t min_step = std::numeric_limits<uint64_t>::max();
+  uint64_t max_step = st.resume_step;
+  double iter_sum = 0;
+  int iter_n = 0;
+  const int gpus = spec_.gpus_per_machine;
+  for (const SlotStatus& slot : st.slots) {
+    const AgentObservation* a = Agent(slot.pod);
+    for (int r = slot.index * gpus; r < (slot.index + 1) * gpus; ++r) {
+      uint64_t step = st.resume_step;
+      if (a && a->attempt == st.attempt) {
+        if (auto it = a->rank_steps.find(r); it != a->rank_steps.end()) step = std::max(step, it->second);
+      }
+      min_step = std::min(min_step, step);
+      max_step = std::max(max_step, step);
+    }
+    if (a && a->attempt == st.attempt && a->mean_iteration_seconds > 0) {
+      iter_sum += a->mean_iteration_seconds;
+      ++iter_n;
+    }
+  }
+  if (min_step == std::numeric_limits<uint64_t>::max()) min_step = st.resume_step;
+  st.last_completed_step = std::max(st.last_completed_step, min_step);
+  st.max_completed_step = std::max(st.max_completed_step, max_step);
+  if (iter_n > 0) st.mean_iteration_seconds = iter_sum / iter_n;
+
+  Incident* open = OpenIncident();
+  if (open != nullptr && open->decided_at != 0 && min_step > open->resume_step) {
+    open->resumed_at = now_;
+    const double downtime = static_cast<double>(now_ - open->detected_at) / kNanosPerSecond;
+    const double redo = static_cast<double>(open->step_at_failure - std::min(open->step_at_failure, open->resume_step)) *
+                        st.mean_iteration_seconds;
+    // Added to what the incident already counts (a hang's time without a step before
+    // it was detected, which the job total got at detection).
+    open->training_time_lost_seconds += downtime + redo;
+    st.training_time_lost_seconds += downtime + redo;
+    st.phase = JobPhase::kRunning;
+    Event("Normal", "Recovered",
+          absl::StrFormat("incident %d: training resumed at step %d (attempt %d); %.1f s of training time lost",
+                          open->id, min_step, st.attempt, open->training_time_lost_seconds));
+  }
+  // Passing the last failure's step ends the escalation (reattempt -> rollback -> replay).
+  // After a NaN / spike incident a step only counts once its loss was found healthy (folded
+  // into the loss reference): the ranks complete numerically bad steps too.
+  const Incident* last = st.incidents.empty() ? nullptr : &st.incidents.back();
+  const bool numeric_last = last != nullptr && (last->kind == "NaNLoss" || last->kind == "LossSpike");
+  if ((st.reattempts > 0 || st.rollbacks > 0) && OpenIncident() == nullptr && last != nullptr &&
+      min_step > last->step_at_failure && (!numeric_last || st.loss_reference.step > last->step_at_failure)) {
+    st.reattempts = 0;
+    st.rollbacks = 0;
+  }
+  if (!st.version_history.empty()) {
+    VersionRecord& current = st.version_history.back();
+    if (current.outcome == "Running" && current.code == st.code &&
+        st.last_completed_step >= current.applied_at_step + config_.healthy_version_steps) {
+      current.outcome = "Healthy";
+    }
+  }
+}
+
+void Decider::DetectAndTriage() {
+  JobStatus& st = plan_.status;
+  std::vector<int> lost_slots;
+  std::vector<std::string> signals;
+  std::vector<std::string> user_errors;
+  std::string lost_kind = "MachineLost";
+  bool process_failed = false;
+  auto machine_at_fault = [&](const SlotStatus& slot, const std::string& reason) {
+    lost_slots.push_back(slot.index);
+    signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
+                   absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
+  };
+  for (const SlotStatus& slot : st.slots) {
+    std::string reason;
+    if (PodLost(slot.pod, slot.observed, &reason)) {
+      machine_at_fault(slot, reason);
+      continue;
+    }
+    const AgentObservation* a = Agent(slot.pod);
+    if (a == nullptr) continue;
+    // Machine-attributed inspection faults (fatal Xid, GPU lost, ECC, disk): evict now.
+    if (std::optional<std::string> fault = MachineAttributedFault(*a)) {
+      machine_at_fault(slot, absl::StrCat("inspection ", *fault));
+      lost_kind = "MachineFault";
+      continue;
+    }
+    // Network alarms: tolerated until the Nth within the window on the same machine.
+    if (!slot.machine_id.empty()) {
+      const FaultToleranceSpec& ft = spec_.fault_tolerance;
+      const int added = RecordNetworkAlarms(slot.machine_id, *a, config_.max_network_alarms, &st.network_alarms);
+      const int64_t window = static_cast<int64_t>(ft.network_alarm_window_seconds) * kNanosPerSecond;
+      const int recent = NetworkAlarmsWithin(st.network_alarms, slot.machine_id, now_, window);
+      if (recent >= ft.network_alarms_to_evict) {
+        machine_at_fault(slot, absl::StrFormat("%d network alarms within %d s (latest: %s)", recent,
+                                               ft.network_alarm_window_seconds,
+                                               st.network_alarms.empty() ? "" : st.network_alarms.back().summary));
+        if (lost_kind == "MachineLost") lost_kind = "NetworkAlarms";
+        continue;
+      }
+      if (added > 0) {
+        Event("Warning", "NetworkAlarmTolerated",
+              absl::StrFormat("machine %s (slot %d): %d of %d alarms within %d s before eviction",
+                              slot.machine_id, slot.index, recent,
+                              ft.network_alarms_to_evict, ft.network_alarm_window_seconds));
+      }
+    }
+    if (a->attempt == st.attempt && a->phase == AgentTrainingPhase::kExited) {
+      process_failed = true;
+      for (const RankExit& e : a->exits) {
+        if (e.exit_code != 0 || e.signal != 0) signals.push_back(absl::StrCat("pod ", slot.pod, ": ", ExitText(e)));
+        if (e.exit_code != 0) {
+          if (std::optional<std::string> err = UserCodeError(e.last_log_lines)) {
+            user_errors.push_back(absl::StrFormat("rank %d: %s", e.global_rank, *err));
+          }
+        }
+      }
+    }
+    const std::string id = CommandId(slot.pod, st.attempt);
+    if (auto it = a->failed_commands.find(id); it != a->failed_commands.end()) {
+      process_failed = true;
+      signals.push_back(absl::StrCat("pod ", slot.pod, ": start failed: ", it->second));
+    }
+  }
+  // An attempt that never completes a step fails (stuck rendezvous, a rank that never came up).
+  if (!process_failed && lost_slots.empty() && st.attempt_started_at != 0 &&
+      st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns) {
+    process_failed = true;
+    signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
+  }
+  // NaN / Inf or a loss spike on a running attempt (no other failure, no open incident).
+  std::optional<LossVerdict> numeric;
+  if (!process_failed && lost_slots.empty() && st.triage_deadline == 0 && OpenIncident() == nullptr &&
+      st.phase == JobPhase::kRunning) {
+    std::map<int, RankLossObservation> losses;
+    for (const SlotStatus& slot : st.slots) {
+      const AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr || a->attempt != st.attempt) continue;
+      for (const auto& [rank, l] : a->rank_losses) {
+        if (l.step > st.resume_step) losses[rank] = l;
+      }
+    }
+    numeric = CheckLosses(losses, spec_.fault_tolerance.loss_spike_factor, &st.loss_reference);
+    if (numeric) signals.push_back(numeric->signal);
+  }
+  // Hang / MFU drop: stack aggregation over-evicts the outliers' parallel group (hang_policy.h).
+  const HangDecision hang = RunHangPolicy(process_failed || !lost_slots.empty() || numeric.has_value());
+  if (hang.verdict == HangVerdict::kEvict) {
+    for (int index : hang.evict_slots) {
+      if (index < 0 || index >= static_cast<int>(st.slots.size())) continue;
+      if (std::find(lost_slots.begin(), lost_slots.end(), index) != lost_slots.end()) continue;
+      machine_at_fault(st.slots[index], "in the group stack aggregation over-evicts");
+    }
+    if (lost_kind == "MachineLost") lost_kind = hang.kind;
+  } else if (hang.verdict == HangVerdict::kReattempt) {  // no outlier: the no-culprit ladder
+    process_failed = true;
+    signals.push_back(hang.reason);
+  }
+  const bool failure = process_failed || !lost_slots.empty() || numeric.has_value();
+  // A lost machine makes every peer's collectives fail: name the machine, count the rest.
+  if (!lost_slots.empty()) {
+    std::vector<std::string> machine_signals(signals.begin(), signals.begin() + static_cast<long>(lost_slots.size()));
+    std::vector<std::string> kept;
+    int peer_exits = 0;
+    for (const std::string& sig : signals) {
+      if (std::find(machine_signals.begin(), machine_signals.end(), sig) != machine_signals.end()) {
+        kept.push_back(sig);
+      } else {
+        ++peer_exits;
+      }
+    }
+    if (peer_exits > 0) kept.push_back(absl::StrFormat("%d rank(s) on other machines exited after it", peer_exits));
+    signals = std::move(kept);
+  }
+
+  if (failure && st.triage_deadline == 0) {
+    Incident inc;
+    inc.id = st.next_incident_id++;
+    inc.kind = !lost_slots.empty() ? lost_kind : (numeric && !process_failed ? numeric->kind : "ProcessCrash");
+    inc.signal = absl::StrJoin(signals, "; ");
+    inc.detected_at = now_;
+    inc.step_at_failure = st.max_completed_step;
+    st.incidents.push_back(inc);
+    TrimFront(st.incidents, config_.max_incidents);
+    st.triage_deadline = now_ + config_.triage_window_ns;
+    st.phase = JobPhase::kRecovering;
+    Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+    plan_.requeue_after_ns = config_.triage_window_ns;
+    return;
+  }
+  if (st.triage_deadline == 0) return;
+  if (now_ < st.triage_deadline) {
+    plan_.requeue_after_ns = st.triage_deadline - now_;
+    return;
+  }
+  // Triage window over: decide on everything observed now.
+  st.triage_deadline = 0;
+  Incident* inc = OpenIncident();
+  if (inc == nullptr) return;
+  if (!signals.empty()) inc->signal = absl::StrJoin(signals, "; ");
+  inc->decided_at = now_;
+  if (hang.verdict == HangVerdict::kEvict || hang.verdict == HangVerdict::kReattempt) {
+    inc->signal = absl::StrCat(hang.signal, "; ", inc->signal);
+    inc->actions.insert(inc->actions.end(), hang.details.begin(), hang.details.end());
+  }
+  bool rolled_back = false;
+  if (!lost_slots.empty()) {
+    inc->kind = lost_kind;
+    EvictAndActivate(lost_slots, inc);
+    inc->decision = hang.verdict == HangVerdict::kEvict
+                        ? absl::StrCat(hang.reason, "; activate warm standbys, restart the others in place")
+                        : "evict the machine, activate a warm standby, restart the others in place";
+  } else if (process_failed || inc->kind == "NaNLoss" || inc->kind == "LossSpike") {
+    const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
+    if (!user_errors.empty() && target) {
+      inc->kind = "UserCodeError";
+      inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+      inc->decision = "user-code error: roll back the code version";
+      Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
+      rolled_back = true;
+    } else if (!user_errors.empty()) {
+      // A deterministic error of the user's code and no earlier version: no machine is
+      // at fault (no diagnosis, never a replay); one reattempt in place, then give up.
+      inc->kind = "UserCodeError";
+      inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+      if (st.reattempts > 0) {
+        FailJob(inc, "UserCodeError",
+                absl::StrFormat("user-code error again after a reattempt, and no earlier code version to roll "
+                                "back to: the job fails (%s); fix the code and submit an update",
+                                user_errors.front()));
+        return;
+      }
+      inc->decision = "user-code error and no earlier code version to roll back to: reattempt in place once";
+      ++st.reattempts;
+    } else {
+      // No culprit: stop training and diagnose (stop_time_diagnosis.h).
+      inc->decided_at = 0;
+      const bool numeric_incident = inc->kind == "NaNLoss" || inc->kind == "LossSpike";
+      st.diagnosis = BeginStopTimeDiagnosis(inc->id, numeric_incident, obs_.candidate_master_port, now_);
+      inc->actions.push_back(absl::StrFormat("stop training on %d machines for stop-time diagnosis (%s)",
+                                             st.slots.size(),
+                                             numeric_incident ? "alignment, EUD, all-to-all, neighbour all-gather"
+                                                              : "EUD, all-to-all, neighbour all-gather"));
+      Event("Warning", "Diagnosing", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+      AdvanceDiagnosis();
+      return;
+    }
+  } else {
+    inc->decision = "signal not confirmed: no action";
+    inc->resumed_at = now_;
+    st.phase = JobPhase::kRunning;
+    return;
+  }
+  FinishRecovery(inc, rolled_back);
+}
+
+// Runs the stack-aggregation policy (hangs, MFU drops) and merges its commands, events
+// and state; a detected hang opens its incident and holds the triage until the verdict.
+HangDecision Decider::RunHangPolicy(bool other_failure) {
+  JobStatus& st = plan_.status;
+  auto layout = ParallelLayout::Create(spec_.parallelism.tensor, spec_.parallelism.pipeline, spec_.parallelism.data,
+                                       spec_.gpus_per_machine);
+  if (!layout.ok() || layout->machines() != static_cast<int>(st.slots.size())) return HangDecision{};
+  const bool steady = st.phase == JobPhase::kRunning && OpenIncident() == nullptr && st.triage_deadline == 0;
+  HangDecision d = DecideHang(MakeHangPolicyInput(job_, st, obs_, &*layout, steady, other_failure), now_);
+  st.stack_diagnosis = d.state;
+  for (const StackCaptureRequest& r : d.captures) {
+    CommandToSend c;
+    c.pod = r.pod;
+    c.id = r.command_id;
+    c.kind = CommandKind::kCaptureStacks;
+    plan_.commands.push_back(std::move(c));
+  }
+  plan_.events.insert(plan_.events.end(), d.events.begin(), d.events.end());
+  if (d.wake_at > now_ && (plan_.requeue_after_ns == 0 || d.wake_at - now_ < plan_.requeue_after_ns)) {
+    plan_.requeue_after_ns = d.wake_at - now_;
+  }
+  switch (d.verdict) {
+    case HangVerdict::kHangDetected: {
+      Incident inc;
+      inc.id = st.next_incident_id++;
+      inc.kind = d.kind;
+      inc.signal = d.signal;
+      inc.detected_at = now_;
+      inc.step_at_failure = st.max_completed_step;
+      inc.actions.push_back(absl::StrFormat("capture the stacks of every training process on %d machines",
+                                            st.slots.size()));
+      // The hang began before it could be detected: that time is lost training time too.
+      st.training_time_lost_seconds += d.silent_seconds;
+      inc.training_time_lost_seconds = d.silent_seconds;
+      inc.actions.push_back(absl::StrFormat("%.1f s without a step before detection counted as lost training time",
+                                            d.silent_seconds));
+      st.incidents.push_back(inc);
+      TrimFront(st.incidents, config_.max_incidents);
+      if (!st.stack_diagnosis.investigations.empty()) st.stack_diagnosis.investigations.back().incident_id = inc.id;
+      st.triage_deadline = d.hold_until + config_.triage_window_ns;  // the verdict comes by hold_until
+      st.phase = JobPhase::kRecovering;
+      Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+      break;
+    }
+    case HangVerdict::kEvict:
+    case HangVerdict::kReattempt:
+    case HangVerdict::kResolved:
+      if (st.triage_deadline > now_) st.triage_deadline = now_;  // the investigation was the triage
+      break;
+    case HangVerdict::kAbandoned:
+      st.triage_deadline = std::min(st.triage_deadline, now_ + config_.triage_window_ns);
+      if (Incident* inc = OpenIncident(); inc != nullptr && inc->kind == "Hang") inc->kind = "ProcessCrash";
+      break;
+    case HangVerdict::kNone:
+      break;
+  }
+  return d;
+}
+
+// Ends the job as Failed on `inc` (no restart): the current version's outcome becomes
+// Failed, the Failed condition carries `reason` and `message`, training is stopped.
+void Decider::FailJob(Incident* inc, const std::string& reason, const std::string& message) {
+  JobStatus& st = plan_.status;
+  inc->decided_at = now_;
+  inc->decision = message;
+  st.phase = JobPhase::kFailed;
+  st.finished_at = now_;
+  if (!st.version_history.empty() && st.version_history.back().code == st.code) {
+    st.version_history.back().outcome = "Failed";
+  }
+  inc->actions.push_back("stop training; the job failed");
+  SetCondition(st, "Failed", true, reason, message, job_.metadata.generation, now_);
+  Event("Warning", "Failed", absl::StrCat("incident ", inc->id, ": ", message));
+  StopAll();
+}
+
+void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc) {
+  JobStatus& st = plan_.status;
+  for (int index : lost_slots) {
+    SlotStatus& slot = st.slots[index];
+    inc->machines.push_back(slot.machine_id);
+    st.evicted.push_back(Eviction{slot.machine_id, slot.pod, inc->signal, now_});
+    plan_.delete_pods.push_back(PodToDelete{slot.pod, "evicted: machine-attributed fault"});
+    inc->actions.push_back(absl::StrFormat("evict machine %s (pod %s, slot %d)", slot.machine_id, slot.pod, index));
+    Event("Warning", "Evicted", inc->actions.back());
+    // The first ready standby takes the slot.
+    auto ready = std::find_if(st.standbys.begin(), st.standbys.end(), [&](const StandbyStatus& sb) {
+      const AgentObservation* a = Agent(sb.pod);
+      const PodObservation* p = Pod(sb.pod);
+      return a && a->connected && a->registered_as_standby && a->self_check_passed && p && p->running;
+    });
+    if (ready != st.standbys.end()) {
+      inc->actions.push_back(absl::StrFormat("activate standby %s (machine %s) in slot %d", ready->pod,
+                                             ready->machine_id, index));
+      slot.pod = ready->pod;
+      slot.machine_id = ready->machine_id;
+      slot.observed = true;
+      st.standbys.erase(ready);
+      Event("Normal", "StandbyActivated", inc->actions.back());
+    } else {
+      slot.pod = absl::StrCat(ActivePodName(job_.metadata.name, index), "-", st.next_pod_serial++);
+      slot.machine_id.clear();
+      slot.observed = false;
+      plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index});
+      inc->actions.push_back(absl::StrFormat("no ready standby: create pod %s for slot %d", slot.pod, index));
+    }
+
+  }
+  TrimFront(st.evicted, config_.max_evictions);
+}
+
+}  // namespace peregrine::decision_internal

@@ -1,0 +1,108 @@
+// Decider: one round of DecideJob (decision_engine.h), its steps split by concern over
+// decision_engine.cc (the round: observe, conditions, ETTR), decide_pods.cc (pods and the
+// warm-standby pool), decide_triage.cc (progress, failure detection and triage, hangs,
+// eviction), decide_diagnosis.cc (the stop-time diagnosis), decide_versions.cc (code
+// versions: hot update, rollback) and decide_convergence.cc (attempts, agent convergence).
+// Internal to controller/core. Pure: no clock, I/O or threads; one instance per round.
+#ifndef PEREGRINE_CONTROLLER_CORE_INTERNAL_DECIDER_H_
+#define PEREGRINE_CONTROLLER_CORE_INTERNAL_DECIDER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "controller/core/decision_engine.h"
+#include "controller/core/hang_policy.h"
+#include "controller/core/job_spec.h"
+#include "controller/core/job_state.h"
+
+namespace peregrine::decision_internal {
+
+inline constexpr int64_t kNanosPerSecond = 1'000'000'000;
+
+// Drops the oldest entries beyond `max`.
+template <typename T>
+void TrimFront(std::vector<T>& v, size_t max) {
+  if (v.size() > max) v.erase(v.begin(), v.begin() + static_cast<long>(v.size() - max));
+}
+
+// "rank R killed by signal S" / "rank R exited with code C".
+std::string ExitText(const RankExit& e);
+
+class Decider {
+ public:
+  Decider(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
+          const DecisionConfig& config)
+      : job_(job), spec_(job.spec), obs_(obs), now_(now), config_(config) {
+    plan_.status = status;
+    for (const PodObservation& p : obs.pods) pods_[p.name] = &p;
+    for (const AgentObservation& a : obs.agents) agents_[a.pod] = &a;
+  }
+
+  JobPlan Run();
+  const AgentObservation* Agent(const std::string& pod) const;
+  const PodObservation* Pod(const std::string& pod) const;
+  bool PodLost(const std::string& pod, bool observed, std::string* reason) const;
+  Incident* OpenIncident();
+  void Event(const std::string& type, const std::string& reason, const std::string& message);
+  AssignmentSpec DesiredAssignment(int slot) const;
+  std::string PodAddress(const std::string& pod) const;
+  std::string MasterAddr() const;
+  void InitializeOnce();
+  void ObserveMachines();
+  void SizeStandbyPool();
+  void ReplaceFailedStandbys();
+  void EnsurePods();
+  void ReplenishStandbys();
+  void TearDownStandbys();
+  // Pods the cluster shows for the job that are neither a slot nor a standby (an evicted
+  // pod whose deletion failed, a leftover after a controller restart) are deleted.
+  void DeleteOrphans();
+  void MaybeStartFirstAttempt();
+  void TrackProgress();
+  void DetectAndTriage();
+  // Runs the stack-aggregation policy (hangs, MFU drops) and merges its commands, events
+  // and state; a detected hang opens its incident and holds the triage until the verdict.
+  HangDecision RunHangPolicy(bool other_failure);
+  // Ends the job as Failed on `inc` (no restart): the current version's outcome becomes
+  // Failed, the Failed condition carries `reason` and `message`, training is stopped.
+  void FailJob(Incident* inc, const std::string& reason, const std::string& message);
+  // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and
+  // restarts every machine in place.
+  void FinishRecovery(Incident* inc, bool rolled_back);
+  // One round of the stop-time diagnosis in progress; on its verdict, evict what failed or
+  // escalate: reattempt in place -> roll back the last code update -> dual-phase replay.
+  void AdvanceDiagnosis();
+  // Makes `code` the running version (recorded in the bounded history) for the next attempt.
+  void ApplyCode(const CodeVersionSpec& code, const std::string& reason);
+  void Rollback(const CodeVersionSpec& target, Incident* inc, const std::string& why);
+  // Hot update: the desired code (spec.codeVersion) differs from the running one. Urgent
+  // (annotation peregrine.dev/hot-update: urgent) restarts in place now; otherwise it
+  // waits for the next failure-triggered restart or hotUpdateWindowHours.
+  void HotUpdate();
+  void EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc);
+  void StartNewAttempt(Incident* inc);
+  void StopAll();
+  std::string CommandId(const std::string& pod, uint64_t attempt) const;
+  // Every slot's agent runs the current attempt; one that does not gets a command with a
+  // deterministic id (an agent that registered after the attempt began converges alone).
+  void ConvergeAgents();
+  void DetectSuccess();
+  void FillDesiredAgents();
+  void UpdateEttr();
+  void UpdateConditions();
+
+  const TrainingJob& job_;
+  const TrainingJobSpec& spec_;
+  const JobObservation& obs_;
+  const int64_t now_;
+  const DecisionConfig& config_;
+  JobPlan plan_;
+  std::map<std::string, const PodObservation*> pods_;
+  std::map<std::string, const AgentObservation*> agents_;
+};
+
+}  // namespace peregrine::decision_internal
+
+#endif  // PEREGRINE_CONTROLLER_CORE_INTERNAL_DECIDER_H_
