@@ -1,4 +1,5 @@
 #include "controller/core/decision_engine.h"
+#include "controller/core/pod_health.h"
 
 #include <algorithm>
 #include <limits>
@@ -173,6 +174,7 @@ void Decider::UpdateConditions() {
   SetCondition(st, "StandbyReady", terminal || st.standby_ready >= st.standby_desired,
                terminal ? "JobFinished" : (st.standby_ready >= st.standby_desired ? "PoolReady" : "PoolFilling"),
                absl::StrFormat("%d of %d standbys ready", st.standby_ready, st.standby_desired), gen, now_);
+  UpdatePodsStuckCondition(obs_.pods, gen, now_, st);
 }
 
 }  // namespace decision_internal
@@ -209,7 +211,9 @@ std::string StandbyPodName(const std::string& job, uint64_t serial) { return abs
 
 JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
                   const DecisionConfig& config) {
-  JobPlan plan = decision_internal::Decider(job, status, obs, now, config).Run();
+  JobObservation observed = obs;
+  FailStuckStandbys(status, now, config.standby_pending_timeout_ns, observed.pods);
+  JobPlan plan = decision_internal::Decider(job, status, observed, now, config).Run();
   ApplyFailSlowPolicy(job, obs, now, &plan, config.failslow, config.failslow_validation);
   return plan;
 }

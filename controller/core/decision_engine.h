@@ -50,6 +50,8 @@ struct DecisionConfig {
   size_t max_network_alarms = 100;
   size_t max_versions = 20;
   uint64_t healthy_version_steps = 5;  // a version that completed this many steps ran healthy
+  // A standby that cannot start for this long counts as failed and is replaced (pod_health.h).
+  int64_t standby_pending_timeout_ns = 600'000'000'000;
   FailSlowPolicyOptions failslow;                  // detection, profiling, localization
   FailSlowValidationOptions failslow_validation;  // pause, GEMM and link rounds
 };

@@ -270,6 +270,7 @@ struct PodObservation {
   // Why a pod that is neither running nor failed cannot start, as the cluster shows it
   // ("ImagePullBackOff: ...", "Unschedulable: ..."); empty while nothing is wrong.
   std::string waiting_reason;
+  int64_t created_at = 0;  // when the cluster created the pod (Unix ns); 0 unknown
 };
 
 enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };

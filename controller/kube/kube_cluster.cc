@@ -14,8 +14,8 @@
 //   - CreatePod submits BuildPod's pod (pod_builder.h); an existing pod is OK.
 //   - ListPods maps the cached pods labelled peregrine.dev/job=<name> (excluding those
 //     with a deletionTimestamp, and those owned by an older job of the same name) to
-//     PodObservation with ObservePod.
-//   - PersistStatus adds the PodsStuck condition (from the last ListPods) to the status.
+//     PodObservation with ObservePodObject (pod_observer.h); what a stuck pod means is the
+//     decision core's (controller/core/pod_health.h).
 //   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
 //     so a pod re-created under the same name is never deleted by a stale decision.
 //   - QuarantineMachine (called by JobController for every machine the decision engine
@@ -75,57 +75,9 @@ std::string ShortLabelValue(const std::string& reason) {
   return out.empty() ? "unknown" : out;
 }
 
-// ---------------------------------------------------------------------------------------
-// Decisions still made in this adapter (to move into the decision core): the standby
-// pending timeout (ObservePod) and the PodsStuck condition (StuckPodsMessage, ListPods'
-// bookkeeping, StuckPodsChanged and PersistStatus). They read absl::Now() (ListPods,
-// PersistStatus), KubeClusterOptions::standby_pending_timeout, the pod's
-// peregrine.dev/role label and creationTimestamp, and the PodsStuck condition already in
-// the status.
-// ---------------------------------------------------------------------------------------
-
-PodObservation ObservePod(const json& pod, const json* node, absl::Time now, absl::Duration standby_pending_timeout) {
-  PodObservation obs = ObservePodObject(pod, node);
-  if (obs.running || obs.failed || obs.waiting_reason.empty()) return obs;
-  const json* role = Path(pod, {"metadata", "labels", kRoleLabel});
-  const json* created = Path(pod, {"metadata", "creationTimestamp"});
-  absl::Time created_at;
-  std::string parse_error;
-  if (role == nullptr || *role != "standby" || created == nullptr || !created->is_string() ||
-      !absl::ParseTime(absl::RFC3339_full, created->get<std::string>(), &created_at, &parse_error)) {
-    return obs;
-  }
-  const absl::Duration pending = now - created_at;
-  if (pending >= standby_pending_timeout) {
-    obs.failed = true;
-    obs.reason = absl::StrCat("stuck Pending for ", absl::FormatDuration(absl::Trunc(pending, absl::Seconds(1))),
-                              ": ", obs.waiting_reason);
-    obs.machine_id.clear();  // an image or scheduling problem is not the node's fault
-  }
-  return obs;
-}
-
-std::string StuckPodsMessage(const std::vector<PodObservation>& pods) {
-  constexpr int kMaxListed = 5;
-  std::vector<std::string> parts;
-  int more = 0;
-  for (const PodObservation& p : pods) {
-    if (p.waiting_reason.empty()) continue;
-    if (static_cast<int>(parts.size()) < kMaxListed) {
-      parts.push_back(absl::StrCat(p.name, ": ", p.waiting_reason));
-    } else {
-      ++more;
-    }
-  }
-  std::string out = absl::StrJoin(parts, "; ");
-  if (more > 0) absl::StrAppend(&out, "; and ", more, " more");
-  return out;
-}
-
 absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const TrainingJob& job) {
   if (!pods_->HasSynced()) return absl::UnavailableError("the pod cache has not synced yet");
   std::vector<PodObservation> out;
-  const absl::Time now = absl::Now();
   for (const kube::ObjectPtr& pod : pods_->ByIndex(kPodsByJobIndex, absl::StrCat(job.metadata.namespace_, "/",
                                                                                    job.metadata.name))) {
     if (const json* ts = Path(*pod, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) continue;
@@ -139,60 +91,13 @@ absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const Training
     if (const json* n = Path(*pod, {"spec", "nodeName"}); n && n->is_string() && !n->get<std::string>().empty()) {
       node = nodes_->Get(n->get<std::string>());
     }
-    out.push_back(ObservePod(*pod, node.get(), now, options_.standby_pending_timeout));
+    out.push_back(ObservePodObject(*pod, node.get()));
   }
-  absl::MutexLock lock(&stuck_mu_);
-  stuck_[absl::StrCat(job.metadata.namespace_, "/", job.metadata.name)].seen = StuckPodsMessage(out);
   return out;
 }
 
-void KubeCluster::ForgetJob(const TrainingJob& job) {
-  absl::MutexLock lock(&stuck_mu_);
-  stuck_.erase(absl::StrCat(job.metadata.namespace_, "/", job.metadata.name));
-}
-
-bool KubeCluster::StuckPodsChanged(const TrainingJob& job) {
-  absl::MutexLock lock(&stuck_mu_);
-  auto it = stuck_.find(absl::StrCat(job.metadata.namespace_, "/", job.metadata.name));
-  if (it == stuck_.end()) return false;
-  return it->second.written_once ? it->second.seen != it->second.written : !it->second.seen.empty();
-}
-
 absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus& engine_status) {
-  JobStatus status = engine_status;
-  const std::string key = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
-  std::string stuck_message;
-  int64_t since_ns = 0;
-  {
-    absl::MutexLock lock(&stuck_mu_);
-    const StuckState& st = stuck_[key];
-    stuck_message = st.seen;
-    const bool stuck = !stuck_message.empty();
-    since_ns = st.written_once && st.stuck == stuck ? st.since_ns : absl::ToUnixNanos(absl::Now());
-    // A condition already in the status (a restarted controller) keeps its time.
-    for (const Condition& c : status.conditions) {
-      if (!st.written_once && c.type == kPodsStuckCondition && (c.status == "True") == stuck) {
-        since_ns = c.last_transition_time;
-      }
-    }
-  }
-  const bool stuck = !stuck_message.empty();
-  // The reason is the first stuck pod's ("<pod>: <Reason> ...").
-  std::string reason = "NoStuckPods";
-  if (stuck) {
-    const size_t start = stuck_message.find(": ") + 2;
-    reason = stuck_message.substr(start, stuck_message.find_first_of(" :;", start) - start);
-  }
-  Condition cond{kPodsStuckCondition, stuck ? "True" : "False", reason,
-                 stuck ? stuck_message : "no pod of the job is stuck", job.metadata.generation, since_ns};
-  bool found = false;
-  for (Condition& c : status.conditions) {
-    if (c.type == kPodsStuckCondition) {
-      c = cond;
-      found = true;
-    }
-  }
-  if (!found) status.conditions.push_back(cond);
+  const JobStatus& status = engine_status;
   json body = json::parse(JobStatusToJson(status), nullptr, false);
   if (body.is_discarded()) return absl::InternalError("JobStatusToJson produced invalid JSON");
   if (auto s = CheckMayWrite("write status"); !s.ok()) return s;
@@ -209,18 +114,8 @@ absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus&
         return absl::OkStatus();
       });
   if (!written.ok()) return written.status();
-  absl::MutexLock lock(&stuck_mu_);
-  StuckState& st = stuck_[key];
-  st.written = stuck_message;
-  st.written_once = true;
-  st.stuck = stuck;
-  st.since_ns = since_ns;
   return absl::OkStatus();
 }
-
-// ---------------------------------------------------------------------------------------
-// End of the decisions still made in this adapter.
-// ---------------------------------------------------------------------------------------
 
 KubeCluster::KubeCluster(kube::RestClient* client, kube::Informer* pods, kube::Informer* nodes,
                          kube::EventRecorder* events, KubeClusterOptions options, std::function<bool()> may_write)

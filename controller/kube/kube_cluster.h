@@ -35,26 +35,7 @@ namespace peregrine {
 // The pod's options (controller address, agent image, heartbeat) and the cluster's.
 struct KubeClusterOptions : PodBuildOptions {
   uint32_t rendezvous_port = 29500;
-  // A standby pod still Pending with a stuck reason this long after its creation is
-  // reported failed, so the decision engine deletes it and creates another.
-  absl::Duration standby_pending_timeout = absl::Minutes(10);
 };
-
-// The condition KubeCluster adds to every status it writes: True while a pod of the
-// job is stuck (ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...,
-// Unschedulable), with the pods and reasons in the message.
-inline constexpr char kPodsStuckCondition[] = "PodsStuck";
-
-// Pure: one pod as the controller sees it at `now`: ObservePodObject (pod_observer.h),
-// then a standby (label peregrine.dev/role=standby) stuck (waiting_reason set) for
-// longer than `standby_pending_timeout` since its creationTimestamp -> failed, with no
-// machine_id (the node is not to blame for an image or scheduling problem).
-PodObservation ObservePod(const nlohmann::json& pod, const nlohmann::json* node, absl::Time now,
-                          absl::Duration standby_pending_timeout);
-
-// The PodsStuck condition's message for `pods` ("" when none is stuck): at most five
-// "<pod>: <waiting_reason>" entries joined by "; ", then "and N more".
-std::string StuckPodsMessage(const std::vector<PodObservation>& pods);
 
 // A short label value (<= 63 characters of [A-Za-z0-9._-], starting and ending
 // alphanumeric) summarising `reason`; "unknown" when nothing is left.
@@ -79,11 +60,6 @@ class KubeCluster final : public Cluster {
   absl::StatusOr<std::string> EnsureJobObjects(const TrainingJob& job);
   // Names of every cached pod of the job, including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);
-  // True when the stuck pods ListPods last saw differ from what the last PersistStatus
-  // wrote into the PodsStuck condition (the caller then persists the status again).
-  bool StuckPodsChanged(const TrainingJob& job);
-  // Drops what is remembered about the job (it was deleted).
-  void ForgetJob(const TrainingJob& job);
 
  private:
   absl::Status CheckMayWrite(const char* what) const;
@@ -94,15 +70,6 @@ class KubeCluster final : public Cluster {
   kube::EventRecorder* const events_;
   const KubeClusterOptions options_;
   const std::function<bool()> may_write_;
-  struct StuckState {
-    std::string seen;       // StuckPodsMessage of the last ListPods
-    std::string written;    // the message the last status write carried
-    bool written_once = false;
-    int64_t since_ns = 0;   // lastTransitionTime of the condition written
-    bool stuck = false;     // its status
-  };
-  absl::Mutex stuck_mu_;
-  std::map<std::string, StuckState> stuck_ ABSL_GUARDED_BY(stuck_mu_);
 };
 
 }  // namespace peregrine

@@ -309,7 +309,6 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   kopts.agent_image = options.agent_image;
   kopts.rendezvous_port = options.rendezvous_port;
   kopts.heartbeat_ms = options.agent_heartbeat_flag_ms;
-  kopts.standby_pending_timeout = options.standby_pending_timeout;
   impl->cluster = std::make_unique<KubeCluster>(impl->client.get(), impl->pods.get(), impl->nodes.get(),
                                                 impl->events.get(), kopts, [self] { return self->IsLeader(); });
 
@@ -327,6 +326,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   TrainingJobReconciler::Options ropts;
   ropts.resync = options.resync;
   ropts.decision = options.decision;
+  ropts.decision.standby_pending_timeout_ns = absl::ToInt64Nanoseconds(options.standby_pending_timeout);
   impl->reconciler = std::make_unique<TrainingJobReconciler>(std::move(rdeps), std::move(ropts));
   impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), UnixNanos);
   impl->gated_service =

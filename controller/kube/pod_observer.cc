@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 
 namespace peregrine {
 namespace {
@@ -88,6 +89,11 @@ std::string PodStuckReason(const json& pod) {
 PodObservation ObservePodObject(const json& pod, const json* node) {
   PodObservation obs;
   obs.name = Str(pod["metadata"], "name");
+  if (const json* created = Path(pod, {"metadata", "creationTimestamp"}); created != nullptr && created->is_string()) {
+    absl::Time t;
+    std::string error;
+    if (absl::ParseTime(absl::RFC3339_full, created->get<std::string>(), &t, &error)) obs.created_at = absl::ToUnixNanos(t);
+  }
   const json* node_name = Path(pod, {"spec", "nodeName"});
   obs.machine_id = node_name && node_name->is_string() ? node_name->get<std::string>() : "";
   const json* phase_json = Path(pod, {"status", "phase"});

@@ -1,5 +1,7 @@
 #include "controller/kube/trainingjob_reconciler.h"
 
+#include "controller/core/conditions.h"
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -8,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/code_update.h"
+#include "controller/core/conditions.h"
 #include "controller/job_controller.h"
 #include "controller/job_parser.h"
 #include "controller/kube/resources.h"
@@ -34,8 +37,8 @@
 //     pod and the server's message, not retried (pods already running are left alone)
 //     until the spec changes. Any other error of the round is retried with backoff. A
 //     clean round asks to look again after the plan's requeue delay, at most the resync
-//     period; when the stuck pods changed without the decision changing, the status is
-//     rewritten first so its PodsStuck condition says so.
+//     period. (Stuck pods are the decision core's: condition PodsStuck and the standby
+//     pending timeout, controller/core/pod_health.h.)
 //
 // The errors of a round: JobController::ReconcileOnce keeps the cluster's errors in the
 // job's status and returns only when to look again, so the round runs against a
@@ -135,7 +138,7 @@ class RoundCluster final : public Cluster {
   }
   absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override {
     auto pods = inner_->ListPods(job);
-    Note(pods.status());
+    Record(pods.status());
     return pods;
   }
   absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override {
@@ -149,19 +152,23 @@ class RoundCluster final : public Cluster {
   }
   absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override {
     auto status = inner_->LoadStatus(job);
-    Note(status.status());
+    Record(status.status());
     return status;
   }
   std::string RendezvousDomain(const TrainingJob& job) override { return inner_->RendezvousDomain(job); }
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override {
     auto port = inner_->RendezvousPort(job);
-    Note(port.status());
+    Record(port.status());
     return port;
   }
 
  private:
-  absl::Status Note(absl::Status s) {
+  // Keeps the round's first error; Note also passes the status on.
+  void Record(const absl::Status& s) {
     if (!s.ok() && first_error_.ok()) first_error_ = s;
+  }
+  absl::Status Note(absl::Status s) {
+    Record(s);
     return s;
   }
 
@@ -282,14 +289,6 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
   }
   if (!round.error.ok()) return Retryable(round.error);
   CountConnectedAgents(key);
-  if (deps_.cluster->StuckPodsChanged(entry->controller->job())) {
-    // A pod got stuck or unstuck without the decision changing: rewrite the status so
-    // its PodsStuck condition says so.
-    if (absl::Status s = deps_.cluster->PersistStatus(entry->controller->job(), entry->controller->Snapshot());
-        !s.ok()) {
-      return Retryable(s);
-    }
-  }
   kube::ReconcileResult result;
   result.requeue_after = options_.resync;
   if (round.requeue_ns > 0) result.requeue_after = std::min(result.requeue_after, absl::Nanoseconds(round.requeue_ns));
@@ -417,10 +416,6 @@ void TrainingJobReconciler::ForgetJob(const std::string& key) {
   deps_.registry->UnbindJob(key, absl::StrCat("TrainingJob ", key, " was deleted"));
   const size_t slash = key.find('/');
   deps_.metrics->ForgetJob(key.substr(0, slash), key.substr(slash + 1));
-  TrainingJob gone;
-  gone.metadata.namespace_ = key.substr(0, slash);
-  gone.metadata.name = key.substr(slash + 1);
-  deps_.cluster->ForgetJob(gone);
 }
 
 void TrainingJobReconciler::RemoveEntry(const std::string& key) {
@@ -454,24 +449,9 @@ absl::Status TrainingJobReconciler::MarkInvalid(const json& object, const absl::
     if (!loaded.ok()) return loaded.status();
     if (loaded->has_value()) status = **std::move(loaded);
   }
-  for (const Condition& c : status.conditions) {
-    if (c.type == "Valid" && c.status == "False" && c.reason == reason && c.message == message &&
-        c.observed_generation == generation) {
-      return absl::OkStatus();
-    }
-  }
-  const int64_t now = deps_.now();
-  bool found = false;
-  for (Condition& c : status.conditions) {
-    if (c.type != "Valid") continue;
-    if (c.status != "False") c.last_transition_time = now;
-    c.status = "False";
-    c.reason = reason;
-    c.message = message;
-    c.observed_generation = generation;
-    found = true;
-  }
-  if (!found) status.conditions.push_back(Condition{"Valid", "False", reason, message, generation, now});
+  // The same condition (one owner: controller/core/conditions.h); nothing to write when
+  // it is there already.
+  if (!SetCondition(status, "Valid", false, reason, message, generation, deps_.now())) return absl::OkStatus();
   status.observed_generation = generation;
   TrainingJob job = MinimalJob(object);
   return deps_.cluster->PersistStatus(job, status);

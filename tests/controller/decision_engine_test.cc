@@ -6,6 +6,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "controller/core/conditions.h"
+#include "controller/core/pod_health.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
 
@@ -69,7 +71,7 @@ struct World {
     for (const PodToCreate& c : plan.create_pods) {
       if (Pod(c.name)) continue;
       const std::string machine = "local-" + std::to_string(next_machine++);
-      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", ""});
+      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0});
       AgentObservation a;
       a.pod = c.name;
       a.machine_id = machine;
@@ -237,6 +239,43 @@ TEST_CASE("A lost machine is evicted, a standby takes its slot and the others re
   CHECK(w.status.incidents.back().resumed_at == w.now);
   CHECK(w.status.incidents.back().training_time_lost_seconds == Approx(5.0));
   CHECK(w.Step().Empty());
+}
+
+TEST_CASE("Pods that cannot start: PodsStuck names them; a standby stuck past the timeout is replaced",
+          "[unit]") {
+  World w;
+  w.Step();
+  w.Step();
+  const Condition* none = FindCondition(w.status, kPodsStuckCondition);
+  REQUIRE(none != nullptr);
+  CHECK(none->status == "False");
+  CHECK(none->reason == "NoStuckPods");
+  const std::string standby = w.status.standbys.at(0).pod;
+  PodObservation* p = w.Pod(standby);
+  REQUIRE(p != nullptr);
+  p->running = false;
+  p->waiting_reason = "ImagePullBackOff (container trainer): back-off pulling image";
+  p->created_at = w.now;
+  const int64_t stuck_since = w.now + kSecond;
+  w.now = stuck_since;
+  JobPlan plan = w.Step();
+  const Condition* stuck = FindCondition(w.status, kPodsStuckCondition);
+  REQUIRE(stuck != nullptr);
+  CHECK(stuck->status == "True");
+  CHECK(stuck->reason == "ImagePullBackOff");
+  CHECK(stuck->message == standby + ": ImagePullBackOff (container trainer): back-off pulling image");
+  CHECK(stuck->last_transition_time == stuck_since);
+  CHECK(plan.delete_pods.empty());  // within the timeout: wait
+  // Past the timeout (10 minutes by default) the standby counts as failed, without a
+  // machine: it is deleted and replaced, and nothing is quarantined.
+  w.now = p->created_at + DecisionConfig{}.standby_pending_timeout_ns;
+  plan = w.Step();
+  bool deleted = false;
+  for (const PodToDelete& d : plan.delete_pods) deleted = deleted || d.name == standby;
+  CHECK(deleted);
+  CHECK(plan.quarantine.empty());
+  for (const StandbyStatus& sb : w.status.standbys) CHECK(sb.pod != standby);
+  CHECK(FindCondition(w.status, kPodsStuckCondition)->last_transition_time == stuck_since);
 }
 
 TEST_CASE("An evicted machine is quarantined until the status says it is, across restarts", "[unit]") {

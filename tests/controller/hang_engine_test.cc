@@ -65,7 +65,7 @@ struct World {
     status = plan.status;
     for (const PodToCreate& c : plan.create_pods) {
       const std::string machine = "m" + std::to_string(next_machine++);
-      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", ""});
+      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0});
       AgentObservation a;
       a.pod = c.name;
       a.machine_id = machine;

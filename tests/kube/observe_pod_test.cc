@@ -1,5 +1,6 @@
-// ObservePod and StuckPodsMessage (kube_cluster.h): pure mapping of a pod (and its node)
-// to what the decision engine sees, table-driven.
+// A pod as the decision core sees it, table-driven: ObservePodObject (pod_observer.h, the
+// adapter's pure mapping of a pod and its node) then the core's rules for pods that cannot
+// start (controller/core/pod_health.h: FailStuckStandbys, StuckPodsMessage).
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -8,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
-#include "controller/kube/kube_cluster.h"
+#include "controller/core/pod_health.h"
+#include "controller/kube/pod_observer.h"
 
 namespace peregrine {
 namespace {
@@ -30,7 +32,7 @@ json Waiting(const std::string& reason) {
                json::array({json{{"name", "trainer"}, {"state", {{"waiting", {{"reason", reason}, {"message", "m"}}}}}}})}};
 }
 
-TEST_CASE("ObservePod maps phases, stuck reasons and the standby pending timeout", "[unit]") {
+TEST_CASE("A pod maps to phases, stuck reasons and the standby pending timeout", "[unit]") {
   const absl::Time created = absl::FromUnixSeconds(1767225600);  // 2026-01-01T00:00:00Z
   const absl::Duration timeout = absl::Minutes(10);
   const json ready_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "True"}}})}}}};
@@ -72,7 +74,15 @@ TEST_CASE("ObservePod maps phases, stuck reasons and the standby pending timeout
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    const PodObservation obs = ObservePod(c.pod, c.node, created + c.age, timeout);
+    std::vector<PodObservation> pods = {ObservePodObject(c.pod, c.node)};
+    JobStatus status;  // the core knows the standbys from the status
+    if (c.pod["metadata"]["labels"]["peregrine.dev/role"] == "standby") {
+      StandbyStatus standby;
+      standby.pod = pods[0].name;
+      status.standbys.push_back(standby);
+    }
+    FailStuckStandbys(status, absl::ToUnixNanos(created + c.age), absl::ToInt64Nanoseconds(timeout), pods);
+    const PodObservation& obs = pods[0];
     CHECK(obs.running == c.running);
     CHECK(obs.failed == c.failed);
     if (std::string(c.waiting).empty()) {
