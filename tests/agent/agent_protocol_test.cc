@@ -20,10 +20,15 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "agent/supervisor.h"
 #include "grpcpp/grpcpp.h"
 #include "peregrine/v1/agent.grpc.pb.h"
-#include "tests/agent/process_test_util.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/files.h"
+#include "tests/testing/process_guard.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine {
 namespace {
@@ -32,6 +37,8 @@ namespace v1 = ::peregrine::v1;
 using ::peregrine::testing::DescendantGuard;
 using ::peregrine::testing::Eventually;
 using ::peregrine::testing::NoDescendantsLeft;
+using ::peregrine::testing::ReadFileIfExists;
+using ::peregrine::testing::TempDir;
 
 constexpr char kToken[] = "s3cret-token";
 
@@ -169,20 +176,11 @@ std::function<bool(const v1::AgentMessage&)> ResultFor(const std::string& id) {
   return [id](const v1::AgentMessage& m) { return m.has_command_result() && m.command_result().command_id() == id; };
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 TEST_CASE("agent protocol round trip with a real controller stream", "[integration]") {
   DescendantGuard guard;
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("peregrine-agent-test-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream(dir + "/token") << kToken << "\n";
-  }
+  TempDir temp("peregrine-agent-test");
+  const std::string& dir = temp.path();
+  temp.Write("token", absl::StrCat(kToken, "\n"));
 
   auto service = std::make_unique<TestController>();
   v1::RegisterAck ack;
@@ -275,7 +273,7 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
     const std::set<int> attempt1_pids = Pids(progressed->heartbeat().training());
     REQUIRE(attempt1_pids.size() == 2);
     CHECK(Eventually([&] {
-      return ReadAll(dir + "/logs/rank-1.log").find("env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
+      return ReadFileIfExists(dir + "/logs/rank-1.log").find("env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
                                                      "NODE_RANK=0 NNODES=1 MASTER=127.0.0.1:29555 ATTEMPT=1 "
                                                      "RESUME=0") != std::string::npos;
     }));
@@ -303,7 +301,7 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
       CHECK((::kill(pid, 0) == -1 && errno == ESRCH));
     }
     CHECK(Eventually([&] {
-      std::string log = ReadAll(dir + "/logs/rank-0.log");
+      std::string log = ReadFileIfExists(dir + "/logs/rank-0.log");
       return log.find("===== peregrine attempt 1 rank 0") != std::string::npos &&
              log.find("===== peregrine attempt 2 rank 0 resume_step 100 revision rev-2") != std::string::npos &&
              log.find("got-sigterm") != std::string::npos;
@@ -475,7 +473,7 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
       agent_signal = agent_exits[0].signal;
     }
     CHECK((::kill(rank0_pid, 0) == -1 && errno == ESRCH));
-    std::string log = ReadAll(dir + "/logs/rank-0.log");
+    std::string log = ReadFileIfExists(dir + "/logs/rank-0.log");
     const size_t attempt3 = log.find("===== peregrine attempt 3 rank 0");
     REQUIRE(attempt3 != std::string::npos);
     CHECK(log.find("got-sigterm", attempt3) != std::string::npos);
@@ -484,16 +482,14 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
   CHECK(agent_exit_code == 143);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server->Wait();
-  std::filesystem::remove_all(dir);
   CHECK(Eventually(NoDescendantsLeft));
 }
 
 TEST_CASE("standby registers with a self-check and stays idle until activated", "[integration]") {
   DescendantGuard guard;
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("peregrine-standby-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/token") << kToken;
+  TempDir temp("peregrine-standby-test");
+  const std::string& dir = temp.path();
+  temp.Write("token", kToken);
   auto service = std::make_unique<TestController>();
   v1::RegisterAck ack;
   ack.set_heartbeat_interval_ms(100);
@@ -550,7 +546,6 @@ TEST_CASE("standby registers with a self-check and stays idle until activated", 
   CHECK(exit_code == 143);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server->Wait();
-  std::filesystem::remove_all(dir);
   CHECK(Eventually(NoDescendantsLeft));
 }
 

@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "diagnosis/stack_parse.h"
-#include "tests/agent/process_test_util.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/process_guard.h"
 
 extern char** environ;
 

@@ -16,7 +16,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/agent/process_test_util.h"
+#include "absl/time/clock.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/files.h"
+#include "tests/testing/process_guard.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine {
 namespace {
@@ -25,6 +29,8 @@ using ::peregrine::testing::DescendantGuard;
 using ::peregrine::testing::Descendants;
 using ::peregrine::testing::Eventually;
 using ::peregrine::testing::NoDescendantsLeft;
+using ::peregrine::testing::ReadFile;
+using ::peregrine::testing::TempDir;
 
 std::vector<std::string> AgentEnv() {
   std::vector<std::string> env;
@@ -179,8 +185,8 @@ TEST_CASE("pause and resume stop and continue the process group", "[integration]
 
 TEST_CASE("environment and per-rank log file with attempt separators", "[integration]") {
   DescendantGuard guard;
-  const std::string dir = std::filesystem::temp_directory_path() / ("peregrine-sup-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  TempDir temp("peregrine-sup");
+  const std::string& dir = temp.path();
   {
     Supervisor supervisor;
     for (int attempt = 1; attempt <= 2; ++attempt) {
@@ -193,10 +199,8 @@ TEST_CASE("environment and per-rank log file with attempt separators", "[integra
       REQUIRE(driver.Until([&] { return supervisor.Idle(); }));
     }
   }
-  std::ifstream in(dir + "/rank-5.log");
-  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string log = ReadFile(dir + "/rank-5.log");
   CHECK(log == "===== attempt 1 =====\nvalue=attempt1\n===== attempt 2 =====\nvalue=attempt2\n");
-  std::filesystem::remove_all(dir);
   CHECK(Eventually(NoDescendantsLeft));
 }
 

@@ -13,6 +13,7 @@
 #include "controller/agent_service.h"
 #include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
+#include "tests/testing/loopback_agent_service.h"
 
 namespace peregrine {
 namespace {
@@ -30,29 +31,16 @@ spec: {machines: 1, gpusPerMachine: 1, parallelism: {tensor: 1, pipeline: 1, dat
   return parsed->spec;
 }
 
-struct Server {
-  AgentRegistry registry{"test-controller"};
-  AgentServiceImpl service{&registry, [] { return int64_t{1'000'000'000}; }};
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
-
+// The AgentService with two jobs of one machine each, train/doomed and train/kept.
+struct Server : testing::LoopbackAgentService {
   Server() {
     for (const char* job : {"train/doomed", "train/kept"}) {
-      registry.BindJob(job, AgentRegistry::JobBinding{OneMachineSpec(), "secret"});
+      registry().BindJob(job, AgentRegistry::JobBinding{OneMachineSpec(), "secret"});
       AssignmentSpec a;
       a.attempt = 1;
       a.code.command = {"train"};
-      registry.SetDesired(job, {{std::string(job).substr(6) + "-m0", DesiredAgent{false, a}}});
+      registry().SetDesired(job, {{std::string(job).substr(6) + "-m0", DesiredAgent{false, a}}});
     }
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    server = builder.BuildAndStart();
-    REQUIRE(server != nullptr);
-  }
-  ~Server() {
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    server->Wait();
   }
 };
 
@@ -62,8 +50,7 @@ struct Agent {
   grpc::ClientContext context;
   std::unique_ptr<Stream> stream;
   Agent(const Server& server, const std::string& job) {
-    stub = v1::AgentService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port), grpc::InsecureChannelCredentials()));
+    stub = v1::AgentService::NewStub(server.Channel());
     context.AddMetadata("authorization", "Bearer secret");
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     stream = stub->Connect(&context);
@@ -86,10 +73,10 @@ TEST_CASE("unbinding a deleted job rejects and closes its agents' streams and ke
   REQUIRE(in.has_register_ack());
   REQUIRE(kept.stream->Read(&in));
   REQUIRE(in.has_register_ack());
-  REQUIRE(server.registry.ConnectedCountForTest() == 2);
-  REQUIRE(server.registry.JobCountForTest() == 2);
+  REQUIRE(server.registry().ConnectedCountForTest() == 2);
+  REQUIRE(server.registry().JobCountForTest() == 2);
 
-  server.registry.UnbindJob("train/doomed", "TrainingJob train/doomed was deleted");
+  server.registry().UnbindJob("train/doomed", "TrainingJob train/doomed was deleted");
   REQUIRE(doomed.stream->Read(&in));
   REQUIRE(in.has_reject());
   CHECK(in.reject().reason() == "TrainingJob train/doomed was deleted");
@@ -97,9 +84,9 @@ TEST_CASE("unbinding a deleted job rejects and closes its agents' streams and ke
   const grpc::Status ended = doomed.stream->Finish();
   CHECK(ended.error_code() == grpc::StatusCode::NOT_FOUND);
   CHECK(ended.error_message() == "TrainingJob train/doomed was deleted");
-  CHECK(server.registry.JobCountForTest() == 1);
-  CHECK(server.registry.ConnectedCountForTest() == 1);
-  CHECK(server.registry.Observe("train/doomed").empty());
+  CHECK(server.registry().JobCountForTest() == 1);
+  CHECK(server.registry().ConnectedCountForTest() == 1);
+  CHECK(server.registry().Observe("train/doomed").empty());
 
   // Coming back is refused like any unknown job, and creates nothing.
   Agent again(server, "doomed");
@@ -107,15 +94,15 @@ TEST_CASE("unbinding a deleted job rejects and closes its agents' streams and ke
   REQUIRE(in.has_reject());
   CHECK(in.reject().reason() == "unknown job train/doomed");
   CHECK(again.stream->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
-  CHECK(server.registry.JobCountForTest() == 1);
+  CHECK(server.registry().JobCountForTest() == 1);
 
   // The other job's agent still talks to the controller.
   v1::AgentMessage hb;
   hb.mutable_heartbeat();
   REQUIRE(kept.stream->Write(hb));
-  CHECK(server.registry.ConnectedCountForTest() == 1);
-  server.registry.UnbindJob("train/unknown", "no-op");  // unknown: nothing happens
-  CHECK(server.registry.JobCountForTest() == 1);
+  CHECK(server.registry().ConnectedCountForTest() == 1);
+  server.registry().UnbindJob("train/unknown", "no-op");  // unknown: nothing happens
+  CHECK(server.registry().JobCountForTest() == 1);
   kept.stream->WritesDone();
   CHECK(kept.stream->Finish().ok());
 }

@@ -38,19 +38,16 @@
 #include "controller/kube/kube_cluster.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "tests/fakes/fake_kube_api_server.h"
+#include "tests/testing/eventually.h"
 
 namespace peregrine::e2e {
 
 using nlohmann::json;
 
-// Polls `condition` until it holds or a deadline far beyond any healthy run passes.
+// The kit's Eventually with this suite's deadline, far beyond any healthy run (the
+// 100-machine case shares a loaded machine with 100+ gRPC streams).
 inline bool Eventually(const std::function<bool()>& condition, absl::Duration deadline = absl::Seconds(90)) {
-  const absl::Time end = absl::Now() + deadline;
-  while (absl::Now() < end) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return condition();
+  return testing::Eventually(condition, deadline, absl::Milliseconds(10));
 }
 
 // Shared knobs of the simulated training.
@@ -228,7 +225,7 @@ class FakeKubelet {
       : server_(server), client_(client), ns_(std::move(ns)), target_(std::move(controller_target)), script_(script) {
     kube::InformerOptions opts;
     opts.resource = PodsPath(ns_);
-    informer_ = std::make_unique<kube::Informer>(client_, opts, kube::RealClock(), &random_);
+    informer_ = std::make_unique<kube::Informer>(client_, opts, RealClock(), &random_);
     informer_->Start();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -412,7 +409,7 @@ class FakeKubelet {
   const std::string ns_;
   const std::function<std::string()> target_;
   TrainingScript* const script_;
-  kube::SeededRandom random_{7};
+  SeededRandom random_{7};
   std::unique_ptr<kube::Informer> informer_;
   std::atomic<bool> stop_{false};
   int next_node_ = 0;

@@ -8,7 +8,6 @@
 
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "tests/deploy/openapi_validator.h"
 #include "tests/deploy/run_process.h"
 #include "tests/e2e/kube/harness.h"
+#include "tests/testing/captured_run.h"
 
 namespace peregrine::e2e {
 namespace {
@@ -155,20 +155,10 @@ std::string Scrape(KubeMode& mode) {
   return res && res->status == 200 ? res->body : "";
 }
 
-struct CtlResult {
-  int code = -1;
-  std::string out, err;
-};
-
 // peregrinectl (the tool as a function) against the controller's HTTP API.
-CtlResult Ctl(KubeMode& mode, std::vector<std::string> args) {
+testing::CapturedRun Ctl(KubeMode& mode, std::vector<std::string> args) {
   args.insert(args.begin(), {"--controller", absl::StrCat("http://127.0.0.1:", mode.http_port())});
-  std::ostringstream out, err;
-  CtlResult r;
-  r.code = RunPeregrinectl(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+  return testing::RunCaptured([&](std::ostream& out, std::ostream& err) { return RunPeregrinectl(args, out, err); });
 }
 
 const Condition* FindCondition(const JobStatus& st, const std::string& type) {
@@ -671,7 +661,7 @@ TEST_CASE("peregrinectl status and update work against the kube-mode controller"
     return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3;
   }));
   REQUIRE(Eventually([&] { return absl::StrContains(Ctl(*mode, {"status", "train/ctl"}).out, "phase Running"); }));
-  const CtlResult status = Ctl(*mode, {"status", "train/ctl"});
+  const testing::CapturedRun status = Ctl(*mode, {"status", "train/ctl"});
   CHECK(status.code == 0);
   CHECK_THAT(status.out, Catch::Contains("job train/ctl: 2 machines x 1 GPUs"));
   CHECK_THAT(status.out, Catch::Contains("ctl-m0"));
@@ -682,7 +672,7 @@ TEST_CASE("peregrinectl status and update work against the kube-mode controller"
   // truth) and reaches the job like any edit: urgent, it restarts in place.
   const JobStatus before = *env.Status("ctl");
   const int64_t generation = (*env.server.GetForTest(kJobs, kNs, "ctl"))["metadata"]["generation"].get<int64_t>();
-  const CtlResult update = Ctl(*mode, {"update", "train/ctl", "--revision", "r2", "--command", "python train2.py",
+  const testing::CapturedRun update = Ctl(*mode, {"update", "train/ctl", "--revision", "r2", "--command", "python train2.py",
                                        "--urgent"});
   INFO(update.err);
   REQUIRE(update.code == 0);
@@ -711,7 +701,7 @@ TEST_CASE("peregrinectl status and update work against the kube-mode controller"
   CHECK_FALSE((*object)["metadata"].value("annotations", json::object()).contains("peregrine.dev/hot-update"));
   CHECK(env.WaitStatus("ctl", [](const JobStatus& st) { return st.pending_code && st.pending_code->revision == "r3"; }));
   // Unknown jobs and bad requests are refused with a clear message.
-  const CtlResult missing = Ctl(*mode, {"update", "train/nope", "--revision", "r9"});
+  const testing::CapturedRun missing = Ctl(*mode, {"update", "train/nope", "--revision", "r9"});
   CHECK(missing.code == 1);
   CHECK_THAT(missing.err, Catch::Contains("no TrainingJob train/nope"));
   CHECK(Ctl(*mode, {"update", "train/ctl"}).code == 2);  // no --revision
