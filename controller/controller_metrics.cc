@@ -121,7 +121,7 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
       const bool was_finished = old != nullptr && i < old->diagnosis.size() && old->diagnosis[i].finished_at != 0;
       if (r.finished_at != 0 && !was_finished) {
         auto l = with("stage", r.stage);
-        l["verdict"] = r.verdict;
+        l["verdict"] = ToString(r.verdict);
         Series(key, diagnosis_stages_, l).Increment();
       }
     }
@@ -138,19 +138,19 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
     Series(key, restarts_, with("kind", activation ? "standby_activation" : "in_place")).Increment();
   }
   for (const FailSlowFinding& f : after.fail_slows) {
-    const bool counted_now = !f.kind.empty() || f.ended_at != 0;
+    const bool counted_now = f.kind != FailSlowKind::kUnlocalized || f.ended_at != 0;
     if (!counted_now) continue;
     const bool counted_before = std::any_of(before.fail_slows.begin(), before.fail_slows.end(), [&](const FailSlowFinding& b) {
-      return b.id == f.id && (!b.kind.empty() || b.ended_at != 0);
+      return b.id == f.id && (b.kind != FailSlowKind::kUnlocalized || b.ended_at != 0);
     });
-    if (!counted_before) Series(key, failslows_, with("kind", f.kind.empty() ? "unlocalized" : f.kind)).Increment();
+    if (!counted_before) Series(key, failslows_, with("kind", f.kind == FailSlowKind::kUnlocalized ? "unlocalized" : ToString(f.kind))).Increment();
   }
   for (const FailSlowFinding& f : after.fail_slows) {
-    if (f.validation.verdict.empty()) continue;
+    if (f.validation.verdict == ValidationVerdict::kNone) continue;
     const bool judged_before = std::any_of(before.fail_slows.begin(), before.fail_slows.end(), [&](const FailSlowFinding& b) {
-      return b.id == f.id && !b.validation.verdict.empty();
+      return b.id == f.id && b.validation.verdict != ValidationVerdict::kNone;
     });
-    if (!judged_before) Series(key, failslow_validations_, with("verdict", f.validation.verdict)).Increment();
+    if (!judged_before) Series(key, failslow_validations_, with("verdict", ToString(f.validation.verdict))).Increment();
   }
   if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
     Series(key, time_lost_, labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);

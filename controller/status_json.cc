@@ -1,5 +1,8 @@
 #include "controller/status_json.h"
 
+#include <optional>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +40,17 @@ CodeVersionSpec CodeFromJson(const json& j) {
   return c;
 }
 
+// Reads the enum value named by j[key] into *out, leaving it as is when the key is absent;
+// a name that is not a value is an error naming `field`.
+template <typename E>
+void ReadEnum(const json& j, const char* key, std::optional<E> (*parse)(std::string_view), const char* field, E* out) {
+  if (!j.contains(key)) return;
+  const std::string name = j.at(key).get<std::string>();
+  std::optional<E> value = parse(name);
+  if (!value) throw std::invalid_argument(absl::StrCat(field, ": unknown value '", name, "'"));
+  *out = *value;
+}
+
 JobPhase PhaseFromName(const std::string& s) {
   for (JobPhase p : {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
                      JobPhase::kFailed}) {
@@ -49,7 +63,7 @@ json StagesToJson(const std::vector<DiagnosisStageRecord>& stages) {
   json out = json::array();
   for (const DiagnosisStageRecord& r : stages) {
     out.push_back({{"stage", r.stage}, {"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)},
-                   {"verdict", r.verdict}, {"failedMachines", r.failed_machines}, {"results", r.results},
+                   {"verdict", ToString(r.verdict)}, {"failedMachines", r.failed_machines}, {"results", r.results},
                    {"note", r.note}});
   }
   return out;
@@ -62,7 +76,7 @@ std::vector<DiagnosisStageRecord> StagesFromJson(const json& j) {
     x.stage = r.at("stage").get<std::string>();
     x.started_at = ParseTime(r, "startedAt");
     x.finished_at = ParseTime(r, "finishedAt");
-    x.verdict = r.value("verdict", "");
+    ReadEnum(r, "verdict", ParseStageVerdict, "incidents[].diagnosis[].verdict", &x.verdict);
     x.failed_machines = r.value("failedMachines", std::vector<std::string>{});
     x.results = r.value("results", std::vector<std::string>{});
     x.note = r.value("note", "");
@@ -82,7 +96,7 @@ json StackDiagnosisToJson(const StackDiagnosisStatus& d) {
                         {"flaggedKind", r.flagged_kind}, {"flaggedIndex", r.flagged_index},
                         {"explanation", r.explanation}});
     }
-    investigations.push_back({{"id", inv.id}, {"kind", inv.kind}, {"state", inv.state}, {"attempt", inv.attempt},
+    investigations.push_back({{"id", inv.id}, {"kind", ToString(inv.kind)}, {"state", ToString(inv.state)}, {"attempt", inv.attempt},
                               {"incidentId", inv.incident_id}, {"signal", inv.signal},
                               {"startedAt", Time(inv.started_at)}, {"endedAt", Time(inv.ended_at)},
                               {"roundsPlanned", inv.rounds_planned}, {"nextRoundAt", Time(inv.next_round_at)},
@@ -105,8 +119,8 @@ StackDiagnosisStatus StackDiagnosisFromJson(const json& j) {
   for (const json& i : j.value("investigations", json::array())) {
     StackInvestigation inv;
     inv.id = i.at("id");
-    inv.kind = i.value("kind", "");
-    inv.state = i.value("state", "");
+    ReadEnum(i, "kind", ParseInvestigationKind, "stackDiagnosis.investigations[].kind", &inv.kind);
+    ReadEnum(i, "state", ParseInvestigationState, "stackDiagnosis.investigations[].state", &inv.state);
     inv.attempt = i.value("attempt", uint64_t{0});
     inv.incident_id = i.value("incidentId", uint64_t{0});
     inv.signal = i.value("signal", "");
@@ -160,7 +174,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   json versions = json::array();
   for (const VersionRecord& v : s.version_history) {
     versions.push_back({{"codeVersion", CodeToJson(v.code)}, {"appliedAt", Time(v.applied_at)}, {"reason", v.reason},
-                        {"outcome", v.outcome}, {"appliedAtStep", v.applied_at_step}});
+                        {"outcome", ToString(v.outcome)}, {"appliedAtStep", v.applied_at_step}});
   }
   j["versionHistory"] = versions;
   if (s.pending_code) {
@@ -223,16 +237,16 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   }
   json fail_slows = json::array();
   for (const FailSlowFinding& f : s.fail_slows) {
-    fail_slows.push_back({{"id", f.id}, {"state", f.state}, {"kind", f.kind}, {"ranks", f.ranks},
-                          {"group", f.group}, {"machines", f.machines}, {"severity", f.severity}, {"tier", f.tier},
+    fail_slows.push_back({{"id", f.id}, {"state", ToString(f.state)}, {"kind", ToString(f.kind)}, {"ranks", f.ranks},
+                          {"group", f.group}, {"machines", f.machines}, {"severity", f.severity}, {"tier", ToString(f.tier)},
                           {"healthyIterationSeconds", f.healthy_iteration_seconds},
                           {"slowIterationSeconds", f.slow_iteration_seconds}, {"onset", Time(f.onset)},
                           {"detectedAt", Time(f.detected_at)}, {"localizedAt", Time(f.localized_at)},
                           {"endedAt", Time(f.ended_at)}, {"detail", f.detail}});
-    if (!f.validation.state.empty()) {
+    if (f.validation.state != ValidationState::kNotStarted) {
       const FailSlowValidation& v = f.validation;
       fail_slows.back()["validation"] = {
-          {"state", v.state},           {"pass", v.pass},             {"verdict", v.verdict},
+          {"state", ToString(v.state)}, {"pass", v.pass}, {"verdict", ToString(v.verdict)},
           {"startedAt", Time(v.started_at)}, {"phaseStartedAt", Time(v.phase_started_at)},
           {"endedAt", Time(v.ended_at)}, {"machines", v.machines},
           {"linkKinds", v.link_kinds},  {"masterAddr", v.master_addr},
@@ -268,7 +282,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       record.code = CodeFromJson(v.at("codeVersion"));
       record.applied_at = ParseTime(v, "appliedAt");
       record.reason = v.value("reason", "");
-      record.outcome = v.value("outcome", "");
+      ReadEnum(v, "outcome", ParseVersionOutcome, "versionHistory[].outcome", &record.outcome);
       record.applied_at_step = v.value("appliedAtStep", uint64_t{0});
       s.version_history.push_back(std::move(record));
     }
@@ -343,13 +357,13 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     for (const json& f : j.value("failSlows", json::array())) {
       FailSlowFinding x;
       x.id = f.at("id");
-      x.state = f.value("state", "");
-      x.kind = f.value("kind", "");
+      ReadEnum(f, "state", ParseFailSlowState, "failSlows[].state", &x.state);
+      ReadEnum(f, "kind", ParseFailSlowKind, "failSlows[].kind", &x.kind);
       x.ranks = f.value("ranks", std::vector<int>{});
       x.group = f.value("group", "");
       x.machines = f.value("machines", std::vector<std::string>{});
       x.severity = f.value("severity", 0.0);
-      x.tier = f.value("tier", "");
+      ReadEnum(f, "tier", ParseFailSlowTier, "failSlows[].tier", &x.tier);
       x.healthy_iteration_seconds = f.value("healthyIterationSeconds", 0.0);
       x.slow_iteration_seconds = f.value("slowIterationSeconds", 0.0);
       x.onset = ParseTime(f, "onset");
@@ -360,9 +374,9 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       if (f.contains("validation")) {
         const json& v = f.at("validation");
         FailSlowValidation& y = x.validation;
-        y.state = v.value("state", "");
+        ReadEnum(v, "state", ParseValidationState, "failSlows[].validation.state", &y.state);
         y.pass = v.value("pass", 0);
-        y.verdict = v.value("verdict", "");
+        ReadEnum(v, "verdict", ParseValidationVerdict, "failSlows[].validation.verdict", &y.verdict);
         y.started_at = ParseTime(v, "startedAt");
         y.phase_started_at = ParseTime(v, "phaseStartedAt");
         y.ended_at = ParseTime(v, "endedAt");

@@ -70,9 +70,9 @@ void Decider::TrackProgress() {
   }
   if (!st.version_history.empty()) {
     VersionRecord& current = st.version_history.back();
-    if (current.outcome == "Running" && current.code == st.code &&
+    if (current.outcome == VersionOutcome::kRunning && current.code == st.code &&
         st.last_completed_step >= current.applied_at_step + config_.healthy_version_steps) {
-      current.outcome = "Healthy";
+      current.outcome = VersionOutcome::kHealthy;
     }
   }
 }
@@ -169,7 +169,7 @@ void Decider::DetectAndTriage() {
       if (std::find(lost_slots.begin(), lost_slots.end(), index) != lost_slots.end()) continue;
       machine_at_fault(st.slots[index], "in the group stack aggregation over-evicts");
     }
-    if (lost_kind == "MachineLost") lost_kind = hang.kind;
+    if (lost_kind == "MachineLost") lost_kind = ToString(hang.kind);
   } else if (hang.verdict == HangVerdict::kReattempt) {  // no outlier: the no-culprit ladder
     process_failed = true;
     signals.push_back(hang.reason);
@@ -297,7 +297,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
     case HangVerdict::kHangDetected: {
       Incident inc;
       inc.id = st.next_incident_id++;
-      inc.kind = d.kind;
+      inc.kind = ToString(d.kind);
       inc.signal = d.signal;
       inc.detected_at = now_;
       inc.step_at_failure = st.max_completed_step;
@@ -340,7 +340,7 @@ void Decider::FailJob(Incident* inc, const std::string& reason, const std::strin
   st.phase = JobPhase::kFailed;
   st.finished_at = now_;
   if (!st.version_history.empty() && st.version_history.back().code == st.code) {
-    st.version_history.back().outcome = "Failed";
+    st.version_history.back().outcome = VersionOutcome::kFailed;
   }
   inc->actions.push_back("stop training; the job failed");
   SetCondition(st, "Failed", true, reason, message, job_.metadata.generation, now_);

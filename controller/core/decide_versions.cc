@@ -22,14 +22,14 @@ void Decider::ApplyCode(const CodeVersionSpec& code, const std::string& reason) 
   st.code = code;
   st.pending_code.reset();
   st.pending_code_since = 0;
-  st.version_history.push_back(VersionRecord{code, now_, reason, "Running", st.last_completed_step});
+  st.version_history.push_back(VersionRecord{code, now_, reason, VersionOutcome::kRunning, st.last_completed_step});
   TrimFront(st.version_history, config_.max_versions);
 }
 
 void Decider::Rollback(const CodeVersionSpec& target, Incident* inc, const std::string& why) {
   JobStatus& st = plan_.status;
   const std::string from = st.code.revision;
-  if (!st.version_history.empty()) st.version_history.back().outcome = "RolledBack";
+  if (!st.version_history.empty()) st.version_history.back().outcome = VersionOutcome::kRolledBack;
   ApplyCode(target, absl::StrCat("rollback: ", why));
   st.reattempts = 0;
   inc->actions.push_back(absl::StrFormat("roll back code revision %s -> %s", from, target.revision));

@@ -104,7 +104,7 @@ void Decider::InitializeOnce() {
   if (st.started_at == 0) st.started_at = now_;
   if (st.code.command.empty()) {
     st.code = spec_.code;
-    st.version_history.push_back(VersionRecord{spec_.code, now_, "initial version", "Running"});
+    st.version_history.push_back(VersionRecord{spec_.code, now_, "initial version", VersionOutcome::kRunning});
   }
   if (st.slots.empty()) {
     for (int i = 0; i < spec_.machines; ++i) st.slots.push_back(SlotStatus{i, ActivePodName(job_.metadata.name, i), "", false});

@@ -54,7 +54,7 @@ std::optional<CommGroup> MatchGroup(const ParallelLayout& layout, std::vector<in
 
 struct Localization {
   bool ready = false;  // enough profiles to compare
-  std::string kind;    // "" when the comparison named no suspect
+  FailSlowKind kind = FailSlowKind::kUnlocalized;  // when the comparison named no suspect
   std::vector<int> ranks;          // the slow ranks (compute), else the slow groups' ranks
   std::vector<int> machine_ranks;  // ranks whose machines are named (slow ranks and groups)
   std::string group;
@@ -184,7 +184,9 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
                                       s.median_of_kind_ns / 1e6));
   }
   if (!compute_ranks.empty() || !congested.empty()) {
-    out.kind = compute_ranks.empty() ? "communication" : congested.empty() ? "compute" : "compute+communication";
+    out.kind = compute_ranks.empty() ? FailSlowKind::kCommunication
+               : congested.empty()   ? FailSlowKind::kCompute
+                                     : FailSlowKind::kComputeAndCommunication;
     out.ranks.assign(compute_ranks.empty() ? group_ranks.begin() : compute_ranks.begin(),
                      compute_ranks.empty() ? group_ranks.end() : compute_ranks.end());
     out.group = absl::StrJoin(names, ", ");
@@ -202,10 +204,10 @@ std::string FormatRanks(const std::vector<int>& ranks) { return absl::StrJoin(ra
 
 }  // namespace
 
-std::string FailSlowTier(const FailSlowSpec& spec, double severity) {
-  if (severity >= spec.replace_threshold) return "replace";
-  if (severity >= spec.mitigate_threshold) return "mitigate";
-  return "monitor";
+FailSlowTier FailSlowTierOf(const FailSlowSpec& spec, double severity) {
+  if (severity >= spec.replace_threshold) return FailSlowTier::kReplace;
+  if (severity >= spec.mitigate_threshold) return FailSlowTier::kMitigate;
+  return FailSlowTier::kMonitor;
 }
 
 FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, const FailSlowPolicyOptions& options) {
@@ -243,11 +245,11 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   if (open == nullptr && !slow_ranks.empty() && in.spec.enabled) {
     FailSlowFinding f;
     f.id = d.next_finding_id++;
-    f.state = "Profiling";
+    f.state = FailSlowState::kProfiling;
     f.onset = onset != 0 ? onset : now;
     f.detected_at = now;
     f.severity = severity;
-    f.tier = FailSlowTier(in.spec, severity);
+    f.tier = FailSlowTierOf(in.spec, severity);
     f.healthy_iteration_seconds = healthy;
     f.slow_iteration_seconds = slow_level;
     d.findings.push_back(f);
@@ -257,25 +259,26 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
         "Warning", "FailSlowDetected",
         absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) on rank(s) %s, verified "
                         "change point; profiling the communication groups",
-                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, f.tier, FormatRanks(slow_ranks))});
+                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, ToString(f.tier), FormatRanks(slow_ranks))});
   } else if (open != nullptr && !slow_ranks.empty()) {
     if (severity > open->severity) {
       open->severity = severity;
-      open->tier = FailSlowTier(in.spec, severity);
+      open->tier = FailSlowTierOf(in.spec, severity);
       open->slow_iteration_seconds = slow_level;
     }
   } else if (open != nullptr && slow_ranks.empty()) {
     // The end is when the iterations recovered (the agents' change point), not when the
     // controller heard of it; `now` only when no rank reported a usable recovery onset.
     open->ended_at = recovery > open->onset && recovery <= now ? recovery : now;
-    open->state = "Recovered";
+    open->state = FailSlowState::kRecovered;
     d.events.push_back(JobEvent{
         "Normal", "FailSlowRecovered",
         absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
                         static_cast<double>(open->ended_at - open->onset) / 1e9,
-                        open->kind.empty() ? " (never localized)"
-                                           : absl::StrCat(" (", open->kind, ": ",
-                                                          open->kind == "communication"
+                        open->kind == FailSlowKind::kUnlocalized
+                            ? " (never localized)"
+                            : absl::StrCat(" (", ToString(open->kind), ": ",
+                                                          open->kind == FailSlowKind::kCommunication
                                                               ? open->group
                                                               : absl::StrCat("rank ", FormatRanks(open->ranks),
                                                                              open->group.empty() ? "" : ", ",
@@ -285,10 +288,10 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   }
 
   // Localization while profiling.
-  if (open != nullptr && open->state == "Profiling") {
+  if (open != nullptr && open->state == FailSlowState::kProfiling) {
     Localization loc = Localize(in, options, open->healthy_iteration_seconds);
-    if (loc.ready && !loc.kind.empty()) {
-      open->state = "Localized";
+    if (loc.ready && loc.kind != FailSlowKind::kUnlocalized) {
+      open->state = FailSlowState::kLocalized;
       open->kind = loc.kind;
       open->ranks = loc.ranks;
       open->group = loc.group;
@@ -296,17 +299,17 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
       open->localized_at = now;
       open->detail = loc.detail;
       std::string where;
-      if (loc.kind != "communication") {
+      if (loc.kind != FailSlowKind::kCommunication) {
         where = absl::StrCat("rank(s) ", FormatRanks(loc.ranks));
-        if (loc.kind == "compute") absl::StrAppend(&where, " on machine(s) ", absl::StrJoin(open->machines, ","));
+        if (loc.kind == FailSlowKind::kCompute) absl::StrAppend(&where, " on machine(s) ", absl::StrJoin(open->machines, ","));
       }
-      if (loc.kind != "compute") {
+      if (loc.kind != FailSlowKind::kCompute) {
         absl::StrAppend(&where, where.empty() ? "" : " and ", "group ", loc.group, " (machines ",
                         absl::StrJoin(open->machines, ","), ")");
       }
       d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
-                                  absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, loc.kind,
-                                                  where, loc.detail, open->severity * 100, open->tier)});
+                                  absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, ToString(loc.kind),
+                                                  where, loc.detail, open->severity * 100, ToString(open->tier))});
     } else if (loc.ready) {
       open->detail = loc.detail;
     }

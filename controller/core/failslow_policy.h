@@ -80,8 +80,8 @@ struct FailSlowDecision {
   std::vector<JobEvent> events;
 };
 
-// GUARD tier name for a severity under the spec's thresholds.
-std::string FailSlowTier(const FailSlowSpec& spec, double severity);
+// GUARD tier of a severity under the spec's thresholds.
+FailSlowTier FailSlowTierOf(const FailSlowSpec& spec, double severity);
 
 // Never fails: inputs it cannot use (a profile of an unknown communicator, inconsistent
 // timings) are skipped. With spec.enabled false no finding opens (open ones still end).

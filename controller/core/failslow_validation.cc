@@ -44,12 +44,15 @@ class Validator {
 
   FailSlowValidationDecision Run() {
     FailSlowValidation& v = d_.validation;
-    if (v.state.empty() && !Start()) return std::move(d_);
-    if (v.state == "Pausing") Pausing();
-    if (v.state == "Gemm") Gemm();
-    if (v.state == "Links") Links();
-    if (v.state == "Resuming") Resuming();
-    d_.trap_wanted = v.state == "Pausing" || v.state == "Gemm" || v.state == "Links";
+    // One state may lead to the next within the round: each step runs on the state the
+    // previous one left.
+    if (v.state == ValidationState::kNotStarted && !Start()) return std::move(d_);
+    if (v.state == ValidationState::kPausing) Pausing();
+    if (v.state == ValidationState::kGemm) Gemm();
+    if (v.state == ValidationState::kLinks) Links();
+    if (v.state == ValidationState::kResuming) Resuming();
+    d_.trap_wanted = v.state == ValidationState::kPausing || v.state == ValidationState::kGemm ||
+                     v.state == ValidationState::kLinks;
     return std::move(d_);
   }
 
@@ -64,19 +67,19 @@ class Validator {
     return absl::StrCat("slot-", slot);
   }
 
-  void Enter(const std::string& state) {
+  void Enter(ValidationState state) {
     v().state = state;
     v().phase_started_at = now_;
   }
 
   // Ends the measurements without a verdict from them; training is released next.
   void Fail(const std::string& why) {
-    v().verdict = "failed";
+    v().verdict = ValidationVerdict::kFailed;
     v().detail = v().detail.empty() ? why : absl::StrCat(v().detail, "; ", why);
     d_.events.push_back(JobEvent{"Warning", "FailSlowValidationFailed",
                                  absl::StrFormat("fail-slow #%d: validation failed: %s; releasing training",
                                                  in_.finding.id, why)});
-    Enter("Resuming");
+    Enter(ValidationState::kResuming);
   }
 
   bool Overdue(int64_t deadline_ns) const { return now_ - v().phase_started_at > deadline_ns; }
@@ -104,7 +107,7 @@ class Validator {
 
   bool Start() {
     const FailSlowFinding& f = in_.finding;
-    if (f.state != "Localized" || f.ended_at != 0 || !in_.spec.enabled) return false;
+    if (f.state != FailSlowState::kLocalized || f.ended_at != 0 || !in_.spec.enabled) return false;
     absl::StatusOr<std::vector<CommGroup>> groups = SuspectGroups(*in_.layout, f);
     v().started_at = now_;
     if (!groups.ok()) {
@@ -133,7 +136,7 @@ class Validator {
     v().link_kinds = absl::StrJoin(kinds, ",");
     v().master_addr = in_.slot_addresses.empty() || in_.slot_addresses[0].empty() ? "127.0.0.1" : in_.slot_addresses[0];
     v().master_port = in_.candidate_port;
-    Enter("Pausing");
+    Enter(ValidationState::kPausing);
     d_.events.push_back(JobEvent{
         "Normal", "FailSlowValidationStarted",
         absl::StrFormat("fail-slow #%d: pausing training (NCCL trap) to validate: GEMM on machine(s) %s, link rounds "
@@ -164,7 +167,7 @@ class Validator {
         return Fail(absl::StrCat("cannot pause ", a->pod, ": ", r->error));
       }
     }
-    if (waiting.empty()) return Enter("Gemm");
+    if (waiting.empty()) return Enter(ValidationState::kGemm);
     if (Overdue(options_.pause_deadline_ns)) {
       Fail(absl::StrCat("timed out pausing ", absl::StrJoin(waiting, ",")));
     }
@@ -256,7 +259,7 @@ class Validator {
     v().detail = text;
     v().pass = 1;
     v().master_port = in_.candidate_port;  // the first link pass's rendezvous
-    Enter("Links");
+    Enter(ValidationState::kLinks);
   }
 
   void Links() {
@@ -361,16 +364,16 @@ class Validator {
     }
     if (!texts.empty()) v().detail = absl::StrCat(v().detail, "; ", absl::StrJoin(texts, "; "));
     const bool confirmed = !v().slow_gpus.empty() || !v().slow_links.empty();
-    v().verdict = confirmed ? "confirmed" : "not confirmed";
+    v().verdict = confirmed ? ValidationVerdict::kConfirmed : ValidationVerdict::kNotConfirmed;
     std::vector<std::string> named;
     if (!v().slow_gpus.empty()) named.push_back(absl::StrCat("slow GPU rank(s) ", absl::StrJoin(v().slow_gpus, ",")));
     if (!v().slow_links.empty()) named.push_back(absl::StrCat("slow link(s) ", absl::StrJoin(v().slow_links, ", ")));
     d_.events.push_back(JobEvent{
         confirmed ? "Warning" : "Normal", "FailSlowValidated",
-        absl::StrFormat("fail-slow #%d validation %s: %s (%s); releasing training", in_.finding.id, v().verdict,
+        absl::StrFormat("fail-slow #%d validation %s: %s (%s); releasing training", in_.finding.id, ToString(v().verdict),
                         named.empty() ? "every GPU and link measured like its peers" : absl::StrJoin(named, "; "),
                         v().detail)});
-    Enter("Resuming");
+    Enter(ValidationState::kResuming);
   }
 
   void Resuming() {
@@ -379,7 +382,7 @@ class Validator {
       if (ResultOrSend(*a, NcclMode(*a, false)) == nullptr) all = false;
     }
     if (all || Overdue(options_.pause_deadline_ns)) {
-      v().state = "Done";
+      v().state = ValidationState::kDone;
       v().ended_at = now_;
     }
   }
@@ -396,7 +399,17 @@ class Validator {
 }  // namespace
 
 bool ValidationInProgress(const FailSlowValidation& v) {
-  return v.state == "Pausing" || v.state == "Gemm" || v.state == "Links" || v.state == "Resuming";
+  switch (v.state) {
+    case ValidationState::kPausing:
+    case ValidationState::kGemm:
+    case ValidationState::kLinks:
+    case ValidationState::kResuming:
+      return true;
+    case ValidationState::kNotStarted:
+    case ValidationState::kDone:
+      return false;
+  }
+  return false;
 }
 
 absl::StatusOr<std::vector<CommGroup>> SuspectGroups(const ParallelLayout& layout, const FailSlowFinding& finding) {
@@ -408,7 +421,7 @@ absl::StatusOr<std::vector<CommGroup>> SuspectGroups(const ParallelLayout& layou
     }
     out.push_back(layout.Group(kind, index));
   };
-  if (finding.kind == "compute" || finding.kind == "compute+communication") {
+  if (finding.kind == FailSlowKind::kCompute || finding.kind == FailSlowKind::kComputeAndCommunication) {
     for (int r : finding.ranks) {
       if (r < 0 || r >= layout.world_size()) {
         return absl::InvalidArgumentError(absl::StrCat("finding names rank ", r, " outside the layout"));

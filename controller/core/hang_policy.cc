@@ -18,7 +18,18 @@ constexpr int64_t kNanosPerSecond = 1'000'000'000;
 constexpr size_t kMaxSummaryChars = 240;
 
 bool IsOpen(const StackInvestigation& inv) {
-  return inv.state == "Capturing" || inv.state == "Waiting" || inv.state == "Decided";
+  switch (inv.state) {
+    case InvestigationState::kCapturing:
+    case InvestigationState::kWaiting:
+    case InvestigationState::kDecided:
+      return true;
+    case InvestigationState::kEvicted:
+    case InvestigationState::kReattempted:
+    case InvestigationState::kResolved:
+    case InvestigationState::kAbandoned:
+      return false;
+  }
+  return false;
 }
 
 std::optional<GroupKind> KindFromName(const std::string& name) {
@@ -45,31 +56,31 @@ class Policy {
     if (open != nullptr && open->attempt != in_.attempt) {
       // The engine acted on the verdict (a new attempt started), or the attempt was
       // restarted for another reason while the investigation ran.
-      if (open->state == "Decided") {
-        open->state = open->slots.empty() ? "Reattempted" : "Evicted";
+      if (open->state == InvestigationState::kDecided) {
+        open->state = open->slots.empty() ? InvestigationState::kReattempted : InvestigationState::kEvicted;
       } else {
-        open->state = "Abandoned";
+        open->state = InvestigationState::kAbandoned;
         open->explanation = absl::StrCat("attempt ", open->attempt, " ended before the verdict");
       }
       open->ended_at = now_;
       open = nullptr;
     }
-    if (open != nullptr && open->state == "Decided") {
+    if (open != nullptr && open->state == InvestigationState::kDecided) {
       RepeatVerdict(*open);
       return std::move(d_);
     }
     if (open != nullptr && in_.other_failure) {
-      open->state = "Abandoned";
+      open->state = InvestigationState::kAbandoned;
       open->ended_at = now_;
       open->explanation = "another failure (a process exit or a lost machine) took over";
-      if (open->kind == "Hang") {
+      if (open->kind == InvestigationKind::kHang) {
         d_.verdict = HangVerdict::kAbandoned;
         d_.kind = open->kind;
       }
       return std::move(d_);
     }
-    if (open != nullptr && open->kind == "Hang" && st.progress_at > open->started_at) {
-      open->state = "Resolved";
+    if (open != nullptr && open->kind == InvestigationKind::kHang && st.progress_at > open->started_at) {
+      open->state = InvestigationState::kResolved;
       open->ended_at = now_;
       open->explanation = absl::StrFormat("training progressed again (step %d) before the verdict", st.progress_step);
       d_.verdict = HangVerdict::kResolved;
@@ -77,19 +88,19 @@ class Policy {
       Event("Normal", "HangResolved", absl::StrCat("investigation ", open->id, ": ", open->explanation));
       return std::move(d_);
     }
-    if ((open == nullptr || open->kind == "MfuDrop") && MaybeDetectHang(open)) return std::move(d_);
+    if ((open == nullptr || open->kind == InvestigationKind::kMfuDrop) && MaybeDetectHang(open)) return std::move(d_);
     if (open == nullptr) {
       WatchMfu();
       return std::move(d_);
     }
-    if (open->kind == "MfuDrop" && !AllAlive()) {  // a machine finished, left or is restarting
-      open->state = "Abandoned";
+    if (open->kind == InvestigationKind::kMfuDrop && !AllAlive()) {  // a machine finished, left or is restarting
+      open->state = InvestigationState::kAbandoned;
       open->ended_at = now_;
       open->explanation = "training is no longer running on every machine";
       return std::move(d_);
     }
-    if (open->kind == "MfuDrop" && MfuRecovered()) {
-      open->state = "Resolved";
+    if (open->kind == InvestigationKind::kMfuDrop && MfuRecovered()) {
+      open->state = InvestigationState::kResolved;
       open->ended_at = now_;
       open->explanation = absl::StrFormat("iteration time %.3f s is back below %.1f x the healthy %.3f s",
                                           in_.recent_iteration_seconds, options_.mfu_drop_factor,
@@ -98,12 +109,12 @@ class Policy {
       Event("Normal", "MfuRecovered", absl::StrCat("investigation ", open->id, ": ", open->explanation));
       return std::move(d_);
     }
-    if (open->state == "Waiting") {
+    if (open->state == InvestigationState::kWaiting) {
       if (now_ < open->next_round_at) {
         Wake(open->next_round_at);
         return std::move(d_);
       }
-      open->state = "Capturing";
+      open->state = InvestigationState::kCapturing;
       open->rounds.push_back(StackRound{});
       open->rounds.back().started_at = now_;
     }
@@ -146,12 +157,12 @@ class Policy {
     }
   }
 
-  StackInvestigation& Start(const std::string& kind, int rounds, const std::string& signal) {
+  StackInvestigation& Start(InvestigationKind kind, int rounds, const std::string& signal) {
     StackDiagnosisStatus& st = d_.state;
     StackInvestigation inv;
     inv.id = st.next_id++;
     inv.kind = kind;
-    inv.state = "Capturing";
+    inv.state = InvestigationState::kCapturing;
     inv.attempt = in_.attempt;
     inv.signal = signal;
     inv.started_at = now_;
@@ -179,7 +190,7 @@ class Policy {
       return false;
     }
     if (mfu != nullptr) {
-      mfu->state = "Abandoned";
+      mfu->state = InvestigationState::kAbandoned;
       mfu->ended_at = now_;
       mfu->explanation = "training hung: a hang investigation took over";
     }
@@ -188,9 +199,9 @@ class Policy {
         "is alive",
         static_cast<double>(silent) / kNanosPerSecond, st.progress_step,
         static_cast<double>(timeout) / kNanosPerSecond);
-    StackInvestigation& inv = Start("Hang", 1, signal);
+    StackInvestigation& inv = Start(InvestigationKind::kHang, 1, signal);
     d_.verdict = HangVerdict::kHangDetected;
-    d_.kind = "Hang";
+    d_.kind = InvestigationKind::kHang;
     d_.signal = signal;
     d_.hold_until = now_ + options_.capture_deadline_ns;
     d_.silent_seconds = static_cast<double>(silent) / kNanosPerSecond;
@@ -229,7 +240,7 @@ class Policy {
         "iteration time %.3f s is %.1f x the healthy %.3f s for %.0f s without a fail-slow localization", recent,
         recent / st.healthy_iteration_seconds, st.healthy_iteration_seconds,
         static_cast<double>(now_ - st.degraded_since) / kNanosPerSecond);
-    StackInvestigation& inv = Start("MfuDrop", std::max(1, options_.mfu_rounds), signal);
+    StackInvestigation& inv = Start(InvestigationKind::kMfuDrop, std::max(1, options_.mfu_rounds), signal);
     Event("Warning", "MfuDrop",
           absl::StrFormat("investigation %d: %s; %d stack rounds %.0f s apart", inv.id, signal, inv.rounds_planned,
                           static_cast<double>(options_.mfu_round_interval_ns) / kNanosPerSecond));
@@ -305,7 +316,7 @@ class Policy {
       r.explanation.insert(eol, absl::StrCat(" (", absl::StrJoin(failures, "; "), ")"));
     }
 
-    if (inv.kind == "Hang") {
+    if (inv.kind == InvestigationKind::kHang) {
       DecideFromAggregation(inv, agg.ok() ? &*agg : nullptr);
       return;
     }
@@ -317,7 +328,7 @@ class Policy {
       }
     }
     if (static_cast<int>(inv.rounds.size()) < inv.rounds_planned) {
-      inv.state = "Waiting";
+      inv.state = InvestigationState::kWaiting;
       inv.next_round_at = r.started_at + options_.mfu_round_interval_ns;
       Wake(std::max(inv.next_round_at, now_ + 1));
       return;
@@ -333,7 +344,7 @@ class Policy {
     std::optional<MfuVerdict> verdict = series.Decide();
     if (!verdict || !verdict->group || verdict->machines_to_evict.empty() ||
         verdict->flags < options_.mfu_min_flags) {
-      inv.state = "Resolved";
+      inv.state = InvestigationState::kResolved;
       inv.ended_at = now_;
       inv.explanation = !verdict ? "no verdict"
                         : verdict->group
@@ -344,7 +355,7 @@ class Policy {
       Event("Normal", "MfuDropNoOutlier", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
       return;
     }
-    inv.state = "Decided";
+    inv.state = InvestigationState::kDecided;
     inv.chosen_group = GroupName(verdict->group->kind, verdict->group->index);
     inv.slots = verdict->machines_to_evict;
     inv.explanation = absl::StrFormat("%s flagged in %d of %d rounds: %s", inv.chosen_group, verdict->flags,
@@ -355,7 +366,7 @@ class Policy {
   }
 
   void DecideFromAggregation(StackInvestigation& inv, const StackAggregation* agg) {
-    inv.state = "Decided";
+    inv.state = InvestigationState::kDecided;
     if (agg != nullptr && !agg->machines_to_evict.empty()) {
       inv.slots = agg->machines_to_evict;
       if (agg->chosen_group) inv.chosen_group = GroupName(agg->chosen_group->kind, agg->chosen_group->index);
@@ -442,9 +453,11 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
   in.other_failure = other_failure;
   in.state = status.stack_diagnosis;
   for (const FailSlowFinding& f : status.fail_slows) {
-    if (!f.validation.state.empty() && f.validation.state != "Done") in.held = true;
+    if (f.validation.state != ValidationState::kNotStarted && f.validation.state != ValidationState::kDone) {
+      in.held = true;
+    }
     if (f.ended_at != 0) continue;
-    if (f.state == "Localized") {
+    if (f.state == FailSlowState::kLocalized) {
       in.fail_slow_localized = true;
     } else if (in.fail_slow_profiling_since == 0 || f.detected_at < in.fail_slow_profiling_since) {
       in.fail_slow_profiling_since = f.detected_at;

@@ -131,7 +131,7 @@ struct HangDecision {
   std::vector<StackCaptureRequest> captures;  // to send now (not pending, not answered)
   std::vector<JobEvent> events;
   HangVerdict verdict = HangVerdict::kNone;
-  std::string kind;                  // Hang | MfuDrop (verdicts other than kNone)
+  InvestigationKind kind = InvestigationKind::kHang;  // verdicts other than kNone
   std::string signal;                // kHangDetected, kEvict, kReattempt: the evidence
   std::vector<int> evict_slots;      // kEvict
   std::string reason;                // kEvict / kReattempt: one line for the incident

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "controller/core/job_spec.h"
+#include "controller/core/job_state_names.h"
 #include "diagnosis/stack_parse.h"
 
 namespace peregrine {
@@ -51,7 +52,7 @@ struct DiagnosisStageRecord {
   std::string stage;   // stop, alignment, eud, all_to_all, all_gather, replay
   int64_t started_at = 0;
   int64_t finished_at = 0;  // 0 while running
-  std::string verdict;      // passed | failed | no-verdict ("" while running)
+  StageVerdict verdict = StageVerdict::kPending;  // kPending while running
   std::vector<std::string> failed_machines;  // machine ids
   std::vector<std::string> results;          // one line per machine / pair / group, with figures
   std::string note;                          // why no verdict, the digest majority, ...
@@ -109,7 +110,7 @@ struct VersionRecord {
   CodeVersionSpec code;
   int64_t applied_at = 0;
   std::string reason;
-  std::string outcome;  // Running, Healthy, Failed, RolledBack
+  VersionOutcome outcome = VersionOutcome::kRunning;
   uint64_t applied_at_step = 0;  // the step training resumed after when it was applied
 };
 
@@ -127,9 +128,9 @@ struct NetworkAlarmRecord {
 // trapped on every agent, GEMM on the suspects' machines, the O(1) link rounds over the
 // ring links of the suspect groups' kinds, then NCCL released.
 struct FailSlowValidation {
-  std::string state;                  // "" not started; Pausing, Gemm, Links, Resuming, Done
+  ValidationState state = ValidationState::kNotStarted;
   int pass = 0;                       // Gemm / Links: which pass of the measurement (from 1)
-  std::string verdict;                // confirmed | not confirmed | failed (set once judged)
+  ValidationVerdict verdict = ValidationVerdict::kNone;  // set once judged
   int64_t started_at = 0;
   int64_t phase_started_at = 0;       // when the current state began (timeouts)
   int64_t ended_at = 0;               // training released (Done)
@@ -144,13 +145,13 @@ struct FailSlowValidation {
 
 struct FailSlowFinding {
   uint64_t id = 0;
-  std::string state;            // Profiling (locating), Localized, Recovered
-  std::string kind;             // compute | communication | compute+communication | "" while not localized
+  FailSlowState state = FailSlowState::kProfiling;
+  FailSlowKind kind = FailSlowKind::kUnlocalized;
   std::vector<int> ranks;       // the slow rank(s) (compute, compute+communication) or the slow groups' ranks
   std::string group;            // "dp 1", "pp 0", "tp 3" (communication); "" for compute
   std::vector<std::string> machines;  // machine ids of the slow ranks and groups
   double severity = 0;          // iteration time / healthy - 1 (largest reported)
-  std::string tier;             // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
+  FailSlowTier tier = FailSlowTier::kMonitor;  // GUARD: monitor (< mitigate), mitigate, replace (>= replace)
   double healthy_iteration_seconds = 0;
   double slow_iteration_seconds = 0;
   int64_t onset = 0;            // first slow iteration (earliest over the ranks)
@@ -185,9 +186,8 @@ struct StackRound {
 
 struct StackInvestigation {
   uint64_t id = 0;
-  std::string kind;   // Hang | MfuDrop
-  std::string state;  // Capturing, Waiting (between MFU rounds), Decided, Evicted, Reattempted,
-                      // Resolved (progress resumed / MFU recovered), Abandoned (another failure)
+  InvestigationKind kind = InvestigationKind::kHang;
+  InvestigationState state = InvestigationState::kCapturing;
   uint64_t attempt = 0;
   uint64_t incident_id = 0;  // the incident that carries it (0 until opened)
   std::string signal;        // what triggered it

@@ -149,11 +149,11 @@ std::optional<CodeVersionSpec> RollbackTarget(const std::vector<VersionRecord>& 
   if (history.size() < 2) return std::nullopt;
   const CodeVersionSpec& current = history.back().code;
   for (size_t i = history.size() - 1; i-- > 0;) {
-    if (history[i].outcome == "Healthy" && !(history[i].code == current)) return history[i].code;
+    if (history[i].outcome == VersionOutcome::kHealthy && !(history[i].code == current)) return history[i].code;
   }
   for (size_t i = history.size() - 1; i-- > 0;) {
     if (history[i].code == current) continue;
-    if (history[i].outcome == "RolledBack" || history[i].outcome == "Failed") continue;
+    if (history[i].outcome == VersionOutcome::kRolledBack || history[i].outcome == VersionOutcome::kFailed) continue;
     return history[i].code;
   }
   return std::nullopt;
@@ -161,7 +161,7 @@ std::optional<CodeVersionSpec> RollbackTarget(const std::vector<VersionRecord>& 
 
 bool WasRejected(const std::vector<VersionRecord>& history, const CodeVersionSpec& code) {
   return std::any_of(history.begin(), history.end(), [&](const VersionRecord& r) {
-    return r.code == code && (r.outcome == "RolledBack" || r.outcome == "Failed");
+    return r.code == code && (r.outcome == VersionOutcome::kRolledBack || r.outcome == VersionOutcome::kFailed);
   });
 }
 

@@ -522,7 +522,9 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
       const DiagnosisMachine& m = ctx.machines[static_cast<size_t>(s)];
       record.failed_machines.push_back(m.machine_id.empty() ? m.pod : m.machine_id);
     }
-    record.verdict = !failed_slots.empty() ? "failed" : (record.note.find("no verdict") != std::string::npos ? "no-verdict" : "passed");
+    record.verdict = !failed_slots.empty()                                   ? StageVerdict::kFailed
+                     : record.note.find("no verdict") != std::string::npos ? StageVerdict::kNoVerdict
+                                                                           : StageVerdict::kPassed;
     if (!failed_slots.empty()) {
       out.finished = true;
       out.failed_slots.assign(failed_slots.begin(), failed_slots.end());

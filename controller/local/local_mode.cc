@@ -210,7 +210,7 @@ std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const Job
     for (const DiagnosisStageRecord& r : inc.diagnosis) {
       absl::StrAppendFormat(&out, "     diagnosis %s +%.2fs..+%.2fs: %s%s%s\n", r.stage,
                             static_cast<double>(r.started_at - origin) / 1e9,
-                            static_cast<double>(r.finished_at - origin) / 1e9, r.verdict.empty() ? "running" : r.verdict,
+                            static_cast<double>(r.finished_at - origin) / 1e9, r.verdict == StageVerdict::kPending ? "running" : ToString(r.verdict),
                             r.failed_machines.empty() ? "" : absl::StrCat(" (", absl::StrJoin(r.failed_machines, ", "), ")"),
                             r.note.empty() ? "" : absl::StrCat("; ", r.note));
       for (const std::string& line : r.results) absl::StrAppendFormat(&out, "       %s\n", line);

@@ -216,7 +216,7 @@ absl::StatusOr<ScenarioRun> RunScenario(LocalMode& mode, const std::optional<Sce
       case ScenarioStep::Trigger::kAtStep:
         return st.phase == JobPhase::kRunning && st.last_completed_step >= scenario->at_step &&
                (!step.code_update ||
-                (!st.version_history.empty() && st.version_history.back().outcome == "Healthy"));
+                (!st.version_history.empty() && st.version_history.back().outcome == VersionOutcome::kHealthy));
       case ScenarioStep::Trigger::kIncidentOpened:
         return st.next_incident_id > incident_id_at_step;
       case ScenarioStep::Trigger::kNetworkAlarmEnded: {

@@ -526,7 +526,7 @@ TEST_CASE("Network alarms are tolerated until the second within the window on on
 // Runs version v2 by a hot update after v1 ran healthy.
 World UpdatedWorld(bool urgent) {
   World w = RunningWorld(20);
-  CHECK(w.status.version_history.back().outcome == "Healthy");
+  CHECK(w.status.version_history.back().outcome == VersionOutcome::kHealthy);
   w.job.spec.code = CodeVersionSpec{"", {"sim-trainer", "--v2"}, "v2", {}};
   w.job.metadata.generation = 2;
   if (urgent) w.job.metadata.annotations["peregrine.dev/hot-update"] = "urgent";
@@ -607,7 +607,7 @@ TEST_CASE("Crashes after a code update: reattempt, then roll back to the last he
   CHECK(w.status.code.command == std::vector<std::string>{"sim-trainer"});
   for (const CommandToSend& c : plan.commands) CHECK(c.assignment.code.command == std::vector<std::string>{"sim-trainer"});
   REQUIRE(w.status.version_history.size() == 3);
-  CHECK(w.status.version_history[1].outcome == "RolledBack");
+  CHECK(w.status.version_history[1].outcome == VersionOutcome::kRolledBack);
   CHECK(w.status.resume_step == 20);
   CHECK(w.status.evicted.empty());
   // The rolled-back version stays the desired spec, but it is not applied again.
@@ -720,7 +720,7 @@ TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a
       CHECK(failed->status == "True");
       CHECK(failed->reason == "UserCodeError");
       CHECK_THAT(failed->message, Catch::Contains("TypeError: forward()"));
-      CHECK(w.status.version_history.back().outcome == "Failed");
+      CHECK(w.status.version_history.back().outcome == VersionOutcome::kFailed);
       CHECK(w.status.incidents.back().kind == "UserCodeError");
       CHECK(w.status.finished_at == w.now);
       // Deciding again changes nothing: no restart, no new incident.
@@ -780,7 +780,7 @@ TEST_CASE("A crash with no culprit stops training and runs EUD, all-to-all and n
   JobPlan plan = w.Settle();
   const Incident& inc = w.status.incidents.back();
   CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather"});
-  for (const DiagnosisStageRecord& r : inc.diagnosis) CHECK(r.verdict == "passed");
+  for (const DiagnosisStageRecord& r : inc.diagnosis) CHECK(r.verdict == StageVerdict::kPassed);
   CHECK(inc.diagnosis[3].results.size() == 8);  // 2 rounds x 2 pairs x 2 machines
   CHECK_THAT(inc.decision, Catch::Contains("reattempt"));
   CHECK(w.status.evicted.empty());
@@ -803,7 +803,7 @@ TEST_CASE("The machine failing EUD is evicted; a standby takes its slot; nothing
   Triage(w);
   const Incident& inc = w.status.incidents.back();
   CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud"});
-  CHECK(inc.diagnosis.back().verdict == "failed");
+  CHECK(inc.diagnosis.back().verdict == StageVerdict::kFailed);
   CHECK(inc.diagnosis.back().failed_machines == std::vector<std::string>{bad});
   CHECK(inc.machines == std::vector<std::string>{bad});
   REQUIRE(w.status.evicted.size() == 1);
@@ -868,7 +868,7 @@ TEST_CASE("Alignment digests without a majority give no verdict; the other stage
   Triage(w);
   const Incident& inc = w.status.incidents.back();
   CHECK(StageNames(inc) == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
-  CHECK(inc.diagnosis[1].verdict == "no-verdict");
+  CHECK(inc.diagnosis[1].verdict == StageVerdict::kNoVerdict);
   CHECK(w.status.evicted.empty());
   CHECK_THAT(inc.decision, Catch::Contains("reattempt"));
 }
@@ -937,7 +937,7 @@ TEST_CASE("Dual-phase replay in the 4-machine demo layout: two matching groups n
         } else {
           // Two groups say "good", two say "bad": either pair could be the healthy one (each
           // intersection is a consistent single culprit), so no machine is evicted.
-          CHECK(inc.diagnosis.back().verdict == "no-verdict");
+          CHECK(inc.diagnosis.back().verdict == StageVerdict::kNoVerdict);
           CHECK(inc.machines.empty());
           CHECK(w.status.evicted.empty());
           CHECK_THAT(inc.decision, Catch::Contains("found no machine"));

@@ -111,12 +111,12 @@ TEST_CASE("FailSlowPolicy: a verified slowdown opens a finding and switches prof
   const FailSlowFinding& f = d.findings[0];
   CHECK(f.id == 1);
   CHECK(d.next_finding_id == 2);
-  CHECK(f.state == "Profiling");
-  CHECK(f.kind.empty());
+  CHECK(f.state == FailSlowState::kProfiling);
+  CHECK(f.kind == FailSlowKind::kUnlocalized);
   CHECK(f.onset == kNow - 3000 * kMs + 3);  // the earliest rank's onset
   CHECK(f.detected_at == kNow);
   CHECK(f.severity == Approx(0.5));
-  CHECK(f.tier == "replace");
+  CHECK(f.tier == FailSlowTier::kReplace);
   REQUIRE(d.events.size() == 1);
   CHECK(d.events[0].reason == "FailSlowDetected");
   REQUIRE(d.mode_changes.size() == 4);
@@ -135,7 +135,7 @@ TEST_CASE("FailSlowPolicy: a verified slowdown opens a finding and switches prof
     for (AgentObservation& a : in.agents) a.nccl_profiling = true;
     FailSlowDecision again = DecideFailSlow(in, kNow + 200 * kMs);
     CHECK(again.findings.size() == 1);
-    CHECK(again.findings[0].state == "Profiling");
+    CHECK(again.findings[0].state == FailSlowState::kProfiling);
     CHECK(again.events.empty());
     CHECK(again.mode_changes.empty());
   }
@@ -150,10 +150,10 @@ TEST_CASE("FailSlowPolicy: a verified slowdown opens a finding and switches prof
 
 TEST_CASE("FailSlowPolicy: GUARD tiers", "[unit]") {
   FailSlowSpec spec;
-  CHECK(FailSlowTier(spec, 0.05) == "monitor");
-  CHECK(FailSlowTier(spec, 0.12) == "mitigate");
-  CHECK(FailSlowTier(spec, 0.2) == "replace");
-  CHECK(FailSlowTier(spec, 1.5) == "replace");
+  CHECK(FailSlowTierOf(spec, 0.05) == FailSlowTier::kMonitor);
+  CHECK(FailSlowTierOf(spec, 0.12) == FailSlowTier::kMitigate);
+  CHECK(FailSlowTierOf(spec, 0.2) == FailSlowTier::kReplace);
+  CHECK(FailSlowTierOf(spec, 1.5) == FailSlowTier::kReplace);
 }
 
 TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine", "[unit]") {
@@ -168,13 +168,13 @@ TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine"
     AddProfiles(in.agents, layout, 4, 3, std::nullopt);
     in.findings = opened.findings;
     FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
-    CHECK(d.findings[0].state == "Profiling");
+    CHECK(d.findings[0].state == FailSlowState::kProfiling);
   }
   SECTION("a rank missing from the profiles: keep profiling") {
     AddProfiles(in.agents, layout, 12, 3, std::nullopt);
     in.agents[0].comm_profiles.clear();
     in.findings = opened.findings;
-    CHECK(DecideFailSlow(in, kNow + kMs).findings[0].state == "Profiling");
+    CHECK(DecideFailSlow(in, kNow + kMs).findings[0].state == FailSlowState::kProfiling);
   }
   SECTION("enough collectives: named") {
     AddProfiles(in.agents, layout, 12, 3, std::nullopt);
@@ -182,8 +182,8 @@ TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine"
     FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
     const FailSlowFinding& f = d.findings[0];
     INFO(f.detail);
-    CHECK(f.state == "Localized");
-    CHECK(f.kind == "compute");
+    CHECK(f.state == FailSlowState::kLocalized);
+    CHECK(f.kind == FailSlowKind::kCompute);
     CHECK(f.ranks == std::vector<int>{3});
     CHECK(f.machines == std::vector<std::string>{"11"});
     CHECK(f.localized_at == kNow + kMs);
@@ -204,8 +204,8 @@ TEST_CASE("FailSlowPolicy: profiles localize a congested group", "[unit]") {
   FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "communication");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCommunication);
   CHECK(f.group == "dp 1");
   std::vector<int> ranks = slow.ranks;
   std::sort(ranks.begin(), ranks.end());
@@ -227,8 +227,8 @@ TEST_CASE("FailSlowPolicy: two slow ranks are both named", "[unit]") {
   FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "compute");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCompute);
   CHECK(f.ranks == std::vector<int>{3, 4});
   CHECK(f.group.empty());
   CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == std::set<std::string>{"11", "12"});
@@ -248,8 +248,8 @@ TEST_CASE("FailSlowPolicy: a slow rank and a congested group at once are both na
   FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "compute+communication");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kComputeAndCommunication);
   CHECK(f.ranks == std::vector<int>{5});
   CHECK(f.group == "dp 0");
   CHECK(std::set<std::string>(f.machines.begin(), f.machines.end()) == std::set<std::string>{"10", "11", "12"});
@@ -273,7 +273,7 @@ TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off"
   in.next_finding_id = opened.next_finding_id;
   FailSlowDecision d = DecideFailSlow(in, kNow + 5000 * kMs);
   REQUIRE(d.findings.size() == 1);
-  CHECK(d.findings[0].state == "Recovered");
+  CHECK(d.findings[0].state == FailSlowState::kRecovered);
   CHECK(d.findings[0].ended_at == kNow + 5000 * kMs);
   REQUIRE(d.events.size() == 1);
   CHECK(d.events[0].reason == "FailSlowRecovered");
@@ -288,7 +288,7 @@ TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off"
   FailSlowDecision again = DecideFailSlow(in, kNow + 5200 * kMs);
   CHECK(again.events.empty());
   CHECK(again.mode_changes.empty());
-  CHECK(again.findings[0].state == "Recovered");
+  CHECK(again.findings[0].state == FailSlowState::kRecovered);
 }
 
 TEST_CASE("FailSlowPolicy: disabled, stale attempts, standbys and disconnected agents are ignored", "[unit]") {
@@ -332,7 +332,7 @@ TEST_CASE("FailSlowPolicy: garbage profiles neither crash nor localize", "[unit]
   }
   FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
   REQUIRE(d.findings.size() == 1);
-  CHECK(d.findings[0].state == "Profiling");
+  CHECK(d.findings[0].state == FailSlowState::kProfiling);
 }
 
 TEST_CASE("FailSlowPolicy: findings are bounded", "[unit]") {
@@ -343,7 +343,7 @@ TEST_CASE("FailSlowPolicy: findings are bounded", "[unit]") {
   for (uint64_t i = 1; i <= kMaxFailSlowFindings; ++i) {
     FailSlowFinding f;
     f.id = i;
-    f.state = "Recovered";
+    f.state = FailSlowState::kRecovered;
     f.ended_at = kNow - 1;
     in.findings.push_back(f);
   }

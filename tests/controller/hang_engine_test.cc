@@ -225,7 +225,7 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
   CHECK(w.captures.size() == 4);
   CHECK(w.status.attempt == 2);
   REQUIRE(w.status.stack_diagnosis.investigations.size() == 1);
-  CHECK(w.status.stack_diagnosis.investigations[0].state == "Evicted");
+  CHECK(w.status.stack_diagnosis.investigations[0].state == InvestigationState::kEvicted);
   CHECK(w.status.stack_diagnosis.investigations[0].incident_id == inc.id);
 
   // The new attempt trains: the incident closes.
@@ -308,7 +308,7 @@ TEST_CASE("A hang with identical stacks everywhere evicts nothing and goes to st
   for (const std::string& a : w.status.incidents[0].actions) diagnosing |= a.find("stop-time diagnosis") != std::string::npos;
   CHECK(diagnosing);
   CHECK_THAT(w.status.incidents[0].signal, Catch::Contains("no outlier"));
-  CHECK(w.status.stack_diagnosis.investigations[0].state == "Decided");
+  CHECK(w.status.stack_diagnosis.investigations[0].state == InvestigationState::kDecided);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ TEST_CASE("A hang is detected after the timeout and stacks are captured once fro
   f.now = kT0 + 60 * kSecond;
   d = f.Decide();
   REQUIRE(d.verdict == HangVerdict::kHangDetected);
-  CHECK(d.kind == "Hang");
+  CHECK(d.kind == InvestigationKind::kHang);
   CHECK_THAT(d.signal, Catch::Contains("no step for 60.0 s"));
   CHECK(d.hold_until > f.now);
   REQUIRE(d.captures.size() == 4);
@@ -126,7 +126,7 @@ TEST_CASE("A hang is detected after the timeout and stacks are captured once fro
   for (const StackCaptureRequest& c : d.captures) ids.insert(c.command_id);
   CHECK(ids == std::set<std::string>{f.Id(0, 1, 1), f.Id(1, 1, 1), f.Id(2, 1, 1), f.Id(3, 1, 1)});
   REQUIRE(f.in.state.investigations.size() == 1);
-  CHECK(f.in.state.investigations[0].state == "Capturing");
+  CHECK(f.in.state.investigations[0].state == InvestigationState::kCapturing);
 
   // Pending captures are not sent again; nothing else happens while they are outstanding.
   f.now += kSecond;
@@ -193,10 +193,10 @@ TEST_CASE("A pipeline-stage hang over-evicts that pipeline group's machines", "[
   f.now += kSecond;
   HangDecision d = f.Decide();
   REQUIRE(d.verdict == HangVerdict::kEvict);
-  CHECK(d.kind == "Hang");
+  CHECK(d.kind == InvestigationKind::kHang);
   CHECK(d.evict_slots == std::vector<int>{0, 2});
   const StackInvestigation& inv = f.in.state.investigations.back();
-  CHECK(inv.state == "Decided");
+  CHECK(inv.state == InvestigationState::kDecided);
   CHECK(inv.chosen_group == "pp 0");
   CHECK(inv.machines == std::vector<std::string>{"machine-10", "machine-12"});
   REQUIRE(inv.rounds.size() == 1);
@@ -220,7 +220,7 @@ TEST_CASE("A pipeline-stage hang over-evicts that pipeline group's machines", "[
   f.now += kSecond;
   d = f.Decide();
   CHECK(d.verdict == HangVerdict::kNone);
-  CHECK(f.in.state.investigations.back().state == "Evicted");
+  CHECK(f.in.state.investigations.back().state == InvestigationState::kEvicted);
   // The new attempt must make a step before a new hang can be declared.
   f.now += 600 * kSecond;
   CHECK(f.Decide().verdict == HangVerdict::kNone);
@@ -278,7 +278,7 @@ TEST_CASE("Identical stacks everywhere: no outlier, reattempt in place", "[unit]
   CHECK_THAT(d.reason, Catch::Contains("no outlier"));
   f.in.attempt = 2;
   f.Decide();
-  CHECK(f.in.state.investigations.back().state == "Reattempted");
+  CHECK(f.in.state.investigations.back().state == InvestigationState::kReattempted);
 }
 
 TEST_CASE("Ranks answered for another slot are ignored (they stay uncaptured)", "[unit]") {
@@ -301,7 +301,7 @@ TEST_CASE("Progress during the capture resolves the hang; another failure abando
     f.in.last_completed_step = 41;
     HangDecision d = f.Decide();
     CHECK(d.verdict == HangVerdict::kResolved);
-    CHECK(f.in.state.investigations.back().state == "Resolved");
+    CHECK(f.in.state.investigations.back().state == InvestigationState::kResolved);
     f.now += kSecond;
     CHECK(f.Decide().verdict == HangVerdict::kNone);
   }
@@ -312,7 +312,7 @@ TEST_CASE("Progress during the capture resolves the hang; another failure abando
     f.in.other_failure = true;
     HangDecision d = f.Decide();
     CHECK(d.verdict == HangVerdict::kAbandoned);
-    CHECK(f.in.state.investigations.back().state == "Abandoned");
+    CHECK(f.in.state.investigations.back().state == InvestigationState::kAbandoned);
     CHECK(d.captures.empty());
   }
 }
@@ -360,7 +360,7 @@ TEST_CASE("MFU drop: five rounds 10 s apart, the group flagged most is evicted",
   f.in.last_completed_step = 140;
   d = f.Decide();
   REQUIRE(f.in.state.investigations.size() == 1);
-  CHECK(f.in.state.investigations[0].kind == "MfuDrop");
+  CHECK(f.in.state.investigations[0].kind == InvestigationKind::kMfuDrop);
   CHECK(d.captures.size() == 4);
   CHECK(d.verdict == HangVerdict::kNone);
 
@@ -376,7 +376,7 @@ TEST_CASE("MFU drop: five rounds 10 s apart, the group flagged most is evicted",
     d = f.Decide();
     if (round < 5) {
       CHECK(d.verdict == HangVerdict::kNone);
-      CHECK(f.in.state.investigations[0].state == "Waiting");
+      CHECK(f.in.state.investigations[0].state == InvestigationState::kWaiting);
       CHECK(d.wake_at == start + round * 10 * kSecond);
       f.now = d.wake_at;
       d = f.Decide();
@@ -385,7 +385,7 @@ TEST_CASE("MFU drop: five rounds 10 s apart, the group flagged most is evicted",
     }
   }
   REQUIRE(d.verdict == HangVerdict::kEvict);
-  CHECK(d.kind == "MfuDrop");
+  CHECK(d.kind == InvestigationKind::kMfuDrop);
   CHECK(d.evict_slots == std::vector<int>{1});
   const StackInvestigation& inv = f.in.state.investigations[0];
   CHECK(inv.chosen_group == "tp 1");
@@ -433,7 +433,7 @@ TEST_CASE("MFU drop: a group flagged in fewer than 3 of 5 rounds is not evicted"
   CHECK(d.verdict == HangVerdict::kNone);
   CHECK(d.evict_slots.empty());
   const StackInvestigation& inv = f.in.state.investigations.back();
-  CHECK(inv.state == "Resolved");
+  CHECK(inv.state == InvestigationState::kResolved);
   CHECK_THAT(inv.explanation, Catch::Contains("only 2 of 5 rounds"));
   CHECK(inv.rounds[0].flagged_index == 1);
   CHECK(inv.rounds[4].flagged_kind.empty());
@@ -493,7 +493,7 @@ TEST_CASE("MFU drop: recovery or a localized fail-slow stops the rounds; a hang 
     f.now += kSecond;
     f.in.last_completed_step = 111;
     f.Decide();
-    CHECK(f.in.state.investigations[0].state == "Resolved");
+    CHECK(f.in.state.investigations[0].state == InvestigationState::kResolved);
   }
   SECTION("a machine stops training (it finished first)") {
     Fixture f;
@@ -502,7 +502,7 @@ TEST_CASE("MFU drop: recovery or a localized fail-slow stops the rounds; a hang 
     f.in.slots[3].training_alive = false;
     f.now += kSecond;
     CHECK(f.Decide().verdict == HangVerdict::kNone);
-    CHECK(f.in.state.investigations[0].state == "Abandoned");
+    CHECK(f.in.state.investigations[0].state == InvestigationState::kAbandoned);
   }
   SECTION("Falcon-Detect localized it") {
     Fixture f;
@@ -519,8 +519,8 @@ TEST_CASE("MFU drop: recovery or a localized fail-slow stops the rounds; a hang 
     HangDecision d = f.Decide();
     CHECK(d.verdict == HangVerdict::kHangDetected);
     REQUIRE(f.in.state.investigations.size() == 2);
-    CHECK(f.in.state.investigations[0].state == "Abandoned");
-    CHECK(f.in.state.investigations[1].kind == "Hang");
+    CHECK(f.in.state.investigations[0].state == InvestigationState::kAbandoned);
+    CHECK(f.in.state.investigations[1].kind == InvestigationKind::kHang);
   }
 }
 

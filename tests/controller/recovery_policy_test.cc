@@ -95,15 +95,15 @@ CodeVersionSpec Code(const std::string& rev) { return CodeVersionSpec{"", {"trai
 TEST_CASE("RollbackTarget picks the last healthy earlier version", "[unit]") {
   using H = std::vector<VersionRecord>;
   const H none = {};
-  const H only = {{Code("v1"), 1, "initial", "Healthy", 0}};
-  const H two = {{Code("v1"), 1, "initial", "Healthy", 0}, {Code("v2"), 2, "update", "Running", 10}};
-  const H skip_unhealthy = {{Code("v1"), 1, "initial", "Healthy", 0},
-                            {Code("v2"), 2, "update", "Running", 10},
-                            {Code("v3"), 3, "update", "Running", 11}};
-  const H after_rollback = {{Code("v1"), 1, "initial", "Healthy", 0},
-                            {Code("v2"), 2, "update", "RolledBack", 10},
-                            {Code("v1"), 3, "rollback", "Running", 10}};
-  const H never_healthy = {{Code("v1"), 1, "initial", "Running", 0}, {Code("v2"), 2, "update", "Running", 0}};
+  const H only = {{Code("v1"), 1, "initial", VersionOutcome::kHealthy, 0}};
+  const H two = {{Code("v1"), 1, "initial", VersionOutcome::kHealthy, 0}, {Code("v2"), 2, "update", VersionOutcome::kRunning, 10}};
+  const H skip_unhealthy = {{Code("v1"), 1, "initial", VersionOutcome::kHealthy, 0},
+                            {Code("v2"), 2, "update", VersionOutcome::kRunning, 10},
+                            {Code("v3"), 3, "update", VersionOutcome::kRunning, 11}};
+  const H after_rollback = {{Code("v1"), 1, "initial", VersionOutcome::kHealthy, 0},
+                            {Code("v2"), 2, "update", VersionOutcome::kRolledBack, 10},
+                            {Code("v1"), 3, "rollback", VersionOutcome::kRunning, 10}};
+  const H never_healthy = {{Code("v1"), 1, "initial", VersionOutcome::kRunning, 0}, {Code("v2"), 2, "update", VersionOutcome::kRunning, 0}};
   CHECK_FALSE(RollbackTarget(none).has_value());
   CHECK_FALSE(RollbackTarget(only).has_value());
   CHECK(RollbackTarget(two) == Code("v1"));

@@ -24,8 +24,8 @@ TEST_CASE("status.stackDiagnosis survives a JSON round trip", "[unit]") {
   d.next_id = 9;
   StackInvestigation inv;
   inv.id = 8;
-  inv.kind = "MfuDrop";
-  inv.state = "Decided";
+  inv.kind = InvestigationKind::kMfuDrop;
+  inv.state = InvestigationState::kDecided;
   inv.attempt = 4;
   inv.incident_id = 12;
   inv.signal = "iteration time 0.600 s is 2.4 x the healthy 0.250 s";
@@ -63,8 +63,8 @@ TEST_CASE("status.stackDiagnosis survives a JSON round trip", "[unit]") {
   REQUIRE(b.investigations.size() == 1);
   const StackInvestigation& i = b.investigations[0];
   CHECK(i.id == 8);
-  CHECK(i.kind == "MfuDrop");
-  CHECK(i.state == "Decided");
+  CHECK(i.kind == InvestigationKind::kMfuDrop);
+  CHECK(i.state == InvestigationState::kDecided);
   CHECK(i.incident_id == 12);
   CHECK(i.rounds_planned == 5);
   CHECK(i.next_round_at == kT0 + 12 * kSecond);

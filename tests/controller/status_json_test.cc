@@ -20,7 +20,7 @@ TEST_CASE("JobStatus survives a JSON round trip (what a restarted controller res
   v.code = s.code;
   v.applied_at = 1'795'000'000'000'000'000;
   v.reason = "urgent hot update";
-  v.outcome = "Healthy";
+  v.outcome = VersionOutcome::kHealthy;
   v.applied_at_step = 100;
   s.version_history = {v};
   s.pending_code = CodeVersionSpec{"img:3", {"python", "train.py", "--fast"}, "r3", {}};
@@ -53,7 +53,7 @@ TEST_CASE("JobStatus survives a JSON round trip (what a restarted controller res
   CHECK(back->code == s.code);
   REQUIRE(back->version_history.size() == 1);
   CHECK(back->version_history[0].applied_at_step == 100);
-  CHECK(back->version_history[0].outcome == "Healthy");
+  CHECK(back->version_history[0].outcome == VersionOutcome::kHealthy);
   REQUIRE(back->pending_code.has_value());
   CHECK(*back->pending_code == *s.pending_code);
   CHECK(back->pending_code_since == s.pending_code_since);

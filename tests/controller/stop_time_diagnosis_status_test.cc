@@ -32,7 +32,7 @@ TEST_CASE("Diagnosis state, stage records, loss reference and rollbacks round-tr
   r.stage = "alignment";
   r.started_at = 1'700'000'001'000'000'000;
   r.finished_at = 1'700'000'002'000'000'000;
-  r.verdict = "no-verdict";
+  r.verdict = StageVerdict::kNoVerdict;
   r.failed_machines = {"local-3"};
   r.results = {"local-0: passed digest abc", "local-3: FAILED: NaN"};
   r.note = "no digest is held by a majority of 2 machines: no verdict";

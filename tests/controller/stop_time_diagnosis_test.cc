@@ -146,7 +146,7 @@ TEST_CASE("stop-time diagnosis: a machine with far lower all-to-all bandwidth fa
   CHECK(done.failed_slots == std::vector<int>{2});
   const DiagnosisStageRecord* a2a = Stage(h.records, "all_to_all");
   REQUIRE(a2a != nullptr);
-  CHECK(a2a->verdict == "failed");
+  CHECK(a2a->verdict == StageVerdict::kFailed);
   CHECK(a2a->failed_machines == std::vector<std::string>{"12"});
   bool named = false;
   for (const std::string& line : a2a->results) {
@@ -172,9 +172,9 @@ TEST_CASE("stop-time diagnosis: a machine with a slow NIC fails both its all-gat
   CHECK(done.failed_slots == std::vector<int>{1});
   const DiagnosisStageRecord* ag = Stage(h.records, "all_gather");
   REQUIRE(ag != nullptr);
-  CHECK(ag->verdict == "failed");
+  CHECK(ag->verdict == StageVerdict::kFailed);
   CHECK(ag->failed_machines == std::vector<std::string>{"11"});
-  CHECK(Stage(h.records, "all_to_all")->verdict == "passed");
+  CHECK(Stage(h.records, "all_to_all")->verdict == StageVerdict::kPassed);
 }
 
 TEST_CASE("stop-time diagnosis: healthy bandwidth spread does not fail anyone", "[unit]") {
@@ -185,7 +185,7 @@ TEST_CASE("stop-time diagnosis: healthy bandwidth spread does not fail anyone", 
   CHECK(done.failed_slots.empty());
   for (const DiagnosisStageRecord& r : h.records) {
     INFO(r.stage << ": " << r.note);
-    CHECK(r.verdict == "passed");
+    CHECK(r.verdict == StageVerdict::kPassed);
   }
 }
 

@@ -40,8 +40,8 @@ TEST_CASE("status.stackDiagnosis as written is declared by the CRD", "[unit]") {
   d.next_id = 3;
   StackInvestigation hang;
   hang.id = 1;
-  hang.kind = "Hang";
-  hang.state = "Evicted";
+  hang.kind = InvestigationKind::kHang;
+  hang.state = InvestigationState::kEvicted;
   hang.attempt = 2;
   hang.incident_id = 7;
   hang.signal = "the slowest rank completed no step for 61.0 s";
@@ -62,8 +62,8 @@ TEST_CASE("status.stackDiagnosis as written is declared by the CRD", "[unit]") {
   d.investigations.push_back(hang);
   StackInvestigation mfu;
   mfu.id = 2;
-  mfu.kind = "MfuDrop";
-  mfu.state = "Waiting";
+  mfu.kind = InvestigationKind::kMfuDrop;
+  mfu.state = InvestigationState::kWaiting;
   mfu.attempt = 3;
   mfu.rounds_planned = 5;
   mfu.next_round_at = kT0 + 20 * kSecond;

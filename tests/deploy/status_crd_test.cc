@@ -67,8 +67,8 @@ JobStatus Populated() {
   s.master_addr = "llm-0.llm-rdzv.team-a.svc";
   s.master_port = 29500;
   s.code = Code("v2");
-  s.version_history = {{Code("v1"), kT0, "Created", "Healthy", 0},
-                       {Code("v2"), kT0 + 300 * kSecond, "HotUpdate", "Running", 900}};
+  s.version_history = {{Code("v1"), kT0, "Created", VersionOutcome::kHealthy, 0},
+                       {Code("v2"), kT0 + 300 * kSecond, "HotUpdate", VersionOutcome::kRunning, 900}};
   s.slots = {{0, "llm-p0", "node-1", true}, {1, "llm-p5", "node-9", true}};
   s.standbys = {{"llm-p6", "", false}};
   s.standby_desired = 1;
@@ -109,7 +109,7 @@ JobStatus Populated() {
   stage.stage = "all_gather";
   stage.started_at = kT0 + 602 * kSecond;
   stage.finished_at = kT0 + 603 * kSecond;
-  stage.verdict = "failed";
+  stage.verdict = StageVerdict::kFailed;
   stage.failed_machines = {"node-7"};
   stage.results = {"round 0: node-7: FAILED: contributions arrived wrong [algbw_gbps=1.2]"};
   stage.note = "majority digest ab12";
@@ -123,13 +123,13 @@ JobStatus Populated() {
   s.triage_deadline = kT0 + 605 * kSecond;
   FailSlowFinding f;
   f.id = 1;
-  f.state = "Localized";
-  f.kind = "communication";
+  f.state = FailSlowState::kLocalized;
+  f.kind = FailSlowKind::kCommunication;
   f.ranks = {8, 9, 10, 11};
   f.group = "dp 1";
   f.machines = {"node-3"};
   f.severity = 0.6;
-  f.tier = "mitigate";
+  f.tier = FailSlowTier::kMitigate;
   f.healthy_iteration_seconds = 1.7;
   f.slow_iteration_seconds = 2.72;
   f.onset = kT0 + 200 * kSecond;
@@ -137,9 +137,9 @@ JobStatus Populated() {
   f.localized_at = kT0 + 230 * kSecond;
   f.ended_at = kT0 + 290 * kSecond;
   f.detail = "dp 1 allreduce 1.6x slower than dp 0";
-  f.validation.state = "Done";
+  f.validation.state = ValidationState::kDone;
   f.validation.pass = 2;
-  f.validation.verdict = "confirmed";
+  f.validation.verdict = ValidationVerdict::kConfirmed;
   f.validation.started_at = kT0 + 231 * kSecond;
   f.validation.phase_started_at = kT0 + 233 * kSecond;
   f.validation.ended_at = kT0 + 234 * kSecond;
@@ -190,9 +190,9 @@ TEST_CASE("a fresh job's status (every time unset, written as \"\") is valid", "
   s.evicted = {{"node-7", "", "NotReady", 0}};
   FailSlowFinding profiling;  // still profiling: nothing localized or ended
   profiling.id = 1;
-  profiling.state = "Profiling";
+  profiling.state = FailSlowState::kProfiling;
   s.fail_slows = {profiling};
-  s.version_history = {{Code("v1"), 0, "Created", "Running", 0}};
+  s.version_history = {{Code("v1"), 0, "Created", VersionOutcome::kRunning, 0}};
   INFO(JobStatusToJson(s, 2));
   CHECK(Violations(s) == "");
 }

@@ -115,8 +115,8 @@ TEST_CASE("FailSlowPolicy pairs pipeline sends with their recvs across 4 stages 
   REQUIRE(d.findings.size() == 1);
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "communication");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCommunication);
   CHECK(f.group == "pp 1");
   std::vector<int> ranks = slow.ranks;
   std::sort(ranks.begin(), ranks.end());
@@ -176,7 +176,7 @@ TEST_CASE("FailSlowPolicy ends a finding at the recovery onset the agents report
     r.ended_at = c.reported_end;
     FailSlowDecision d = DecideFailSlow(recovered, kNow);
     REQUIRE(d.findings.size() == 1);
-    CHECK(d.findings[0].state == "Recovered");
+    CHECK(d.findings[0].state == FailSlowState::kRecovered);
     CHECK(d.findings[0].ended_at == c.want_end);
   }
 }

@@ -14,21 +14,21 @@ TEST_CASE("status JSON round-trips a fail-slow finding with its validation", "[u
   JobStatus s;
   FailSlowFinding f;
   f.id = 4;
-  f.state = "Localized";
-  f.kind = "compute+communication";
+  f.state = FailSlowState::kLocalized;
+  f.kind = FailSlowKind::kComputeAndCommunication;
   f.ranks = {5};
   f.group = "dp 0, dp 1";
   f.machines = {"12", "10", "11"};
   f.severity = 0.9;
-  f.tier = "replace";
+  f.tier = FailSlowTier::kReplace;
   f.onset = kT0;
   f.detected_at = kT0 + 2 * kSec;
   f.localized_at = kT0 + 4 * kSec;
   f.detail = "rank 5 arrives last";
   FailSlowValidation& v = f.validation;
-  v.state = "Links";
+  v.state = ValidationState::kLinks;
   v.pass = 2;
-  v.verdict = "confirmed";
+  v.verdict = ValidationVerdict::kConfirmed;
   v.started_at = kT0 + 5 * kSec;
   v.phase_started_at = kT0 + 7 * kSec;
   v.machines = {"10", "11", "12"};
@@ -40,13 +40,13 @@ TEST_CASE("status JSON round-trips a fail-slow finding with its validation", "[u
   v.detail = "GEMM on 6 GPUs";
   FailSlowFinding plain;  // never validated: no validation object is written
   plain.id = 3;
-  plain.state = "Recovered";
+  plain.state = FailSlowState::kRecovered;
   s.fail_slows = {plain, f};
   const std::string text = JobStatusToJson(s);
   auto back = JobStatusFromJson(text);
   REQUIRE(back.ok());
   REQUIRE(back->fail_slows.size() == 2);
-  CHECK(back->fail_slows[0].validation.state.empty());
+  CHECK(back->fail_slows[0].validation.state == ValidationState::kNotStarted);
   CHECK(text.find("\"validation\"") == text.rfind("\"validation\""));  // only once
   const FailSlowFinding& g = back->fail_slows[1];
   CHECK(g.kind == f.kind);

@@ -95,13 +95,13 @@ TEST_CASE("PlanValidationLinks: every ring link of every group of each kind once
 TEST_CASE("SuspectGroups: a slow rank's groups and the named groups, bad names are errors", "[unit]") {
   const ParallelLayout layout = Layout();
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {3};
   auto g = SuspectGroups(layout, f);
   REQUIRE(g.ok());
   REQUIRE(g->size() == 3);
   for (const CommGroup& c : *g) CHECK(std::count(c.ranks.begin(), c.ranks.end(), 3) == 1);
-  f.kind = "communication";
+  f.kind = FailSlowKind::kCommunication;
   f.ranks = {0, 1, 2, 3};
   f.group = "dp 0, dp 1";
   g = SuspectGroups(layout, f);
@@ -113,7 +113,7 @@ TEST_CASE("SuspectGroups: a slow rank's groups and the named groups, bad names a
   CHECK_THAT(std::string(SuspectGroups(layout, f).status().message()), Catch::Contains("dp 9"));
   f.group = "xx 0";
   CHECK_FALSE(SuspectGroups(layout, f).ok());
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.group = "";
   f.ranks = {99};
   CHECK_THAT(std::string(SuspectGroups(layout, f).status().message()), Catch::Contains("99"));
@@ -132,7 +132,7 @@ struct Harness {
     in.job_name = "j";
     in.layout = &layout;
     f.id = 7;
-    f.state = "Localized";
+    f.state = FailSlowState::kLocalized;
     in.finding = f;
     for (int s = 0; s < layout.machines(); ++s) {
       in.slot_machines.push_back(absl::StrCat(10 + s));
@@ -226,14 +226,14 @@ std::set<std::string> Pods(const std::vector<ValidationCommand>& cs) {
 
 TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is released", "[unit]") {
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {3};
   Harness h(f);
   h.options.gemm_every_machine = false;  // the suspect groups' machines only
 
   // Start: trap every agent, profiling kept on.
   FailSlowValidationDecision d = h.Step();
-  CHECK(d.validation.state == "Pausing");
+  CHECK(d.validation.state == ValidationState::kPausing);
   CHECK(d.trap_wanted);
   CHECK(d.validation.started_at == h.now);
   CHECK(d.validation.master_port == 40123);
@@ -252,14 +252,14 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
 
   // Nothing answered yet: deciding again sends nothing new.
   d = h.Step();
-  CHECK(d.validation.state == "Pausing");
+  CHECK(d.validation.state == ValidationState::kPausing);
   CHECK(d.commands.empty());
   CHECK(d.events.empty());
 
   // Trapped everywhere: GEMM on the three machines.
   REQUIRE(h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); }) == 4);
   d = h.Step();
-  CHECK(d.validation.state == "Gemm");
+  CHECK(d.validation.state == ValidationState::kGemm);
   CHECK(d.trap_wanted);
   REQUIRE(d.commands.size() == 3);
   CHECK(Pods(d.commands) == std::set<std::string>{"j-m0", "j-m1", "j-m3"});
@@ -273,7 +273,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   // Rank 3 computes at a third of its peers' rate: the link rounds follow.
   REQUIRE(h.Answer("gemm", Gemm(h.layout, {3})) == 3);
   d = h.Step();
-  CHECK(d.validation.state == "Links");
+  CHECK(d.validation.state == ValidationState::kLinks);
   CHECK(d.validation.slow_gpus == std::vector<int>{3});
   CHECK_THAT(d.validation.detail, Catch::Contains("rank 3"));
   REQUIRE(d.commands.size() == 4);
@@ -292,9 +292,9 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   // Every link healthy: confirmed by GEMM alone; trap released.
   REQUIRE(h.Answer("links", Links(h.layout, rounds, {})) == 4);
   d = h.Step();
-  CHECK(d.validation.state == "Resuming");
+  CHECK(d.validation.state == ValidationState::kResuming);
   CHECK_FALSE(d.trap_wanted);
-  CHECK(d.validation.verdict == "confirmed");
+  CHECK(d.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(d.validation.slow_links.empty());
   REQUIRE(d.events.size() == 1);
   CHECK(d.events[0].reason == "FailSlowValidated");
@@ -307,19 +307,19 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   }
   REQUIRE(h.Answer("trap-off", [](const ValidationAgent&) { return Ok(); }) == 4);
   d = h.Step();
-  CHECK(d.validation.state == "Done");
+  CHECK(d.validation.state == ValidationState::kDone);
   CHECK(d.validation.ended_at == h.now);
   CHECK(d.commands.empty());
   // Done is final: nothing more, whatever happens.
   d = h.Step();
-  CHECK(d.validation.state == "Done");
+  CHECK(d.validation.state == ValidationState::kDone);
   CHECK(d.commands.empty());
   CHECK(d.events.empty());
 }
 
 TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds of its kind", "[unit]") {
   FailSlowFinding f;
-  f.kind = "communication";
+  f.kind = FailSlowKind::kCommunication;
   f.ranks = {0, 1, 2, 3};
   f.group = "dp 0, dp 1";
   Harness h(f);
@@ -329,11 +329,11 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
   CHECK(d.validation.machines == std::vector<std::string>{"10", "11", "12", "13"});
   h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
   d = h.Step();
-  REQUIRE(d.validation.state == "Gemm");
+  REQUIRE(d.validation.state == ValidationState::kGemm);
   CHECK(Pods(d.commands) == std::set<std::string>{"j-m0", "j-m1", "j-m2", "j-m3"});
   h.Answer("gemm", Gemm(h.layout, {}));
   d = h.Step();
-  REQUIRE(d.validation.state == "Links");
+  REQUIRE(d.validation.state == ValidationState::kLinks);
   CHECK(d.validation.slow_gpus.empty());
   REQUIRE_FALSE(d.commands.empty());
   const std::string rounds = d.commands[0].params.at("rounds");
@@ -341,16 +341,16 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
   // The link between machines 10 and 11 carries DP groups 0 ({0,2}) and 1 ({1,3}).
   h.Answer("links", Links(h.layout, rounds, {{0, 2}, {2, 0}, {1, 3}, {3, 1}}));
   d = h.Step();
-  CHECK(d.validation.verdict == "confirmed");
+  CHECK(d.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(std::set<std::string>(d.validation.slow_links.begin(), d.validation.slow_links.end()) ==
         std::set<std::string>{"dp 0->2", "dp 2->0", "dp 1->3", "dp 3->1"});
   CHECK_THAT(d.validation.detail, Catch::Contains("dp links (8, best of 1)"));
-  CHECK(d.validation.state == "Resuming");
+  CHECK(d.validation.state == ValidationState::kResuming);
 }
 
 TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profile missed", "[unit]") {
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {4};  // the profile named rank 4 only; rank 3 (slot 1, in none of 4's groups) is slow too
   Harness h(f);
   h.Step();
@@ -363,7 +363,7 @@ TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profil
 
 TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on a fresh port", "[unit]") {
   FailSlowFinding f;
-  f.kind = "communication";
+  f.kind = FailSlowKind::kCommunication;
   f.ranks = {0, 1, 2, 3};
   f.group = "dp 0, dp 1";
   Harness h(f);
@@ -376,14 +376,14 @@ TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on 
   // Pass 1: rank 6 was disturbed (slow), rank 3 is slow.
   REQUIRE(h.Answer("gemm1", Gemm(h.layout, {3, 6})) == 4);
   d = h.Step();
-  CHECK(d.validation.state == "Gemm");
+  CHECK(d.validation.state == ValidationState::kGemm);
   CHECK(d.validation.pass == 2);
   REQUIRE(d.commands.size() == 4);
   for (const ValidationCommand& c : d.commands) CHECK(c.id == "j-failslow-7-gemm2-" + c.pod);
   // Pass 2: only rank 3 is slow again.
   REQUIRE(h.Answer("gemm2", Gemm(h.layout, {3})) == 4);
   d = h.Step();
-  CHECK(d.validation.state == "Links");
+  CHECK(d.validation.state == ValidationState::kLinks);
   CHECK(d.validation.slow_gpus == std::vector<int>{3});
   CHECK_THAT(d.validation.detail, Catch::Contains("best of 2"));
   REQUIRE(d.commands.size() == 4);
@@ -393,7 +393,7 @@ TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on 
   REQUIRE(h.Answer("links1", Links(h.layout, rounds, {{0, 2}, {1, 3}, {3, 1}})) == 4);
   h.in.candidate_port = 40200;
   d = h.Step();
-  CHECK(d.validation.state == "Links");
+  CHECK(d.validation.state == ValidationState::kLinks);
   CHECK(d.validation.pass == 2);
   CHECK(d.validation.master_port == 40200);
   REQUIRE(d.commands.size() == 4);
@@ -403,15 +403,15 @@ TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on 
   }
   REQUIRE(h.Answer("links2", Links(h.layout, rounds, {{1, 3}, {3, 1}})) == 4);
   d = h.Step();
-  CHECK(d.validation.verdict == "confirmed");
+  CHECK(d.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(std::set<std::string>(d.validation.slow_links.begin(), d.validation.slow_links.end()) ==
         std::set<std::string>{"dp 1->3", "dp 3->1"});
-  CHECK(d.validation.state == "Resuming");
+  CHECK(d.validation.state == ValidationState::kResuming);
 }
 
 TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measures nothing", "[unit]") {
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {5};
   Harness h(f);
   h.Step();
@@ -423,19 +423,19 @@ TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measur
     return o;
   });
   FailSlowValidationDecision d = h.Step();
-  REQUIRE(d.validation.state == "Links");
+  REQUIRE(d.validation.state == ValidationState::kLinks);
   CHECK_THAT(d.validation.detail, Catch::Contains("nothing to compare"));
   const std::string rounds = d.commands.at(0).params.at("rounds");
   h.Answer("links", Links(h.layout, rounds, {}));
   d = h.Step();
-  CHECK(d.validation.verdict == "not confirmed");
+  CHECK(d.validation.verdict == ValidationVerdict::kNotConfirmed);
   CHECK(d.validation.slow_gpus.empty());
   CHECK(d.validation.slow_links.empty());
 }
 
 TEST_CASE("FailSlowValidation: failures release training with the reason", "[unit]") {
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {3};
   SECTION("an agent cannot trap (no NCCL hook)") {
     Harness h(f);
@@ -447,9 +447,9 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
       return o;
     });
     FailSlowValidationDecision d = h.Step();
-    CHECK(d.validation.verdict == "failed");
+    CHECK(d.validation.verdict == ValidationVerdict::kFailed);
     CHECK_THAT(d.validation.detail, Catch::Contains("j-m2") && Catch::Contains("no NCCL hook"));
-    CHECK(d.validation.state == "Resuming");
+    CHECK(d.validation.state == ValidationState::kResuming);
     CHECK_FALSE(d.trap_wanted);
     CHECK(d.commands.size() == 4);  // trap off everywhere
     REQUIRE_FALSE(d.events.empty());
@@ -461,23 +461,23 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
     h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
     h.Step();
     FailSlowValidationDecision d = h.Step(30 * kSec);
-    CHECK(d.validation.state == "Gemm");  // within the diagnostics' timeout + margin
+    CHECK(d.validation.state == ValidationState::kGemm);  // within the diagnostics' timeout + margin
     d = h.Step(100 * kSec);
-    CHECK(d.validation.verdict == "failed");
+    CHECK(d.validation.verdict == ValidationVerdict::kFailed);
     CHECK_THAT(d.validation.detail, Catch::Contains("GEMM results missing"));
-    CHECK(d.validation.state == "Resuming");
+    CHECK(d.validation.state == ValidationState::kResuming);
   }
   SECTION("the attempt changes underneath (an agent is gone)") {
     Harness h(f);
     h.Step();
     h.in.agents[1].active = false;
     FailSlowValidationDecision d = h.Step();
-    CHECK(d.validation.verdict == "failed");
+    CHECK(d.validation.verdict == ValidationVerdict::kFailed);
     CHECK_THAT(d.validation.detail, Catch::Contains("11"));
     // The remaining agents are released; the gone one needs nothing.
     h.Answer("trap-off", [](const ValidationAgent&) { return Ok(); });
     d = h.Step();
-    CHECK(d.validation.state == "Done");
+    CHECK(d.validation.state == ValidationState::kDone);
   }
   SECTION("a link diagnostic error") {
     Harness h(f);
@@ -495,29 +495,29 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
       return o;
     });
     FailSlowValidationDecision d = h.Step();
-    CHECK(d.validation.verdict == "failed");
+    CHECK(d.validation.verdict == ValidationVerdict::kFailed);
     CHECK_THAT(d.validation.detail, Catch::Contains("12") && Catch::Contains("timed out"));
   }
 }
 
 TEST_CASE("FailSlowValidation: only a localized, ongoing finding starts one", "[unit]") {
   FailSlowFinding f;
-  f.kind = "compute";
+  f.kind = FailSlowKind::kCompute;
   f.ranks = {3};
   Harness h(f);
-  h.in.finding.state = "Profiling";
+  h.in.finding.state = FailSlowState::kProfiling;
   FailSlowValidationDecision d = h.Step();
-  CHECK(d.validation.state.empty());
+  CHECK(d.validation.state == ValidationState::kNotStarted);
   CHECK(d.commands.empty());
-  h.in.finding.state = "Recovered";
+  h.in.finding.state = FailSlowState::kRecovered;
   h.in.finding.ended_at = h.now;
   d = h.Step();
-  CHECK(d.validation.state.empty());
-  h.in.finding.state = "Localized";
+  CHECK(d.validation.state == ValidationState::kNotStarted);
+  h.in.finding.state = FailSlowState::kLocalized;
   h.in.finding.ended_at = 0;
   h.in.spec.enabled = false;
   d = h.Step();
-  CHECK(d.validation.state.empty());
+  CHECK(d.validation.state == ValidationState::kNotStarted);
   CHECK_FALSE(ValidationInProgress(d.validation));
 }
 

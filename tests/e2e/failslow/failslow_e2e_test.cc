@@ -63,7 +63,7 @@ std::string TimelineText(LocalMode& mode) {
 // made progress past that point; returns the status then.
 JobStatus WaitValidated(LocalMode& mode) {
   REQUIRE(WaitForStatus(mode, [](const JobStatus& s) {
-    return Latest(s) != nullptr && Latest(s)->validation.state == "Done";
+    return Latest(s) != nullptr && Latest(s)->validation.state == ValidationState::kDone;
   }, 240));
   const JobStatus done = mode.controller().Snapshot();
   const uint64_t step = done.last_completed_step;
@@ -78,7 +78,7 @@ bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 
 void PrintValidation(const char* what, const FailSlowFinding& f) {
   std::printf("[failslow_e2e] %s: validation %s in %.2f s (training paused): %s\n", what,
-              f.validation.verdict.c_str(),
+              ToString(f.validation.verdict),
               static_cast<double>(f.validation.ended_at - f.validation.started_at) / 1e9, f.validation.detail.c_str());
   std::fflush(stdout);
 }
@@ -88,7 +88,7 @@ void PrintLatency(const char* what, const FailSlowFinding& f, uint64_t step_at_i
   std::printf(
       "[failslow_e2e] %s: healthy %.1f ms/iter, slow %.1f ms/iter (+%.0f%%, tier %s); detected %.2f s = %.1f slow "
       "iterations after onset (steps %llu -> %llu at the controller), localized %.2f s after detection\n",
-      what, f.healthy_iteration_seconds * 1e3, f.slow_iteration_seconds * 1e3, f.severity * 100, f.tier.c_str(),
+      what, f.healthy_iteration_seconds * 1e3, f.slow_iteration_seconds * 1e3, f.severity * 100, ToString(f.tier),
       static_cast<double>(f.detected_at - f.onset) / 1e9,
       static_cast<double>(f.detected_at - f.onset) / 1e9 / slow_iter,
       static_cast<unsigned long long>(step_at_injection), static_cast<unsigned long long>(step_at_detection),
@@ -102,7 +102,7 @@ void PrintLatency(const char* what, const FailSlowFinding& f, uint64_t step_at_i
 void CheckRecoveryOnset(const FailSlowFinding& f, int64_t cleared_at, int64_t observed_at) {
   INFO("ended_at " << f.ended_at << ", cleared_at " << cleared_at << ", slow iteration "
                    << f.slow_iteration_seconds << " s");
-  CHECK(f.state == "Recovered");
+  CHECK(f.state == FailSlowState::kRecovered);
   CHECK(f.ended_at >= cleared_at - static_cast<int64_t>(f.slow_iteration_seconds * 1e9) - 1);
   CHECK(f.ended_at <= observed_at);
   CHECK(f.ended_at > f.onset);
@@ -133,18 +133,18 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   REQUIRE(mode->Inject(slow).ok());
 
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return Latest(s) != nullptr && (Latest(s)->state == "Localized" || Latest(s)->ended_at != 0);
+    return Latest(s) != nullptr && (Latest(s)->state == FailSlowState::kLocalized || Latest(s)->ended_at != 0);
   }, 180));
   const JobStatus found = mode->controller().Snapshot();
   const FailSlowFinding f = *Latest(found);
   INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
   REQUIRE(found.fail_slows.size() == 1);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "compute");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCompute);
   CHECK(f.ranks == std::vector<int>{slow_rank});
   CHECK(f.machines == std::vector<std::string>{machine});
   CHECK(f.severity >= 0.2);
-  CHECK(f.tier == "replace");
+  CHECK(f.tier == FailSlowTier::kReplace);
   CHECK(f.ended_at == 0);
   // The onset is the first slow iteration: after the injection, give or take the
   // iteration that was running when it happened.
@@ -157,7 +157,7 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   const JobStatus validated = WaitValidated(*mode.mode);
   const FailSlowFinding& v = *Latest(validated);
   INFO(TimelineText(*mode.mode) << "validation: " << v.validation.detail);
-  CHECK(v.validation.verdict == "confirmed");
+  CHECK(v.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(Contains(v.validation.slow_gpus, slow_rank));
   CHECK(validated.attempt == before.attempt);
   CHECK(validated.incidents.empty());
@@ -173,8 +173,8 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   const JobStatus after = mode->controller().Snapshot();
   const FailSlowFinding& r = *Latest(after);
   CHECK(after.fail_slows.size() == 1);
-  CHECK(r.state == "Recovered");
-  CHECK(r.kind == "compute");
+  CHECK(r.state == FailSlowState::kRecovered);
+  CHECK(r.kind == FailSlowKind::kCompute);
   CheckRecoveryOnset(r, cleared_at, UnixNanos());
   std::printf("[failslow_e2e] compute recovery onset %.2f s after the fault was cleared\n",
               static_cast<double>(r.ended_at - cleared_at) / 1e9);
@@ -222,13 +222,13 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   REQUIRE(mode->Inject(link).ok());
 
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return Latest(s) != nullptr && (Latest(s)->state == "Localized" || Latest(s)->ended_at != 0);
+    return Latest(s) != nullptr && (Latest(s)->state == FailSlowState::kLocalized || Latest(s)->ended_at != 0);
   }, 180));
   const JobStatus found = mode->controller().Snapshot();
   const FailSlowFinding f = *Latest(found);
   INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "communication");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCommunication);
   CHECK_THAT(f.group, Catch::Contains("dp"));
   CHECK_THAT(f.group, !Catch::Contains("pp"));
   const std::set<std::string> want = {before.slots[slots[0]].machine_id, before.slots[slots[1]].machine_id};
@@ -240,7 +240,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   const JobStatus validated = WaitValidated(*mode.mode);
   const FailSlowFinding& v = *Latest(validated);
   INFO("validation: " << v.validation.detail);
-  CHECK(v.validation.verdict == "confirmed");
+  CHECK(v.validation.verdict == ValidationVerdict::kConfirmed);
   std::set<std::string> want_links;
   for (const CommGroup& g : layout.Groups(GroupKind::kData)) {
     const std::vector<int> m = layout.MachinesOfGroup(g);
@@ -264,7 +264,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   const JobStatus after = mode->controller().Snapshot();
   const FailSlowFinding& r = *Latest(after);
   CHECK(after.fail_slows.size() == 1);
-  CHECK(r.kind == "communication");
+  CHECK(r.kind == FailSlowKind::kCommunication);
   CheckRecoveryOnset(r, cleared_at, UnixNanos());
   CHECK_THAT(TimelineText(*mode.mode), Catch::Contains("FailSlowRecovered"));
   CHECK(after.incidents.empty());
@@ -286,7 +286,7 @@ Injected InjectAndLocalize(ModeGuard& mode, const std::vector<FaultRequest>& fau
   REQUIRE(out.before.fail_slows.empty());
   for (const FaultRequest& f : faults) REQUIRE(mode->Inject(f).ok());
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return Latest(s) != nullptr && (Latest(s)->state == "Localized" || Latest(s)->ended_at != 0);
+    return Latest(s) != nullptr && (Latest(s)->state == FailSlowState::kLocalized || Latest(s)->ended_at != 0);
   }, 180));
   out.found = mode->controller().Snapshot();
   out.finding = *Latest(out.found);
@@ -319,8 +319,8 @@ TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
   const Injected r = InjectAndLocalize(mode, {slow, link});
   const FailSlowFinding& f = r.finding;
   INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "compute+communication");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kComputeAndCommunication);
   CHECK(f.ranks == std::vector<int>{slow_rank});
   CHECK_THAT(f.group, Catch::Contains("dp"));
   CHECK_THAT(f.group, !Catch::Contains("pp"));
@@ -332,7 +332,7 @@ TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
   const JobStatus validated = WaitValidated(*mode.mode);
   const FailSlowFinding& v = *Latest(validated);
   INFO("validation: " << v.validation.detail);
-  CHECK(v.validation.verdict == "confirmed");
+  CHECK(v.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(Contains(v.validation.slow_gpus, slow_rank));
   // Every DP link between the two machines of the congested link is named.
   const std::set<std::string> slow_links(v.validation.slow_links.begin(), v.validation.slow_links.end());
@@ -367,8 +367,8 @@ TEST_CASE("Two GPUs computing 3x slower on different machines are both named", "
   const Injected r = InjectAndLocalize(mode, {a, b});
   const FailSlowFinding& f = r.finding;
   INFO(TimelineText(*mode.mode) << "detail: " << f.detail);
-  CHECK(f.state == "Localized");
-  CHECK(f.kind == "compute");
+  CHECK(f.state == FailSlowState::kLocalized);
+  CHECK(f.kind == FailSlowKind::kCompute);
   // The profile names at least one of them (the other's lateness in a group can be masked
   // by the first one's victims arriving as late) ...
   REQUIRE_FALSE(f.ranks.empty());
@@ -378,7 +378,7 @@ TEST_CASE("Two GPUs computing 3x slower on different machines are both named", "
   const JobStatus validated = WaitValidated(*mode.mode);
   const FailSlowFinding& v = *Latest(validated);
   INFO("validation: " << v.validation.detail);
-  CHECK(v.validation.verdict == "confirmed");
+  CHECK(v.validation.verdict == ValidationVerdict::kConfirmed);
   CHECK(Contains(v.validation.slow_gpus, rank_a));
   CHECK(Contains(v.validation.slow_gpus, rank_b));
   CHECK(validated.attempt == r.before.attempt);

@@ -70,8 +70,8 @@ TEST_CASE("A hang on one pipeline stage over-evicts that pipeline group and the 
 
   REQUIRE(!st.stack_diagnosis.investigations.empty());
   const StackInvestigation& inv = st.stack_diagnosis.investigations.back();
-  CHECK(inv.kind == "Hang");
-  CHECK(inv.state == "Evicted");
+  CHECK(inv.kind == InvestigationKind::kHang);
+  CHECK(inv.state == InvestigationState::kEvicted);
   CHECK(inv.incident_id == inc.id);
   CHECK(inv.chosen_group == "pp 0");
   REQUIRE(inv.rounds.size() == 1);

@@ -127,7 +127,7 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
   const JobStatus& before = run->steps[0].before;
   CHECK_THAT(run->steps[0].description, Catch::Contains("urgent code update to revision v1-broken"));
   REQUIRE_FALSE(before.version_history.empty());
-  CHECK(before.version_history.back().outcome == "Healthy");
+  CHECK(before.version_history.back().outcome == VersionOutcome::kHealthy);
 
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
@@ -143,7 +143,7 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
   CHECK(st.code.command == job.spec.code.command);
   bool rolled_back = false;
   for (const VersionRecord& v : st.version_history) {
-    rolled_back = rolled_back || (v.code.revision == "v1-broken" && v.outcome == "RolledBack");
+    rolled_back = rolled_back || (v.code.revision == "v1-broken" && v.outcome == VersionOutcome::kRolledBack);
   }
   CHECK(rolled_back);
   CHECK(st.version_history.back().code.revision == job.spec.code.revision);

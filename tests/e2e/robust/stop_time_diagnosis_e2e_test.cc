@@ -62,7 +62,7 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
     // A loaded test machine may make a pair's all-gather fail; that is recorded, never a
     // verdict against a healthy machine (which would show as "failed" and an eviction).
     INFO(r.stage << ": " << r.note);
-    CHECK(r.verdict != "failed");
+    CHECK(r.verdict != StageVerdict::kFailed);
     CHECK(r.finished_at >= r.started_at);
     // The agents run every diagnostic for real: every machine answered with a result.
     for (const std::string& line : r.results) {
@@ -91,7 +91,7 @@ TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback rest
   ModeGuard mode{std::move(*started)};
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
     return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && !s.version_history.empty() &&
-           s.version_history.back().outcome == "Healthy";
+           s.version_history.back().outcome == VersionOutcome::kHealthy;
   }));
   const JobStatus before = mode->controller().Snapshot();
   TrainingJob broken = job;
@@ -116,7 +116,7 @@ TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback rest
   CHECK(st.code.revision == job.spec.code.revision);
   bool rolled_back = false;
   for (const VersionRecord& v : st.version_history) {
-    rolled_back = rolled_back || (v.code.revision == "v2-broken" && v.outcome == "RolledBack");
+    rolled_back = rolled_back || (v.code.revision == "v2-broken" && v.outcome == VersionOutcome::kRolledBack);
   }
   CHECK(rolled_back);
   CHECK(EvictedMachines(st).empty());
@@ -156,7 +156,7 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   CHECK(inc.diagnosis[0].stage == "stop");
   const DiagnosisStageRecord& alignment = inc.diagnosis[1];
   CHECK(alignment.stage == "alignment");
-  CHECK(alignment.verdict == "failed");
+  CHECK(alignment.verdict == StageVerdict::kFailed);
   CHECK(alignment.failed_machines == std::vector<std::string>{bad});
   CHECK_THAT(alignment.note, Catch::Contains("3 of 4 machines"));
   // The live /metrics count the finished diagnosis stages by stage and verdict.
@@ -165,9 +165,9 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   REQUIRE(metrics);
   REQUIRE(metrics->status == 200);
   CHECK_THAT(metrics->body, Catch::Contains(
-      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict="failed"} 1)"));
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict=StageVerdict::kFailed} 1)"));
   CHECK_THAT(metrics->body, Catch::Contains(
-      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict="passed"} 1)"));
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict=StageVerdict::kPassed} 1)"));
   CHECK(inc.machines == std::vector<std::string>{bad});
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
@@ -216,7 +216,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   for (const DiagnosisStageRecord& r : first.diagnosis) {
     stages.push_back(r.stage);
     INFO(r.stage << ": " << r.note);
-    CHECK(r.verdict != "failed");  // "no-verdict" is possible for all_gather on a loaded machine
+    CHECK(r.verdict != StageVerdict::kFailed);  // "no-verdict" is possible for all_gather on a loaded machine
   }
   CHECK(stages == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
   const Incident& second = st.incidents[1];
@@ -224,10 +224,10 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   REQUIRE_FALSE(second.diagnosis.empty());
   const DiagnosisStageRecord& replay = second.diagnosis.back();
   CHECK(replay.stage == "replay");
-  CHECK(replay.verdict == "failed");
+  CHECK(replay.verdict == StageVerdict::kFailed);
   CHECK(replay.failed_machines == std::vector<std::string>{bad});
   CHECK_THAT(replay.note, Catch::Contains("intersect in slot 1"));
-  for (size_t i = 0; i + 1 < second.diagnosis.size(); ++i) CHECK(second.diagnosis[i].verdict != "failed");
+  for (size_t i = 0; i + 1 < second.diagnosis.size(); ++i) CHECK(second.diagnosis[i].verdict != StageVerdict::kFailed);
   // Every machine replayed in both rounds and every replay ran to the end (digests, no errors).
   CHECK(replay.results.size() == 8);
   for (const std::string& line : replay.results) CHECK_THAT(line, Catch::Contains("passed digest"));
@@ -286,14 +286,14 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   REQUIRE_FALSE(inc.diagnosis.empty());
   for (size_t i = 0; i + 1 < inc.diagnosis.size(); ++i) {
     INFO(inc.diagnosis[i].stage << ": " << inc.diagnosis[i].note);
-    CHECK(inc.diagnosis[i].verdict == "passed");
+    CHECK(inc.diagnosis[i].verdict == StageVerdict::kPassed);
   }
   const DiagnosisStageRecord& decided = inc.diagnosis.back();
   std::string answers;
   for (const std::string& line : decided.results) answers += line + "\n";
   INFO(decided.stage << ": " << decided.note << "\n" << answers);
   CHECK(decided.stage == deciding_stage);
-  CHECK(decided.verdict == "failed");
+  CHECK(decided.verdict == StageVerdict::kFailed);
   CHECK(decided.failed_machines == std::vector<std::string>{bad});
   CHECK(inc.machines == std::vector<std::string>{bad});
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
@@ -368,7 +368,7 @@ TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "
   CHECK(inc.diagnosis[0].stage == "stop");
   const DiagnosisStageRecord& eud = inc.diagnosis[1];
   CHECK(eud.stage == "eud");
-  CHECK(eud.verdict == "failed");
+  CHECK(eud.verdict == StageVerdict::kFailed);
   CHECK(eud.failed_machines == std::vector<std::string>{bad});
   bool named = false;
   for (const std::string& line : eud.results) named = named || line.find("gpu1: self-test aborted") != std::string::npos;

@@ -1,0 +1,82 @@
+// The closed sets of values in job_state.h (states, verdicts, outcomes, kinds, tiers,
+// statuses) as enum classes, and their one string form each. The strings are those of the
+// persisted status (the CRD schema), the metrics labels and the events; they are produced
+// and read only at those edges: ToString never fails, Parse* returns nullopt for a string
+// that is not a value (the caller names the field in its error).
+//
+// Pure functions; thread-safe.
+#ifndef PEREGRINE_CONTROLLER_CORE_JOB_STATE_NAMES_H_
+#define PEREGRINE_CONTROLLER_CORE_JOB_STATE_NAMES_H_
+
+#include <optional>
+#include <string_view>
+
+namespace peregrine {
+
+// Condition::status.
+enum class ConditionStatus { kTrue, kFalse, kUnknown };  // "True", "False", "Unknown"
+const char* ToString(ConditionStatus value);
+std::optional<ConditionStatus> ParseConditionStatus(std::string_view name);
+
+// DiagnosisStageRecord::verdict.
+enum class StageVerdict { kPending, kPassed, kFailed, kNoVerdict };  // "" while running, "passed", "failed", "no-verdict"
+const char* ToString(StageVerdict value);
+std::optional<StageVerdict> ParseStageVerdict(std::string_view name);
+
+// VersionRecord::outcome.
+enum class VersionOutcome { kRunning, kHealthy, kFailed, kRolledBack };  // "Running", "Healthy", ...
+const char* ToString(VersionOutcome value);
+std::optional<VersionOutcome> ParseVersionOutcome(std::string_view name);
+
+// FailSlowValidation::state: "" (not started), "Pausing", "Gemm", "Links", "Resuming", "Done".
+enum class ValidationState { kNotStarted, kPausing, kGemm, kLinks, kResuming, kDone };
+const char* ToString(ValidationState value);
+std::optional<ValidationState> ParseValidationState(std::string_view name);
+
+// FailSlowValidation::verdict: "" (not judged), "confirmed", "not confirmed", "failed".
+enum class ValidationVerdict { kNone, kConfirmed, kNotConfirmed, kFailed };
+const char* ToString(ValidationVerdict value);
+std::optional<ValidationVerdict> ParseValidationVerdict(std::string_view name);
+
+// FailSlowFinding::state: "Profiling" (locating), "Localized", "Recovered".
+enum class FailSlowState { kProfiling, kLocalized, kRecovered };
+const char* ToString(FailSlowState value);
+std::optional<FailSlowState> ParseFailSlowState(std::string_view name);
+
+// FailSlowFinding::kind: "" (not localized), "compute", "communication",
+// "compute+communication".
+enum class FailSlowKind { kUnlocalized, kCompute, kCommunication, kComputeAndCommunication };
+const char* ToString(FailSlowKind value);
+std::optional<FailSlowKind> ParseFailSlowKind(std::string_view name);
+
+// FailSlowFinding::tier (GUARD): "monitor", "mitigate", "replace".
+enum class FailSlowTier { kMonitor, kMitigate, kReplace };
+const char* ToString(FailSlowTier value);
+std::optional<FailSlowTier> ParseFailSlowTier(std::string_view name);
+
+// StackInvestigation::kind: "Hang", "MfuDrop".
+enum class InvestigationKind { kHang, kMfuDrop };
+const char* ToString(InvestigationKind value);
+std::optional<InvestigationKind> ParseInvestigationKind(std::string_view name);
+
+// StackInvestigation::state: "Capturing", "Waiting" (between MFU rounds), "Decided",
+// "Evicted", "Reattempted", "Resolved" (progress resumed / MFU recovered), "Abandoned"
+// (another failure).
+enum class InvestigationState { kCapturing, kWaiting, kDecided, kEvicted, kReattempted, kResolved, kAbandoned };
+const char* ToString(InvestigationState value);
+std::optional<InvestigationState> ParseInvestigationState(std::string_view name);
+
+// InspectionObservation::status, as on the wire: "OK", "NOT_PRESENT", "WARNING", "FAULT",
+// "ERROR".
+enum class InspectionStatus { kOk, kNotPresent, kWarning, kFault, kError };
+const char* ToString(InspectionStatus value);
+std::optional<InspectionStatus> ParseInspectionStatus(std::string_view name);
+
+// JobEvent::type (Kubernetes event types): "Normal", "Warning".
+enum class EventType { kNormal, kWarning };
+const char* ToString(EventType value);
+std::optional<EventType> ParseEventType(std::string_view name);
+
+}  // namespace peregrine
+
+#endif  // PEREGRINE_CONTROLLER_CORE_JOB_STATE_NAMES_H_
