@@ -6,8 +6,16 @@
 
 namespace peregrine::testing {
 
+TrainingJob ParsedJob(const std::string& yaml) {
+  auto job = ParseTrainingJob(yaml);
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  return *job;
+}
+
 TrainingJob DemoJob() {
-  auto job = ParseTrainingJob(R"(
+  return ParsedJob(R"(
+
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: demo}
@@ -18,8 +26,6 @@ spec:
   codeVersion: {command: ["sim-trainer"]}
   standby: {dailyFailureRate: 0.02, min: 1, max: 2}
 )");
-  REQUIRE(job.ok());
-  return *job;
 }
 
 TrainingJob LocalDemoJob() {

@@ -4,11 +4,15 @@
 #ifndef PEREGRINE_TESTS_TESTING_JOB_FIXTURES_H_
 #define PEREGRINE_TESTS_TESTING_JOB_FIXTURES_H_
 
+#include <string>
+
 #include "controller/core/job_spec.h"
 
 namespace peregrine::testing {
 
 TrainingJob DemoJob();
+// The job of the manifest `yaml`; REQUIREs that it parses (the parser's error is shown).
+TrainingJob ParsedJob(const std::string& yaml);
 TrainingJob LocalDemoJob();
 
 }  // namespace peregrine::testing

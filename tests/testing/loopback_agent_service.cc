@@ -2,13 +2,13 @@
 
 #include <chrono>
 #include <string>
-#include <utility>
 
 #include <catch2/catch.hpp>
 
 namespace peregrine::testing {
 
-LoopbackAgentService::LoopbackAgentService(std::function<int64_t()> now) : service_(&registry_, std::move(now)) {
+LoopbackAgentService::LoopbackAgentService(Clock* clock)
+    : service_(&registry_, clock != nullptr ? clock : &own_clock_) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&service_);

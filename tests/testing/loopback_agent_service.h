@@ -9,19 +9,20 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <cstdint>
-#include <functional>
 #include <memory>
 
+#include "absl/time/time.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
+#include "controller/clock.h"
 
 namespace peregrine::testing {
 
 class LoopbackAgentService {
  public:
-  // `now` is the service's clock (Unix nanoseconds); by default a fixed 1 s.
-  explicit LoopbackAgentService(std::function<int64_t()> now = [] { return int64_t{1'000'000'000}; });
+  // `clock` (which must outlive this) gives the service its time; nullptr: a clock of its
+  // own that stays at Unix time 1 s.
+  explicit LoopbackAgentService(Clock* clock = nullptr);
   ~LoopbackAgentService();
   LoopbackAgentService(const LoopbackAgentService&) = delete;
   LoopbackAgentService& operator=(const LoopbackAgentService&) = delete;
@@ -32,6 +33,7 @@ class LoopbackAgentService {
   std::shared_ptr<grpc::Channel> Channel() const;
 
  private:
+  ManualClock own_clock_{absl::FromUnixSeconds(1)};
   AgentRegistry registry_{"test-controller"};
   AgentServiceImpl service_;
   std::unique_ptr<grpc::Server> server_;

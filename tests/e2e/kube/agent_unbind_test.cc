@@ -11,8 +11,8 @@
 
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
-#include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
+#include "tests/testing/job_fixtures.h"
 #include "tests/testing/loopback_agent_service.h"
 
 namespace peregrine {
@@ -21,14 +21,13 @@ namespace {
 using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>;
 
 TrainingJobSpec OneMachineSpec() {
-  auto parsed = ParseTrainingJob(R"(
+  return testing::ParsedJob(R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: j}
 spec: {machines: 1, gpusPerMachine: 1, parallelism: {tensor: 1, pipeline: 1, data: 1},
-       codeVersion: {command: [train]}})");
-  REQUIRE(parsed.ok());
-  return parsed->spec;
+       codeVersion: {command: [train]}})")
+      .spec;
 }
 
 // The AgentService with two jobs of one machine each, train/doomed and train/kept.
