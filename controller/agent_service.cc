@@ -40,8 +40,8 @@ class StreamSink final : public AgentStreamSink {
 
 class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  ConnectReactor(grpc::CallbackServerContext* context, AgentRegistry* registry, std::function<int64_t()> now)
-      : registry_(registry), now_(std::move(now)) {
+  ConnectReactor(grpc::CallbackServerContext* context, AgentRegistry* registry, Clock* clock)
+      : registry_(registry), clock_(clock) {
     const auto& md = context->client_metadata();
     if (auto it = md.find("authorization"); it != md.end()) {
       std::string value(it->second.data(), it->second.size());
@@ -71,7 +71,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be register"));
         return;
       }
-      auto ack = registry_->OnRegister(sink_, token_, in_.register_(), now_());
+      auto ack = registry_->OnRegister(sink_, token_, in_.register_(), clock_->UnixNanos());
       if (!ack.ok()) {
         v1::ControllerMessage reject;
         reject.mutable_reject()->set_reason(std::string(ack.status().message()));
@@ -84,7 +84,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       *out.mutable_register_ack() = *ack;
       WriteAckThenHeld(out);
     } else {
-      absl::Status status = registry_->OnMessage(sink_.get(), in_, now_());
+      absl::Status status = registry_->OnMessage(sink_.get(), in_, clock_->UnixNanos());
       if (!status.ok()) {
         v1::ControllerMessage reject;
         reject.mutable_reject()->set_reason(std::string(status.message()));
@@ -113,7 +113,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
 
   void OnDone() override {
     sink_->Close();
-    if (registered_) registry_->OnDisconnect(sink_.get(), now_());
+    if (registered_) registry_->OnDisconnect(sink_.get(), clock_->UnixNanos());
     delete this;
   }
 
@@ -167,7 +167,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   }
 
   AgentRegistry* registry_;
-  std::function<int64_t()> now_;
+  Clock* clock_;
   std::string token_;
   std::shared_ptr<StreamSink> sink_;
   v1::AgentMessage in_;
@@ -188,12 +188,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(status.code())), std::string(status.message()));
 }
 
-AgentServiceImpl::AgentServiceImpl(AgentRegistry* registry, std::function<int64_t()> now)
-    : registry_(registry), now_(std::move(now)) {}
+AgentServiceImpl::AgentServiceImpl(AgentRegistry* registry, Clock* clock)
+    : registry_(registry), clock_(clock) {}
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* AgentServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  return new ConnectReactor(context, registry_, now_);
+  return new ConnectReactor(context, registry_, clock_);
 }
 
 }  // namespace peregrine

@@ -14,21 +14,22 @@
 #include <memory>
 
 #include "controller/agent_registry.h"
+#include "controller/clock.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 
 namespace peregrine {
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  // `now` returns Unix nanoseconds (injected so tests control time).
-  AgentServiceImpl(AgentRegistry* registry, std::function<int64_t()> now);
+  // `clock` (which must outlive the service) gives the time of every agent message.
+  AgentServiceImpl(AgentRegistry* registry, Clock* clock);
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* context) override;
 
  private:
   AgentRegistry* registry_;
-  std::function<int64_t()> now_;
+  Clock* clock_;
 };
 
 // absl::StatusCode and grpc::StatusCode share numbering; this keeps the mapping explicit.

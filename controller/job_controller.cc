@@ -32,7 +32,7 @@ absl::Status JobController::Start(bool run_loop) {
     std::lock_guard<std::mutex> lock(mu_);
     if (loaded->has_value()) {
       status_ = **loaded;
-      timeline_.push_back(TimelineEntry{options_.now(), absl::StrCat("controller resumed job ", key(), " at attempt ",
+      timeline_.push_back(TimelineEntry{options_.clock->UnixNanos(), absl::StrCat("controller resumed job ", key(), " at attempt ",
                                                                      status_.attempt, ", step ",
                                                                      status_.last_completed_step)});
     }
@@ -98,7 +98,7 @@ absl::StatusOr<int64_t> JobController::UpdateJob(TrainingJob updated) {
                       : absl::StrCat("spec updated to generation ", generation, ": code revision ", from.revision,
                                      " -> ", to.revision, urgent ? " (urgent)" : " (lazy)");
     job_ = std::move(updated);
-    timeline_.push_back(TimelineEntry{options_.now(), what});
+    timeline_.push_back(TimelineEntry{options_.clock->UnixNanos(), what});
     AgentRegistry::JobBinding binding;
     binding.spec = job_.spec;
     binding.token = options_.agent_token;
@@ -121,7 +121,7 @@ std::vector<TimelineEntry> JobController::Timeline() const {
 void JobController::Note(const std::string& what) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    timeline_.push_back(TimelineEntry{options_.now(), what});
+    timeline_.push_back(TimelineEntry{options_.clock->UnixNanos(), what});
   }
   Wake();
 }
@@ -155,7 +155,7 @@ void JobController::Loop() {
 
 int64_t JobController::ReconcileOnce() {
   const TrainingJob current = job();  // this round decides from one version of the job
-  const int64_t now = options_.now();
+  const int64_t now = options_.clock->UnixNanos();
   const JobStatus before = Snapshot();
   std::string error;
 

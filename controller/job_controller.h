@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controller/agent_registry.h"
+#include "controller/clock.h"
 #include "controller/cluster.h"
 #include "controller/controller_metrics.h"
 #include "controller/core/decision_engine.h"
@@ -48,7 +49,7 @@ class JobController {
   struct Options {
     int64_t resync_ns = 200'000'000;
     DecisionConfig decision;
-    std::function<int64_t()> now;  // Unix nanoseconds
+    Clock* clock = RealClock();  // the time of every decision and timeline entry
     std::string agent_token;       // agents must present it ("" accepts any)
   };
 

@@ -1,5 +1,7 @@
 #include "controller/kube/kube_command.h"
 
+#include "controller/clock.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -104,7 +106,7 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
                                       ".svc:", m.grpc_port);
   }
   m.controller_address = controller_address;
-  if (!pod_name.empty()) m.identity = absl::StrCat(pod_name, "_", absl::ToUnixNanos(absl::Now()) % 1000000007);
+  if (!pod_name.empty()) m.identity = absl::StrCat(pod_name, "_", RealClock()->UnixNanos() % 1000000007);
   return o;
 }
 

@@ -70,10 +70,6 @@ namespace {
 
 using nlohmann::json;
 
-int64_t UnixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 const json* Path(const json& j, std::initializer_list<const char*> keys) {
   const json* cur = &j;
@@ -164,7 +160,7 @@ std::string DefaultIdentity() {
 struct KubeMode::Impl {
   KubeModeOptions options;
   std::string identity;
-  std::unique_ptr<kube::SeededRandom> random;
+  std::unique_ptr<SeededRandom> random;
   std::unique_ptr<ControllerMetrics> metrics;
   std::unique_ptr<ApiObserver> observer;
   std::unique_ptr<kube::RestClient> client;
@@ -265,7 +261,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->options = options;
   impl->identity = options.identity.empty() ? DefaultIdentity() : options.identity;
   std::random_device rd;
-  impl->random = std::make_unique<kube::SeededRandom>((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  impl->random = std::make_unique<SeededRandom>((static_cast<uint64_t>(rd()) << 32) ^ rd());
   impl->metrics = std::make_unique<ControllerMetrics>();
   impl->metrics->SetLeader(false);
   impl->observer = std::make_unique<ApiObserver>(*impl->metrics->registry());
@@ -276,7 +272,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   auto client = kube::RestClient::Create(config, copts);
   if (!client.ok()) return client.status();
   impl->client = *std::move(client);
-  kube::Clock* clock = kube::RealClock();
+  Clock* clock = options.clock;
 
   impl->queue = std::make_unique<kube::WorkQueue>(clock);
   // Ready keys only (client-go's depth): delayed resyncs are not backlog.
@@ -322,13 +318,13 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   rdeps.registry = impl->registry.get();
   rdeps.metrics = impl->metrics.get();
   rdeps.is_leader = [self] { return self->IsLeader(); };
-  rdeps.now = UnixNanos;
+  rdeps.clock = clock;
   TrainingJobReconciler::Options ropts;
   ropts.resync = options.resync;
   ropts.decision = options.decision;
   ropts.decision.standby_pending_timeout_ns = absl::ToInt64Nanoseconds(options.standby_pending_timeout);
   impl->reconciler = std::make_unique<TrainingJobReconciler>(std::move(rdeps), std::move(ropts));
-  impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), UnixNanos);
+  impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), clock);
   impl->gated_service =
       std::make_unique<LeaderGatedAgentService>(impl->service.get(), [self] { return self->IsLeader(); });
   grpc::ServerBuilder builder;
@@ -402,7 +398,7 @@ void KubeMode::Shutdown() {
   if (m.nodes) m.nodes->Stop();
   if (m.http) m.http->Stop();
   if (m.grpc_server) {
-    m.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    m.grpc_server->Shutdown(absl::ToChronoTime(m.options.clock->Now() + absl::Seconds(1)));
     m.grpc_server->Wait();
   }
   if (m.registry) m.registry->SetChangeCallback(nullptr);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "controller/clock.h"
 #include "controller/core/decision_engine.h"
 #include "controller/kube/config.h"
 #include "controller/kube/resources.h"
@@ -35,6 +36,7 @@ struct KubeModeOptions {
   absl::Duration resync = absl::Seconds(10);  // every job is looked at least this often
   // A standby stuck Pending (ImagePullBackOff, Unschedulable, ...) this long is replaced.
   absl::Duration standby_pending_timeout = absl::Minutes(10);
+  Clock* clock = RealClock();  // the time source of the controller (must outlive the mode)
   // Leader election on the Lease lease_namespace/lease_name.
   bool leader_elect = false;
   std::string lease_namespace = "default";

@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/kube/clock.h"
+#include "controller/clock.h"
 #include "controller/kube/rest_client.h"
 
 namespace peregrine::kube {

@@ -262,7 +262,7 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     fresh->cluster = std::make_unique<RoundCluster>(deps_.cluster);
     JobController::Options jopts;
     jopts.decision = options_.decision;
-    jopts.now = deps_.now;
+    jopts.clock = deps_.clock;
     jopts.resync_ns = absl::ToInt64Nanoseconds(options_.resync);
     jopts.agent_token = *token;
     fresh->controller =
@@ -451,7 +451,7 @@ absl::Status TrainingJobReconciler::MarkInvalid(const json& object, const absl::
   }
   // The same condition (one owner: controller/core/conditions.h); nothing to write when
   // it is there already.
-  if (!SetCondition(status, "Valid", false, reason, message, generation, deps_.now())) return absl::OkStatus();
+  if (!SetCondition(status, "Valid", false, reason, message, generation, deps_.clock->UnixNanos())) return absl::OkStatus();
   status.observed_generation = generation;
   TrainingJob job = MinimalJob(object);
   return deps_.cluster->PersistStatus(job, status);

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "controller/agent_registry.h"
 #include "controller/controller_metrics.h"
+#include "controller/clock.h"
 #include "controller/core/decision_engine.h"
 #include "controller/http_server.h"
 #include "controller/kube/informer.h"
@@ -44,7 +45,7 @@ class TrainingJobReconciler final : public JobDirectory {
     AgentRegistry* registry = nullptr;
     ControllerMetrics* metrics = nullptr;
     std::function<bool()> is_leader;  // false: act on nothing
-    std::function<int64_t()> now;     // Unix nanoseconds
+    Clock* clock = RealClock();       // the time of decisions and conditions
   };
   struct Options {
     absl::Duration resync = absl::Seconds(10);  // a clean round looks again at least this often

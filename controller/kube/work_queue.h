@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/kube/clock.h"
+#include "controller/clock.h"
 
 namespace peregrine::kube {
 

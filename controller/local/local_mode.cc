@@ -24,10 +24,6 @@
 namespace peregrine {
 namespace {
 
-int64_t UnixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The per-job token agents present; kept across controller restarts.
 absl::StatusOr<std::string> EnsureToken(const std::string& path) {
@@ -100,7 +96,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   impl->metrics->SetLeader(true);  // local mode has one replica
   impl->registry = std::make_unique<AgentRegistry>(absl::StrCat("local-", getpid()));
   impl->registry->SetHeartbeatIntervalMs(static_cast<uint32_t>(options.heartbeat_ms));
-  impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), UnixNanos);
+  impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), options.clock);
 
   // The agents dial this port again after a controller restart, so it is persisted.
   const std::string ports_path = options.state_dir + "/controller.json";
@@ -143,7 +139,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
 
   JobController::Options jopts;
   jopts.decision = options.decision;
-  jopts.now = UnixNanos;
+  jopts.clock = options.clock;
   jopts.agent_token = *token;
   impl->controller = std::make_unique<JobController>(job, impl->cluster.get(), impl->registry.get(),
                                                      impl->metrics.get(), jopts);
@@ -189,7 +185,7 @@ void LocalMode::Shutdown(bool teardown) {
   if (impl_->controller) impl_->controller->Stop();
   if (teardown && impl_->cluster) impl_->cluster->TearDown(impl_->job.spec.fault_tolerance.restart_grace_seconds * 1000);
   if (impl_->grpc_server) {
-    impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    impl_->grpc_server->Shutdown(absl::ToChronoTime(impl_->options.clock->Now() + absl::Seconds(1)));
     impl_->grpc_server->Wait();
   }
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "controller/local/fault_injector.h"
+#include "controller/clock.h"
 #include "controller/job_controller.h"
 #include "controller/core/job_spec.h"
 
@@ -28,6 +29,7 @@ struct LocalModeOptions {
   int grpc_port = 0;        // 0: reuse the persisted port, else pick one and persist it
   int http_port = 0;        // 0: pick one
   int heartbeat_ms = 500;
+  Clock* clock = RealClock();  // the time source of the controller (must outlive the mode)
   DecisionConfig decision;
 };
 

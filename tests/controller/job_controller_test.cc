@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "controller/agent_registry.h"
+#include "controller/clock.h"
 #include "controller/controller_metrics.h"
 #include "tests/testing/fake_cluster.h"
 #include "tests/testing/job_fixtures.h"
@@ -32,13 +34,14 @@ struct Harness {
   FakeCluster cluster;
   AgentRegistry registry{"test-controller"};
   ControllerMetrics metrics;
-  int64_t now = 1'700'000'000 * kSecond;
+  ManualClock clock{absl::FromUnixSeconds(1'700'000'000)};
+  int64_t now() { return clock.UnixNanos(); }
   std::vector<std::shared_ptr<NullSink>> sinks;
   std::unique_ptr<JobController> controller;
 
   void Start() {
     JobController::Options options;
-    options.now = [this] { return now; };
+    options.clock = &clock;
     controller = std::make_unique<JobController>(job, &cluster, &registry, &metrics, options);
     REQUIRE(controller->Start(/*run_loop=*/false).ok());
   }
@@ -55,14 +58,14 @@ struct Harness {
       reg.set_role(standbys.count(pod.name) ? v1::AGENT_ROLE_STANDBY : v1::AGENT_ROLE_ACTIVE);
       reg.mutable_self_check()->set_passed(true);
       sinks.push_back(std::make_shared<NullSink>());
-      REQUIRE(registry.OnRegister(sinks.back(), "", reg, now).ok());
+      REQUIRE(registry.OnRegister(sinks.back(), "", reg, now()).ok());
     }
   }
   // `rounds` rounds, one second apart.
   void Rounds(int rounds) {
     for (int i = 0; i < rounds; ++i) {
       controller->ReconcileOnce();
-      now += kSecond;
+      clock.Advance(absl::Seconds(1));
     }
   }
 };
@@ -167,7 +170,7 @@ TEST_CASE("A failed LoadStatus fails Start", "[unit]") {
   Harness h;
   h.cluster.FailNext(FakeCluster::Method::kLoadStatus, absl::UnavailableError("api server down"));
   JobController::Options options;
-  options.now = [&h] { return h.now; };
+  options.clock = &h.clock;
   JobController controller(h.job, &h.cluster, &h.registry, &h.metrics, options);
   CHECK(controller.Start(/*run_loop=*/false).code() == absl::StatusCode::kUnavailable);
 }

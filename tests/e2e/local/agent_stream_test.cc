@@ -10,6 +10,7 @@
 
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
+#include "controller/clock.h"
 #include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "tests/testing/eventually.h"
@@ -21,7 +22,8 @@ using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>
 
 struct Server {
   AgentRegistry registry{"test-controller"};
-  AgentServiceImpl service{&registry, [] { return int64_t{1'000'000'000}; }};
+  ManualClock clock{absl::FromUnixSeconds(1)};
+  AgentServiceImpl service{&registry, &clock};
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   TrainingJob job;

@@ -1,5 +1,8 @@
-// Time and randomness as interfaces, so that the Kubernetes client's loops (informer
-// backoff, work-queue delays, leader-election renewals) run deterministically in tests.
+// Time and randomness as interfaces: the one time source of the controller's executor and
+// adapters (job controller, agent service, Kubernetes client loops: informer backoff,
+// work-queue delays, leader-election renewals), injected everywhere so that they run
+// deterministically in tests. Nothing outside this file and main reads the system clock;
+// the pure core gets the time as a parameter (Unix nanoseconds, Clock::UnixNanos()).
 //
 // Contract: Clock::Now() is monotone for a given clock. WaitWithDeadline() blocks the
 // caller on `cv` (with `mu` held on entry and on return) until the condition variable is
@@ -9,8 +12,8 @@
 // Thread safety: every implementation here is thread-safe. RealClock() returns a
 // process-wide instance that lives forever; ManualClock is owned by its creator and must
 // outlive every user.
-#ifndef PEREGRINE_CONTROLLER_KUBE_CLOCK_H_
-#define PEREGRINE_CONTROLLER_KUBE_CLOCK_H_
+#ifndef PEREGRINE_CONTROLLER_CLOCK_H_
+#define PEREGRINE_CONTROLLER_CLOCK_H_
 
 #include <cstdint>
 #include <random>
@@ -19,12 +22,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace peregrine::kube {
+namespace peregrine {
 
 class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() = 0;
+  // Now() as Unix nanoseconds, the decision core's time.
+  int64_t UnixNanos() { return absl::ToUnixNanos(Now()); }
   // See the file comment. `mu` must be held by the caller.
   virtual bool WaitWithDeadline(absl::CondVar& cv, absl::Mutex& mu, absl::Time deadline) = 0;
 };
@@ -65,6 +70,6 @@ class SeededRandom : public Random {
   std::mt19937_64 engine_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace peregrine::kube
+}  // namespace peregrine
 
-#endif  // PEREGRINE_CONTROLLER_KUBE_CLOCK_H_
+#endif  // PEREGRINE_CONTROLLER_CLOCK_H_

@@ -1,8 +1,8 @@
-#include "controller/kube/clock.h"
+#include "controller/clock.h"
 
 #include <algorithm>
 
-namespace peregrine::kube {
+namespace peregrine {
 namespace {
 
 class SystemClock : public Clock {
@@ -53,4 +53,4 @@ double SeededRandom::Uniform01() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(engine_);
 }
 
-}  // namespace peregrine::kube
+}  // namespace peregrine
