@@ -14,6 +14,28 @@
 #include "absl/strings/str_join.h"
 #include "agent/nccl_ring/ring_format.h"
 
+// How the monitor reads the rings (Falcon-Detect section 4.2, agent side). Poll() reads
+// every ring:
+//  - traffic calls feed one IterationTracker per process (ACF period -> iteration times),
+//    and each iteration time past the warm-up (IterationWarmup) feeds that rank's
+//    FailSlowDetector (BOCD + verification); verified changes come back as
+//    peregrine.v1.FailSlowEvent (slowdown start / end / level shift) with onset times in
+//    Unix nanoseconds;
+//  - while profiling is on (SetMode), each traffic call enters a bounded per-communicator
+//    window indexed by its call number, and its duration is attached whenever its
+//    completion arrives (the hook's CUDA resolver appends device times late and out of
+//    order): the CUDA-event duration when there is one, else the host time in the call.
+//    A group's completion (GroupEnd's device time or host exit) is attached to every
+//    operation issued in the group (they run as one fused launch; an operation's own host
+//    exit inside a group only measures queuing). FillCommProfiles() copies the collectives
+//    that have a duration into a heartbeat: enter_time is this host's clock and
+//    exit_time - enter_time the duration; only the duration is meant to be compared
+//    across hosts;
+//  - rings of processes that have exited are read one last time and deleted; stale rings
+//    of dead processes left by an earlier agent are deleted unread.
+// Mode changes (profiling, trap) are written into every open ring and into rings opened
+// later, so processes started after the change follow it.
+
 namespace peregrine {
 namespace {
 

@@ -1,26 +1,13 @@
-// FailSlowMonitor: the agent's fail-slow tracking (Falcon-Detect section 4.2, agent side).
+// FailSlowMonitor: the agent's fail-slow tracking (Falcon-Detect, agent side).
 //
 // The training processes run with libperegrine_nccl.so preloaded (AddNcclHookEnvironment),
 // each writing its NCCL calls into a ring file in `ring_dir`. Poll() reads every ring:
-//  - traffic calls feed one IterationTracker per process (ACF period -> iteration times),
-//    and each iteration time past the warm-up (IterationWarmup below) feeds that rank's
-//    FailSlowDetector (BOCD + verification); verified changes come back as
-//    peregrine.v1.FailSlowEvent (slowdown start / end / level shift) with onset times in
-//    Unix nanoseconds;
-//  - while profiling is on (SetMode), each traffic call enters a bounded per-communicator
-//    window indexed by its call number, and its duration is attached whenever its
-//    completion arrives (the hook's CUDA resolver appends device times late and out of
-//    order): the CUDA-event duration when there is one, else the host time in the call.
-//    A group's completion (GroupEnd's device time or host exit) is attached to every
-//    operation issued in the group (they run as one fused launch; an operation's own host
-//    exit inside a group only measures queuing). FillCommProfiles() copies the collectives
-//    that have a duration into a heartbeat: enter_time is this host's clock and
-//    exit_time - enter_time the duration; only the duration is meant to be compared
-//    across hosts;
-//  - rings of processes that have exited are read one last time and deleted; stale rings
-//    of dead processes left by an earlier agent are deleted unread.
-// Mode changes (profiling, trap) are written into every open ring and into rings opened
-// later, so processes started after the change follow it.
+// per process it infers iteration times (IterationTracker) and, past the warm-up
+// (IterationWarmup below), feeds each rank's FailSlowDetector; verified changes come back
+// as peregrine.v1.FailSlowEvent with onsets in Unix nanoseconds. While profiling is on
+// (SetMode), FillCommProfiles() reports per-collective durations (only durations are
+// comparable across hosts). Mode changes reach every open and later ring. Rings of exited
+// processes are read once more and deleted. Details are described in failslow_monitor.cc.
 //
 // Cost: Poll() is O(new records) plus one directory listing; call it at ~100 ms or at the
 // heartbeat cadence, never per call. Ring files are opened once and kept mapped.

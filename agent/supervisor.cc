@@ -23,6 +23,28 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/log_tail.h"
 
+// How the Supervisor keeps its children on a leash.
+//
+// Each ProcessSpec becomes one child, started by fork + execve (never a shell)
+// in its own process group (pgid == pid) so that it and everything it spawns
+// can be signalled together. stdin is /dev/null; stdout and stderr share one
+// non-blocking pipe whose lines go to the spec's log file and into a bounded
+// per-process tail. Children get PR_SET_PDEATHSIG=SIGKILL: if the agent dies,
+// its training dies with it (in a pod the agent is the entrypoint anyway).
+//
+// Constructing a Supervisor makes the calling process a child subreaper
+// (PR_SET_CHILD_SUBREAPER): descendants orphaned by a training process are
+// re-parented to the agent and reaped by Poll's orphan sweep, so the agent,
+// often PID 1 in its container, never accumulates zombies.
+//
+// The owner drives the Supervisor by polling OutputFds() for readability (plus
+// SIGCHLD or a short timeout) and calling Poll(). A process group counts as gone
+// only when its leader was reaped AND no member remains (kill(-pgid, 0) fails
+// with ESRCH), so a grandchild that ignores SIGTERM keeps the stop open until
+// the SIGKILL.
+//
+// RunTool's children are registered so the orphan sweep leaves them alone.
+
 namespace peregrine {
 namespace {
 

@@ -1,27 +1,13 @@
 // Supervisor: starts the training processes and keeps them on a short leash.
 //
-// Each ProcessSpec becomes one child, started by fork + execve (never a shell)
-// in its own process group (pgid == pid) so that it and everything it spawns
-// can be signalled together. stdin is /dev/null; stdout and stderr share one
-// non-blocking pipe whose lines go to the spec's log file and into a bounded
-// per-process tail. Children get PR_SET_PDEATHSIG=SIGKILL: if the agent dies,
-// its training dies with it (in a pod the agent is the entrypoint anyway).
-//
-// Constructing a Supervisor makes the calling process a child subreaper
-// (PR_SET_CHILD_SUBREAPER): descendants orphaned by a training process are
-// re-parented to the agent and reaped by Poll's orphan sweep, so the agent,
-// often PID 1 in its container, never accumulates zombies.
-//
-// The Supervisor does no waiting of its own: the owner drives it by polling
-// OutputFds() for readability (plus SIGCHLD or a short timeout) and calling
-// Poll(), which drains output, reaps exits, escalates a stop from SIGTERM to
-// SIGKILL at its deadline and reports lines and exits. A process group counts
-// as gone only when its leader was reaped AND no member remains (kill(-pgid, 0)
-// fails with ESRCH), so a grandchild that ignores SIGTERM keeps the stop open
-// until the SIGKILL.
-//
-// RunTool runs a helper (eu-stack, gdb, py-spy) to completion with a timeout;
-// its children are registered so the orphan sweep leaves them alone.
+// Each ProcessSpec becomes one child (fork + execve, never a shell) in its own process
+// group, with stdin /dev/null, stdout and stderr into the spec's log file and a bounded
+// per-process tail, and PR_SET_PDEATHSIG=SIGKILL (if the agent dies, its training dies
+// too). The calling process becomes a child subreaper, so orphaned descendants are reaped.
+// The Supervisor does no waiting of its own: the owner polls OutputFds() and calls Poll(),
+// which drains output, reaps exits, escalates a stop from SIGTERM to SIGKILL at its
+// deadline and reports lines and exits. RunTool runs a helper (eu-stack, gdb, py-spy) to
+// completion with a timeout. The mechanics are described in supervisor.cc.
 //
 // Thread safety: a Supervisor is used by one thread. RunTool is thread-safe and
 // may run on any thread while a Supervisor polls on another.

@@ -8,6 +8,21 @@
 #include "absl/strings/str_format.h"
 #include "diagnosis/check.h"
 
+// How backups are placed (ByteRobust section 6.3, "over-eviction aware" backups). The
+// controller over-evicts whole parallel groups (stack aggregation, fail-slow), which is
+// why backups must avoid every group of their machine.
+//  - first PlaceBackups looks for `copies` shift permutations valid for every machine: the
+//    cyclic shifts m -> m + s (smallest s first), then two-level shifts that move the
+//    index within blocks of `block` machines and the block index at once (for each
+//    divisor `block` of the machine count; this covers layouts such as TP in the
+//    machine with PP=2, where every plain shift wraps into the same stage). Each is a
+//    permutation, so every machine then holds exactly `copies` backups;
+//  - otherwise the remaining copies are placed round by round with augmenting paths
+//    (bipartite b-matching), raising a round's per-holder cap only as far as needed, so
+//    the busiest holder holds as few backups as that procedure can reach.
+// Cost: O(machines x gpus_per_machine) per permutation tried (most fail on the first
+// machine); the fallback is O(machines^2 x gpus_per_machine) per round at worst.
+
 namespace peregrine {
 namespace {
 

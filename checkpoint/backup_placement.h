@@ -1,29 +1,17 @@
-// Backup placement for in-memory checkpoints (ByteRobust section 6.3, "over-eviction
-// aware" backups): every machine's checkpoint shards are copied to peer machines that
-// share none of its ranks' tensor-, pipeline- or data-parallel groups. The controller
-// over-evicts whole parallel groups (stack aggregation, fail-slow), so a group eviction
-// then never takes a machine and all of its backups at once.
+// Backup placement for in-memory checkpoints ("over-eviction aware" backups): every
+// machine's checkpoint shards are copied to peer machines that share none of its ranks'
+// tensor-, pipeline- or data-parallel groups, so a group eviction never takes a machine
+// and all of its backups at once.
 //
 // Contract. PlaceBackups returns, for each machine m, `copies` distinct peers, none of
 // which shares a TP, PP or DP group with m (two machines share a group when some rank
 // of one and some rank of the other are in the same group). The placement is balanced
-// and deterministic:
-//  - first it looks for `copies` shift permutations valid for every machine: the
-//    cyclic shifts m -> m + s (smallest s first), then two-level shifts that move the
-//    index within blocks of `block` machines and the block index at once (for each
-//    divisor `block` of the machine count; this covers layouts such as TP in the
-//    machine with PP=2, where every plain shift wraps into the same stage). Each is a
-//    permutation, so every machine then holds exactly `copies` backups;
-//  - otherwise the remaining copies are placed round by round with augmenting paths
-//    (bipartite b-matching), raising a round's per-holder cap only as far as needed, so
-//    the busiest holder holds as few backups as that procedure can reach.
-// It fails with kInvalidArgument when copies < 0, and with kFailedPrecondition
-// explaining which machine cannot be placed and why (its groups reach every other
-// machine, or too few machines) when some machine has fewer than `copies` peers
-// outside its groups, e.g. a pure data-parallel job, or a single machine.
-//
-// Cost: O(machines x gpus_per_machine) per permutation tried (most fail on the first
-// machine); the fallback is O(machines^2 x gpus_per_machine) per round at worst.
+// and deterministic (shift permutations where they exist, so every machine then holds
+// exactly `copies` backups). It fails with kInvalidArgument when copies < 0, and with
+// kFailedPrecondition explaining which machine cannot be placed and why (its groups reach
+// every other machine, or too few machines) when some machine has fewer than `copies`
+// peers outside its groups, e.g. a pure data-parallel job, or a single machine. The
+// placement procedure and its cost are described in backup_placement.cc.
 //
 // Pure functions (no I/O, clocks or randomness); thread-safe. Uses only the inline
 // accessors of ParallelLayout and its documented rank order.

@@ -9,6 +9,56 @@
 #include "absl/strings/str_format.h"
 #include "diagnosis/check.h"
 
+// How the detectors work: Bayesian online change-point detection (BOCD, Adams & MacKay
+// 2007) followed by Falcon's verification step (Falcon section 4.2 and appendix 9.1).
+//
+// BocdChangePointDetector is plain BOCD:
+//  - run-length posterior with a constant hazard H (default 1/250): after each sample x_t,
+//    P(run started at s | x_1..t) for every active start s; a new run (start = t) takes the
+//    change-point branch with the prior predictive evaluated on x_t, so a jump is visible at
+//    the sample where it happens;
+//  - underlying model: Gaussian with unknown mean and variance, normal-gamma prior
+//    (mu0, kappa0, alpha0, beta0) giving a Student-t predictive; each run keeps sufficient
+//    statistics (n, mean, M2) so the posterior parameters are exact;
+//  - outliers: a lone slow iteration (a checkpoint save) would otherwise end the long run
+//    (its Student-t gives the spike ~0 density) and throw away the history. With
+//    outlier_probability w (default 0.01) each run's predictive is the mixture
+//    (1 - w) * Student-t + w * prior predictive, and a sample that a run attributes to the
+//    outlier component does not update that run's statistics. A real level change still
+//    wins within a few samples (the old run pays w per sample); w = 0 is plain BOCD;
+//  - scale: the model runs on standardised samples z = (x - level) / scale, so the prior's
+//    defaults (mu0 = 0, kappa0 = 0.01, alpha0 = 1, beta0 = 1: a new segment's mean may be
+//    anywhere within tens of noise units, noise about one unit) fit any data. level and
+//    scale are given, or estimated robustly from the first `calibration_samples` samples:
+//    level = median, scale = 1.4826 * median |x_t - x_{t-1}| / sqrt(2) (a noise estimate
+//    that ignores level shifts), floored at min_relative_scale * |level|; the calibration
+//    samples are then replayed through the model;
+//  - pruning: after each update, runs with posterior below prune_epsilon are dropped (the
+//    newest run is always kept) and at most max_run_lengths runs are kept (the least
+//    probable goes first), so an update costs O(active runs) and memory is bounded;
+//  - report: with `last` the start of the previously reported change (initially the first
+//    sample), the posterior that a change happened after `last` is the mass of runs that
+//    started after it. When it reaches report_threshold (default 0.9, Falcon's) and the
+//    most probable such run has at least min_run_length samples, the detector reports a
+//    change point at that run's start.
+//
+// FailSlowDetector adds verification and the fail-slow state machine:
+//  - each BOCD change point at index c is verified by comparing the samples before it (back
+//    to the previous verified change, at most max_before of them) with the samples from c
+//    on: it is verified when both the mean and the median differ by at least
+//    verify_threshold (default 10%, Falcon's), in the same direction. The check runs on
+//    every new sample once verify_after samples follow c, with the "after" window growing
+//    up to verify_window samples (a slowdown that ramps in reaches its level after a few
+//    iterations) but never past the next change point; the change point is rejected when
+//    the window can grow no further.
+//    Falcon compares means; also requiring the medians keeps a single slow iteration (a
+//    checkpoint save) from carrying a short "after" window past the threshold;
+//  - a verified increase while healthy is a kSlowdownStart (severity = mean_after /
+//    mean_before - 1); while slow, a verified decrease whose median_after is back within
+//    verify_threshold of the healthy level (mean before the start) is kSlowdownEnd; any
+//    other verified change is kLevelShift (a faster baseline while healthy, a new severity
+//    while slow).
+
 namespace peregrine {
 namespace {
 

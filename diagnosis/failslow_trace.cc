@@ -6,6 +6,33 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
+// The trace model and the scoring rules.
+//
+// A trace from GenerateFailSlowTrace has:
+//  - a base iteration time and per-trace jitter (Gaussian, or uniform with probability 1/2),
+//    occasional single-iteration spikes (checkpoint saves, GC: +30% to +100%);
+//  - a warm-up of slower iterations decaying to the base level;
+//  - fail-slow episodes separated by fault-free stretches: compute (a constant slowdown
+//    factor) or communication (a slowdown that fluctuates iteration to iteration, the
+//    congestion pattern), severities from min_severity to max_severity (5% to 300%),
+//    durations from min_duration to max_duration iterations; an episode may ramp in over
+//    a few iterations;
+//  - restarts: with restart_probability an episode is ended by a restart (the label's end),
+//    followed by a new warm-up and a small level shift of the base time (back to normal).
+// Episodes with severity below labelled_severity (10%: GUARD's "monitor only" tier, and
+// Falcon's verification threshold) are kept in the trace as sub-threshold degradations but
+// are not labelled fail-slows: a detection inside one is neither a hit nor a false positive.
+//
+// ScoreDetections scores reported fail-slow starts against the labels of one trace:
+//  - a labelled episode is detected when some reported start lies in
+//    [start - pre_tolerance, end + post_tolerance);
+//  - a false positive is a reported start outside every labelled (and sub-threshold)
+//    episode's window;
+//  - a trace is judged correct when every labelled episode is detected and there is no
+//    false positive.
+// Summaries aggregate: accuracy = correct traces / traces; FPR = false-positive reports /
+// all reports; FNR = missed episodes / labelled episodes.
+
 namespace peregrine {
 namespace {
 

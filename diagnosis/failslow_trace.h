@@ -2,30 +2,12 @@
 // detectors the way Falcon's Tables 4-5 do (sliding window vs BOCD vs BOCD+verification).
 //
 // GenerateFailSlowTrace(seed, options) is deterministic in (seed, options) on every
-// platform (own SplitMix64 generator, no <random> distributions). A trace has:
-//  - a base iteration time and per-trace jitter (Gaussian, or uniform with probability 1/2),
-//    occasional single-iteration spikes (checkpoint saves, GC: +30% to +100%);
-//  - a warm-up of slower iterations decaying to the base level;
-//  - fail-slow episodes separated by fault-free stretches: compute (a constant slowdown
-//    factor) or communication (a slowdown that fluctuates iteration to iteration, the
-//    congestion pattern), severities from min_severity to max_severity (5% to 300%),
-//    durations from min_duration to max_duration iterations; an episode may ramp in over
-//    a few iterations;
-//  - restarts: with restart_probability an episode is ended by a restart (the label's end),
-//    followed by a new warm-up and a small level shift of the base time (back to normal).
-// Episodes with severity below labelled_severity (10%: GUARD's "monitor only" tier, and
-// Falcon's verification threshold) are kept in the trace as sub-threshold degradations but
-// are not labelled fail-slows: a detection inside one is neither a hit nor a false positive.
-//
-// ScoreDetections scores reported fail-slow starts against the labels of one trace:
-//  - a labelled episode is detected when some reported start lies in
-//    [start - pre_tolerance, end + post_tolerance);
-//  - a false positive is a reported start outside every labelled (and sub-threshold)
-//    episode's window;
-//  - a trace is judged correct when every labelled episode is detected and there is no
-//    false positive.
-// Summaries aggregate: accuracy = correct traces / traces; FPR = false-positive reports /
-// all reports; FNR = missed episodes / labelled episodes.
+// platform (own SplitMix64 generator, no <random> distributions) and returns a trace with
+// its labelled fail-slow episodes and restarts. ScoreDetections scores a detector's
+// reported starts against one trace's labels: a labelled episode is detected when a start
+// lies within its window (with tolerances); a start outside every episode is a false
+// positive. ReportedStarts runs a detector over a trace and fails only on invalid options.
+// The trace model and the scoring rules are described in failslow_trace.cc.
 //
 // Pure computation; thread-safe.
 #ifndef PEREGRINE_DIAGNOSIS_FAILSLOW_TRACE_H_

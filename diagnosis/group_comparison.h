@@ -1,27 +1,14 @@
-// Cross-group comparison (Falcon section 4.3, "Profiling"): from per-member timings of the
+// Cross-group comparison (Falcon's "Profiling" step): from per-member timings of the
 // collectives of every communication group, name the suspects of a fail-slow - slow
 // compute ranks and slow (congested) communication groups - with the numbers behind each.
 //
-// Only durations are compared, never times taken on different hosts (their clocks differ
-// by about a millisecond under NTP). For one collective whose member i spent d_i in it
-// (d_i = exit_i - enter_i, both on member i's own clock: device events or host time):
-//   transfer = min_i d_i      the last member to arrive barely waits: its time in the
-//                             collective is the data movement itself
-//   wait_i   = d_i - transfer idle time of member i, waiting for the last peer to arrive
-//   the last arriver is the unique member with the minimum duration, and the delay it
-//   alone imposed is (second-smallest duration) - transfer.
-// Waiting is not the group's fault: it is caused by whoever arrives last. So:
-//  - communication: the mean transfer time of a group is compared with the (lower) median
-//    of the groups of the same kind; a group above slow_ratio (1.1) times it is suspicious.
-//    Kinds with a single group cannot be compared and are skipped;
-//  - compute: a slow rank arrives last in the collectives of EVERY group it belongs to,
-//    while its victims, which inherit its delay and may arrive last in their other groups,
-//    are on time in the group they share with it. A rank is a compute suspect when, in
-//    each of its groups, it arrives last in at least min_late_fraction of the
-//    collectives, and the mean delay it imposes per collective is at least
-//    min_imposed_wait_fraction of the median transfer time over all collectives (so that
-//    healthy jitter is not a suspect).
-// Suspects are ranked: compute by mean imposed delay, communication by ratio.
+// CompareGroups compares only durations (exit - enter on each member's own clock), never
+// times taken on different hosts. A group is a communication suspect when its mean
+// transfer time exceeds slow_ratio x the median of its kind; a rank is a compute suspect
+// when it arrives last in every group it belongs to and imposes enough delay. Suspects
+// are ranked (compute by imposed delay, communication by ratio). Fails with
+// kInvalidArgument on malformed timings or options. The definitions are in
+// group_comparison.cc.
 //
 // Pure function; thread-safe.
 #ifndef PEREGRINE_DIAGNOSIS_GROUP_COMPARISON_H_

@@ -9,6 +9,44 @@
 #include "absl/strings/str_format.h"
 #include "diagnosis/check.h"
 
+// How iterations are inferred (Falcon-Detect, section 4.2).
+//
+// Training repeats the same sequence of collectives every iteration. We encode each call
+// by its signature (operation, communicator, element count, datatype), find the recurring
+// period with an autocorrelation function (the FIRST lag whose ACF >= 0.95), and measure an
+// iteration as the time between a call and its counterpart one period later.
+//
+// The ACF of a categorical sequence. The paper's ACF is defined on numbers; encoding
+// signatures as arbitrary numbers makes unrelated signatures look alike when their codes are
+// close. We use the exact categorical version instead: the ACF of the one-hot encoded
+// sequence, normalised over the overlap of the sequence and its lag-k shift, which is Cohen's
+// kappa between x[0, L-k) and x[k, L):
+//     ACF(k) = (match(k) - chance(k)) / (1 - chance(k))
+// where match(k) is the fraction of positions t with x[t] == x[t+k] and chance(k) =
+// sum_c p_c q_c the agreement expected from the two segments' signature frequencies.
+// ACF(k) is 1 for a sequence exactly periodic with period k (or a divisor of k), about 0
+// for unrelated segments, and, unlike the biased estimator, does not decay with the lag.
+// It is computed lag by lag in increasing order with an early exit at the first lag that
+// passes, over lags 1..min(max_lag, L / min_repeats): O(L * period) comparisons.
+//
+// Robustness (IterationTracker):
+//  - warm-up: detection runs on the most recent calls only, and retries on shorter
+//    suffixes, so a warm-up prefix with a different pattern does not hide the period;
+//  - extra calls (logging, checkpoint barriers): rare signatures are dropped before
+//    detection, then the dropped calls that a majority of the periods have at the same place
+//    are put back into the pattern (a once-per-iteration call is part of the pattern even
+//    when stray calls are more frequent than it); iterations are delimited by matching an
+//    anchor (a run of signatures that occurs exactly once per period) and checking that the
+//    calls between two anchors contain the period's template as a subsequence, so a few
+//    inserted calls neither shift the alignment nor produce wrong samples;
+//  - substituted calls (a stray call in place of a pattern call): the ACF tolerates them
+//    (0.95), and a span between two anchors may lack up to missing_fraction of the
+//    template's calls (fewest insertions and deletions, Myers' O(ND) diff, only when the
+//    subsequence check fails);
+//  - restarts and reconfiguration: when several consecutive anchor-to-anchor spans fail the
+//    template (or no anchor arrives for several periods), the tracker drops the period,
+//    reports the break and re-detects on the calls that follow.
+
 namespace peregrine {
 namespace {
 

@@ -7,6 +7,34 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
+// How links are split into rounds (Falcon section 4.3, Figure 9) and judged.
+//
+// Ring of n ranks: links i -> (i + 1) mod n.
+//  - n even (n >= 2): round 0 sends from even ranks (0->1, 2->3, ...), round 1 from odd
+//    ranks (1->2, ..., (n-1)->0). For n = 2 the two links are 0->1 and 1->0.
+//  - n odd (n >= 3): round 0: 0->1, 2->3, ..., (n-3)->(n-2); round 1: 1->2, 3->4, ...,
+//    (n-2)->(n-1); round 2: (n-1)->0.
+//  - n = 1: no links, no rounds.
+//
+// Tree: any binary tree given as a parent array (parent[root] = -1, exactly one root, at
+// most two children per rank). A rank's children are ordered by rank: the smaller is the
+// "left" child, the larger the "right" one. Following Falcon, the edges fall into four
+// rounds by (depth parity of the child, left/right): round 0: left children at even depth,
+// round 1: right children at even depth, round 2: left children at odd depth, round 3:
+// right children at odd depth. Within a round every receiver gets at most one transfer
+// (a rank has one left and one right child) and senders and receivers lie at depths of
+// different parity, so no rank is in two transfers. Empty rounds are omitted, so n = 1
+// gives none and n = 2 one.
+// HeapBinaryTreeParents(n) builds the heap-ordered tree used by default: the parent of
+// rank i > 0 is (i - 1) / 2 (children 2i+1 and 2i+2). NCCL's double binary tree can be
+// validated by passing each of its two trees' parent arrays.
+//
+// Judging: with `median` the median of all measured link times in a round set, a link is
+// slow when its time exceeds slow_ratio (1.1) times the median. A rank with at least two
+// measured links, all slow, is reported as a slow rank (the GPU or its host is the common
+// cause) and its links are not reported separately; the remaining slow links are reported
+// as links.
+
 namespace peregrine {
 
 absl::StatusOr<ValidationRounds> RingValidationRounds(int n) {

@@ -1,33 +1,14 @@
-// Link-validation rounds (Falcon section 4.3, Figure 9): split the links of a ring or a
-// binary tree into a constant number of rounds of disjoint point-to-point transfers, so
-// that every link is measured once and a whole group is validated in O(1) rounds whatever
-// its size; then judge the measured per-link times.
+// Link-validation rounds: split the links of a ring or a binary tree into a constant
+// number of rounds of disjoint point-to-point transfers, so that every link is measured
+// exactly once and a group of any size is validated in O(1) rounds; then judge the times.
 //
-// Ring of n ranks: links i -> (i + 1) mod n.
-//  - n even (n >= 2): round 0 sends from even ranks (0->1, 2->3, ...), round 1 from odd
-//    ranks (1->2, ..., (n-1)->0). For n = 2 the two links are 0->1 and 1->0.
-//  - n odd (n >= 3): round 0: 0->1, 2->3, ..., (n-3)->(n-2); round 1: 1->2, 3->4, ...,
-//    (n-2)->(n-1); round 2: (n-1)->0.
-//  - n = 1: no links, no rounds.
-//
-// Tree: any binary tree given as a parent array (parent[root] = -1, exactly one root, at
-// most two children per rank). A rank's children are ordered by rank: the smaller is the
-// "left" child, the larger the "right" one. Following Falcon, the edges fall into four
-// rounds by (depth parity of the child, left/right): round 0: left children at even depth,
-// round 1: right children at even depth, round 2: left children at odd depth, round 3:
-// right children at odd depth. Within a round every receiver gets at most one transfer
-// (a rank has one left and one right child) and senders and receivers lie at depths of
-// different parity, so no rank is in two transfers. Empty rounds are omitted, so n = 1
-// gives none and n = 2 one.
-// HeapBinaryTreeParents(n) builds the heap-ordered tree used by default: the parent of
-// rank i > 0 is (i - 1) / 2 (children 2i+1 and 2i+2). NCCL's double binary tree can be
-// validated by passing each of its two trees' parent arrays.
-//
-// Judging: with `median` the median of all measured link times in a round set, a link is
-// slow when its time exceeds slow_ratio (1.1) times the median. A rank with at least two
-// measured links, all slow, is reported as a slow rank (the GPU or its host is the common
-// cause) and its links are not reported separately; the remaining slow links are reported
-// as links.
+// RingValidationRounds(n): links i -> (i + 1) mod n in 2 rounds (n even), 3 (n odd), none
+// for n = 1. TreeValidationRounds(parents): a binary tree as a parent array, at most 4
+// non-empty rounds; HeapBinaryTreeParents(n) builds the default heap-ordered tree (NCCL's
+// double binary tree: pass each tree's parents). No rank is in two transfers of a round.
+// JudgeLinkTimes: a link is slow above slow_ratio x the median time; a rank with >= 2
+// measured links, all slow, is reported as a slow rank instead of its links. All fail with
+// kInvalidArgument on invalid input. The round assignment is described in link_rounds.cc.
 //
 // Pure functions; thread-safe.
 #ifndef PEREGRINE_DIAGNOSIS_LINK_ROUNDS_H_

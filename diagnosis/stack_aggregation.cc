@@ -16,6 +16,35 @@
 #include "absl/strings/strip.h"
 #include "diagnosis/check.h"
 
+// How stacks are aggregated (ByteRobust section 5.1): when a job hangs or its MFU drops,
+// the stacks of every rank's training-related processes are captured, ranks with identical
+// (normalised) stacks are grouped, the dominant group is taken as healthy and the others
+// as outliers, and the smallest parallel group that covers the outliers is evicted whole
+// ("over-eviction": fast isolation beats exact root cause).
+//
+// Normalisation (so that identical states compare equal across processes):
+//   - addresses, thread ids, thread names and (by default) line numbers are dropped;
+//   - function names lose argument lists, template arguments, lambda/closure decorations,
+//     return types, glibc symbol versions (@@GLIBC_2.34) and gdb's __GI_ aliases;
+//   - files are reduced to their base name (install prefixes differ between pods); a frame
+//     without a file keeps its module's base name.
+// Signature of a rank (the documented choice): for every process of the rank (the
+// training process and its helpers: data-loader workers, checkpoint writers), the SET of
+// normalised stacks of its selected threads; the rank's signature is the SET of its
+// processes' signatures. Sets, not multisets, so that a pool of N identical workers and
+// one of N+1 compare equal. By default all threads are selected (a root cause may sit in
+// a helper thread or child process, as the paper observes); ThreadSelection::kMainThread
+// keeps only each process's main thread when helper threads are too noisy.
+// A rank absent from the input has the signature "<no stack captured>" (a process that
+// cannot be attached to is itself suspicious).
+//
+// Choosing the group: eviction is per machine, so a group "contains" the outliers when
+// its machines include every outlier rank's machine (rank-level containment would fail
+// whenever a hung machine hosts several TP ranks). Among TP, PP and DP groups that do,
+// the one with the fewest machines wins (ties: fewer ranks, then TP < PP < DP, then the
+// lower index). If none does, the union of the outliers' machines is evicted and the
+// explanation says so.
+
 namespace peregrine {
 namespace {
 

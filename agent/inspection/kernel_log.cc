@@ -18,6 +18,29 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
+// Formats read and Xid classes.
+//
+// Formats:
+//   /dev/kmsg record (Documentation/ABI/testing/dev-kmsg):
+//     "<prio>,<seq>,<usec>,<flags>[,...];<message>", continuation lines start with ' '.
+//   dmesg default line: "[  123.456789] <message>".
+//   Xid (NVIDIA driver): "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has
+//     fallen off the bus." (pid=/name= are absent on older drivers).
+//   Block errors: "I/O error, dev sdb, sector 2048 op 0x1:(WRITE) ...", "Buffer I/O error on
+//     dev nvme0n1p1, logical block 0, ...", "EXT4-fs error (device sda1): ...".
+// Xid classes, after the resolution buckets of NVIDIA's Xid catalogue
+// (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html):
+//   machine-fatal (reset the GPU or reboot; the machine is evicted): 46 GPU stopped
+//     processing, 48 double-bit ECC, 62 micro-controller halt, 64 row-remap / page
+//     retirement failure, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120
+//     GSP, 140 unrecovered ECC, and 154 when the recovery action it names is a reset, a
+//     reboot or a drain;
+//   application errors (the job's code; restart the application): 13, 31, 43, 45;
+//   recoverable, everything else, notably 63 (a row remapping recorded, applied at the
+//     next GPU reset), 92 (high single-bit ECC rate, corrected) and 94 (contained ECC
+//     error: the process that touched the memory is killed, the page offlined, the GPU
+//     stays usable), and 154 with recovery action None.
+
 namespace peregrine {
 
 absl::StatusOr<KmsgRecord> ParseKmsgRecord(absl::string_view line) {

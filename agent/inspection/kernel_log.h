@@ -1,26 +1,12 @@
 // Kernel-log inspection: NVIDIA Xid events and block-device I/O errors from /dev/kmsg
 // (falling back to `dmesg` when /dev/kmsg cannot be opened).
 //
-// Formats:
-//   /dev/kmsg record (Documentation/ABI/testing/dev-kmsg):
-//     "<prio>,<seq>,<usec>,<flags>[,...];<message>", continuation lines start with ' '.
-//   dmesg default line: "[  123.456789] <message>".
-//   Xid (NVIDIA driver): "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has
-//     fallen off the bus." (pid=/name= are absent on older drivers).
-//   Block errors: "I/O error, dev sdb, sector 2048 op 0x1:(WRITE) ...", "Buffer I/O error on
-//     dev nvme0n1p1, logical block 0, ...", "EXT4-fs error (device sda1): ...".
-// Xid classes, after the resolution buckets of NVIDIA's Xid catalogue
-// (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html):
-//   machine-fatal (reset the GPU or reboot; the machine is evicted): 46 GPU stopped
-//     processing, 48 double-bit ECC, 62 micro-controller halt, 64 row-remap / page
-//     retirement failure, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120
-//     GSP, 140 unrecovered ECC, and 154 when the recovery action it names is a reset, a
-//     reboot or a drain;
-//   application errors (the job's code; restart the application): 13, 31, 43, 45;
-//   recoverable, everything else, notably 63 (a row remapping recorded, applied at the
-//     next GPU reset), 92 (high single-bit ECC rate, corrected) and 94 (contained ECC
-//     error: the process that touched the memory is killed, the page offlined, the GPU
-//     stays usable), and 154 with recovery action None.
+// ParseKmsgRecord / ParseDmesgLine parse one /dev/kmsg record
+// ("<prio>,<seq>,<usec>,<flags>[,...];<message>") or dmesg line ("[  123.456789] <message>")
+// and fail with kInvalidArgument otherwise; ParseXid and ParseBlockIoError recognise the
+// NVRM Xid and block I/O error messages. ClassifyXid sorts Xids into machine-fatal (the
+// machine is evicted), application and recoverable. The message formats and the Xid
+// classes are described in kernel_log.cc.
 //
 // Parsers are pure; KernelLogInspection keeps the reader position and the machine-fatal
 // events (which stay reported until the agent restarts). Thread-compatible.

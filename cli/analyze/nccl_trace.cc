@@ -14,6 +14,33 @@
 #include "absl/strings/str_split.h"
 #include "cli/analyze/text_input.h"
 
+// The text formats ParseNcclTrace accepts, detected from the content:
+//
+//  (a) JSON lines: one object per line, one NCCL call each (for tools that export calls;
+//      Peregrine itself writes binary rings, see ring_file.h):
+//        {"op":"AllReduce","comm":"0x55d0c1a2b300","count":262144,"datatype":7,
+//         "time_ns":1712000000123456789,"rank":0}
+//      op: NCCL's name (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, Send, Recv,
+//      AllToAll; case and '_' ignored); comm: a number or a hex string; datatype: the
+//      ncclDataType_t value; time_ns: the call's enter time (any epoch); rank optional
+//      (calls are grouped into one stream per rank). These are NcclCallRecord fields.
+//  (b) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs. NCCL (src/enqueue.cc) prints one line per
+//      call, after the "host:pid:tid [cudaDev] NCCL INFO " prefix:
+//        "AllReduce: opCount 1a sendbuff 0x.. recvbuff 0x.. count 262144 datatype 7 op 0
+//         root 0 comm 0x55.. [nranks=8] stream 0x.."
+//      Since NCCL 2.26, NCCL_DEBUG_TIMESTAMP_LEVELS=INFO prefixes a strftime timestamp,
+//      "[%F %T] " by default; "%Nf" adds fractions ("[%F %T.%6f] "). Accepted timestamps:
+//      "[YYYY-MM-DD HH:MM:SS(.frac)]", "[HH:MM:SS(.frac)]" or a number of seconds, with or
+//      without brackets. Lines of other subsystems and program output are skipped. One
+//      stream per host:pid; its rank comes from the "comm 0x.. rank R nranks N ... Init
+//      COMPLETE" line of the first communicator that process initialised, when logged.
+//  (c) PyTorch profiler (Kineto) Chrome-trace JSON: {"traceEvents":[...]} or a bare array.
+//      NCCL calls are the complete ("ph":"X") CPU events named "nccl:<collective>" when
+//      any exist, else the GPU kernels named "ncclDevKernel_<Op>_..." / "ncclKernel_<Op>_..."
+//      (args "In msg nelems", "dtype", "Process Group Name" give count, datatype and
+//      communicator when present); ts/dur are microseconds. "ProfilerStep#N" events mark
+//      iterations. The rank comes from "distributedInfo": {"rank": R} when present.
+
 namespace peregrine {
 namespace {
 

@@ -1,28 +1,11 @@
-// StandbyPoolSize: how many warm standby machines a TrainingJob keeps (ByteRobust
-// section 6.2: "the number of warm standbys is the P99 of a binomial model of
-// concurrent machine failures").
+// StandbyPoolSize: how many warm standby machines a TrainingJob keeps (the P99 of a
+// binomial model of concurrent machine failures).
 //
-// Model. Machines fail independently. A machine that fails at daily rate r survives
-// h hours with probability (1 - r)^(h / 24), so it fails within the replenish horizon
-// h (the time to bring a fresh standby up) with probability
-//
-//     p = 1 - (1 - r)^(h / 24) = -expm1((h / 24) * log1p(-r)),
-//
-// computed with log1p/expm1 so tiny rates keep full precision. The number of machines
-// that fail before the pool can be replenished is X ~ Binomial(machines, p), and the
-// pool size is k = the smallest k with P(X <= k) >= percentile, clamped to [min, max].
-//
-// Numerics. BinomialQuantile never forms a binomial coefficient or a tiny power: it
-// starts at the mode, where the pmf is largest, and walks outwards with the pmf
-// ratio recurrence, in units of the mode's pmf (so no term overflows or underflows
-// before it is negligible), stopping where the rest of the tail is below 1e-30 of the
-// mass. The tail on the side of the answer is summed from the far end inwards, so
-// percentiles near 1 are decided without cancellation. Sums are in long double;
-// P(X <= k) within 1e-15 of the percentile counts as reaching it (exact ties such as
-// P(X <= 6) = 1/2 for Binomial(13, 1/2) then resolve to the smaller k, as exact
-// arithmetic does; the percentile is a double, so finer distinctions carry no
-// meaning). The cost is
-// O(sqrt(n p (1 - p)) + 1) terms: n = 100,000 with p = 0.5 takes about 4,000.
+// Machines fail independently; one with daily failure rate r fails within the replenish
+// horizon h with p = 1 - (1 - r)^(h / 24). The pool size is the smallest k with
+// P(X <= k) >= percentile for X ~ Binomial(machines, p), clamped to [min, max]. Every
+// function fails with kInvalidArgument naming the argument out of range. The numerics
+// (exact for tiny rates and percentiles near 1) are described in standby_pool_size.cc.
 //
 // Pure functions: no I/O, clocks or state; thread-safe. Depends on Abseil only.
 #ifndef PEREGRINE_CONTROLLER_CORE_STANDBY_POOL_SIZE_H_

@@ -11,6 +11,42 @@
 #include "diagnosis/dual_phase_replay.h"
 #include "diagnosis/parallel_layout.h"
 
+// How the stop-time diagnosis runs. Training is stopped on every slot, then the stages run
+// one after the other, each as RunDiagnostic commands with deterministic ids
+// "<prefix>/<stage>[-r<round>]/<pod>" (a restarted controller re-sends the same ids and the
+// agents answer with their stored results, so no stage runs twice):
+//   stop        kStop on every connected agent; done when each answered or after the
+//               restart grace + margin;
+//   alignment   (NaN / spike only, first) every machine runs the same reference step; the
+//               digest held by a strict majority of machines is healthy, the others (and a
+//               machine whose run produced NaN) fail; no majority -> no verdict;
+//   eud         every machine: GPU self-test (dcgmi diag or the stand-in);
+//   all_to_all  every machine: intra-machine all-to-all, contents and bandwidth;
+//   all_gather  neighbour pairs (neighbour_pairs.h), 2 or 3 rounds; a machine whose every
+//               pair failed is the culprit;
+//   replay      (only when the engine asks for it, see StartReplayStage) dual-phase replay
+//               (diagnosis/dual_phase_replay.h): round 0 the horizontal groups, round 1 the
+//               vertical ones; every group is one replay job (rendezvous at its first
+//               machine); the digest shared by the most groups of the same shape (at least
+//               two, strictly more than any other digest) is healthy, the others fail; the
+//               failing horizontal and vertical groups intersect in the faulty machine.
+// Bandwidth (all_to_all, all_gather): a machine whose answer passed on contents fails too
+// when even its fastest repetition (peak_busbw_gbps) is below kSlowBandwidthFraction x the
+// median of the round's fastest repetitions AND below kSlowBandwidthFraction x the median of
+// the round's typical (median-repetition, busbw_gbps) figures (SlowBandwidthOutliers): a
+// degraded NVLink or NIC is slow in every repetition, while a machine starved of CPU on a
+// shared host stays near its peers' typical run. Peers, not a fixed GB/s figure, set the bar.
+// Judging a machine's answer: not_present -> passed (recorded); a command error (e.g. an
+// agent without that diagnostic: UNIMPLEMENTED) -> no evidence, passed (recorded as
+// unavailable); no answer by the stage deadline (the kind's timeout + kAnswerMarginNs) ->
+// failed if its agent is connected (a live agent whose diagnostic cannot finish points at
+// the machine itself; the agent kills diagnostics at their timeout and answers), no
+// verdict for it if the agent is disconnected (the lost-pod path decides about that
+// machine). A stage in which more than half of at least two machines fail gives no
+// verdict (a job-wide cause such as a bad build or a diagnosis bug is not a machine fault).
+// The first stage with failing machines ends the diagnosis with them as the verdict; when
+// every stage passes the engine decides what comes next (reattempt, rollback or replay).
+
 namespace peregrine {
 namespace {
 

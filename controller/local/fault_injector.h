@@ -1,33 +1,14 @@
 // FaultInjector: injects faults into a running local-mode job (peregrinectl inject, the
-// demo scenarios, tests). Machine faults act on processes (the pod is killed, as if the
-// machine died); GPU and link faults go to the stand-in cluster's fault table
-// (sim/fault/fault_control.h), which the training processes follow while they run.
+// demo scenarios, tests), implementing FaultSink for POST /api/v1/jobs/{ns}/{name}/faults
+// (the request is proto/api/fault_request.h).
 //
-// Request grammar (proto/api/fault_request.h, the JSON body of POST
-// /api/v1/jobs/{ns}/{name}/faults):
-//   kind: kill | crash | hang | slow | jitter | nan | corrupt | sdc | nvlink | link |
-//         link-corrupt | xid | nic-flap | clear
-//   (sdc: the GPU's training backward kernel silently scales its gradients, see
-//   sim::RankFault::grad_corrupt; corrupt perturbs every NCCL payload of the GPU; nvlink:
-//   a bad intra-machine transport, the payloads the GPU(s) send to GPUs of the same machine
-//   arrive with flipped bits, sim::RankFault::intra_corrupt; link-corrupt: the payloads
-//   crossing the link between the machine and its peer, or every other machine when no
-//   peer is given (a bad NIC), arrive with flipped bits, sim::LinkFault::corrupt)
-//   (clear without slot/machine removes every GPU and link fault; with one it removes that
-//   machine's faults only: localRank >= 0 that GPU's own entry, -1 every GPU entry and
-//   every link fault of the machine; xid and nic-flap records stay)
-//   slot: the machine slot (0..machines-1) whose current machine is targeted, or
-//   machine: a machine id; localRank: the GPU (-1 = the whole machine);
-//   factor (slow, > 1); fraction (jitter, in (0, 1): each iteration's compute of the
-//   target GPU(s) is stretched by a random factor in [1 - fraction, 1 + fraction]);
-//   peerSlot / peerMachine, delayUs, bandwidthBytesPerSecond (link, link-corrupt; without a
-//   peer the fault is on the links between the machine and every other machine, both ways).
-//   xid (default 79): xid appends a real-format NVRM Xid record for GPU localRank (0 when
-//   -1) to the stand-in machine's kernel log <simMachineRoot>/<machine>/kmsg; nic-flap bumps
-//   carrier_changes (+2) and carrier_down_count (+1) of its NIC sim0 under
-//   <simMachineRoot>/<machine>/sys/class/net/ (a link that went down and came back), the
-//   layout agent/inspection_runner.h PrepareStandInMachine creates.
-// Errors name the field (kInvalidArgument) or the missing target (kNotFound).
+// Inject() targets a slot's current machine or a machine id. Machine faults act on
+// processes (the pod is killed, as if the machine died); GPU and link faults go to the
+// stand-in cluster's fault table (sim/fault/fault_control.h), which training processes
+// follow while they run; xid and nic-flap write the stand-in machine's kernel log and
+// sysfs. It returns a description of what was done, or kInvalidArgument naming the field,
+// or kNotFound for a missing target. What each fault kind does is listed in
+// fault_injector.cc. The injector does not own `cluster`, which must outlive it.
 //
 // Thread-safe.
 #ifndef PEREGRINE_CONTROLLER_LOCAL_FAULT_INJECTOR_H_

@@ -12,6 +12,10 @@
 #include <cstring>
 #include <ctime>
 
+// Version history of the fault-table file: 1 had 24-byte rank records without
+// jitter_fraction; 2 added it; 3 grew link records to 32 bytes with flags (corrupt) and
+// lets a link end be -1 ("every other machine"). The layout itself is in the header.
+
 namespace peregrine::sim {
 namespace {
 

@@ -1,17 +1,14 @@
 // Fault table of the stand-in cluster: which injected faults are active right now.
 //
-// The table lives in a small memory-mapped file (path in env PEREGRINE_SIM_FAULTS; absent
-// means no faults). A controller process writes it (sim/fault/fault_control.h); every
-// training process reads it (this header) and sees changes while it runs. Faults are keyed
-// by PHYSICAL identity, never by rank: a machine id (env PEREGRINE_MACHINE_ID) and a local
-// rank (env LOCAL_RANK; -1 in a fault = every GPU of that machine), so a fault disappears
-// when its machine is replaced by a standby.
+// A small memory-mapped file (path in env PEREGRINE_SIM_FAULTS; absent means no faults),
+// written by a controller process (sim/fault/fault_control.h) and read live by every
+// training process (this header). Faults are keyed by PHYSICAL identity, never by rank:
+// machine id (env PEREGRINE_MACHINE_ID) and local rank (env LOCAL_RANK; -1 in a fault =
+// every GPU of that machine), so a fault disappears when its machine is replaced.
 //
-// File layout (version 3, little-endian, all fields naturally aligned, 8-byte words).
-// Version history: 1 had 24-byte rank records without jitter_fraction; 2 added it; 3 grew
-// link records to 32 bytes with flags (corrupt) and lets a link end be -1 ("every other
-// machine"). A reader accepts exactly its own version and names both versions when it
-// rejects a file (a table left by an older build is re-created by CreateFaultTable).
+// File layout (version 3, little-endian, all fields naturally aligned, 8-byte words). A
+// reader accepts exactly its own version and names both versions when it rejects a file
+// (CreateFaultTable re-creates a table left by an older build; history in the .cc).
 //   offset 0, 64 bytes: FaultTableHeader
 //     char     magic[8]        "PRGFLT\0\1"
 //     uint32_t version         3
@@ -28,18 +25,18 @@
 //     uint32_t flags (bit 0 hang, 1 crash, 2 nan, 3 corrupt, 4 grad_corrupt,
 //                     5 intra_corrupt); uint32_t reserved;
 //     double compute_slowdown (>= 1)
-//     double jitter_fraction (in [0, 1): each iteration's compute is stretched by a
-//            factor drawn uniformly from [1 - j, 1 + j], see JitterFactor)
+//     double jitter_fraction (in [0, 1): compute stretched by a factor uniform in
+//            [1 - j, 1 + j], see JitterFactor)
 //   then: LinkFaultRecord[link_capacity], 32 bytes each (directional src -> dst; an end
 //   of -1 means every machine other than the other end: a machine's NIC)
 //     int32_t src_machine; int32_t dst_machine; int64_t delay_us;
 //     double bandwidth_bytes_per_s (0 = unlimited);
 //     uint32_t flags (bit 0 corrupt); uint32_t reserved
-// Writers serialise with flock(LOCK_EX) on the file and bracket every change with the
-// generation seqlock; readers never lock: they copy the records with atomic word loads and
-// retry while the generation is odd or moved during the copy.
+// Writers serialise with flock(LOCK_EX) and bracket every change with the generation
+// seqlock; readers never lock: they copy with atomic word loads and retry while the
+// generation is odd or moved during the copy.
 //
-// This part has no Abseil dependency: it is linked into the stand-in libnccl.so.2.
+// No Abseil dependency: this part is linked into the stand-in libnccl.so.2.
 // Thread safety: FaultTableReader is thread-compatible (callers serialise Poll()); the
 // snapshot it returns stays valid until the next Poll(). Value types are thread-compatible.
 #ifndef PEREGRINE_SIM_FAULT_FAULT_TABLE_H_

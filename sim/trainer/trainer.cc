@@ -15,6 +15,30 @@
 #include "sim/fault/fault_table.h"
 #include "diagnosis/tools/nccl_rendezvous.h"
 
+// The trainer's model and schedule.
+//
+// Model (stateless, so a resume needs no checkpoint): each pipeline stage is one
+// row-parallel linear layer a' = tanh(W a) with W (hidden x hidden) generated from the
+// seed and the stage; TP rank t holds the columns [t*H/TP, (t+1)*H/TP). Micro-batch inputs
+// and targets are generated from (seed, step, dp index, micro-batch). Weights are not
+// updated, so the loss of step n depends only on n and on the data that crossed the
+// collectives in step n: identical across runs, ranks and resumes, and changed by a
+// nan/corrupt fault anywhere on the path.
+//
+// Schedule (GPipe): per step, forward for micro-batches 0..M-1 (recv activations from the
+// previous stage, local partial matmul, TP all-reduce, tanh, send to the next stage), then
+// backward for M-1..0 (recv the gradient from the next stage, weight-gradient
+// accumulation, input-gradient shard, TP all-gather, send to the previous stage), then the
+// DP gradient all-reduce (ncclAvg) or reduce-scatter + all-gather, then one world
+// all-reduce of (loss, grad-norm^2) so every rank prints the same line.
+//
+// Replay (PEREGRINE_REPLAY=1, see TrainerOptions::replay) is the same loop with `layers`
+// layers split evenly over the stages (layer l's weights depend only on the seed and l).
+//
+// Faults (sim/fault, keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied in the
+// compute: compute_slowdown stretches it, hang blocks until cleared, crash prints a
+// CUDA-style error and aborts.
+
 namespace peregrine::sim {
 namespace {
 

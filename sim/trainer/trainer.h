@@ -2,27 +2,13 @@
 // against the NCCL API, with real CPU work per micro-batch. It runs on the stand-in
 // libnccl.so.2 (sim/nccl) by default; the same binary links to any libnccl.so.2.
 //
-// Model (stateless, so a resume needs no checkpoint): each pipeline stage is one
-// row-parallel linear layer a' = tanh(W a) with W (hidden x hidden) generated from the
-// seed and the stage; TP rank t holds the columns [t*H/TP, (t+1)*H/TP). Micro-batch inputs
-// and targets are generated from (seed, step, dp index, micro-batch). Weights are not
-// updated, so the loss of step n depends only on n and on the data that crossed the
-// collectives in step n: identical across runs, ranks and resumes, and changed by a
-// nan/corrupt fault anywhere on the path.
-//
-// Schedule (GPipe): per step, forward for micro-batches 0..M-1 (recv activations from the
-// previous stage, local partial matmul, TP all-reduce, tanh, send to the next stage), then
-// backward for M-1..0 (recv the gradient from the next stage, weight-gradient
-// accumulation, input-gradient shard, TP all-gather, send to the previous stage), then the
-// DP gradient all-reduce (ncclAvg) or reduce-scatter + all-gather, then one world
-// all-reduce of (loss, grad-norm^2) so every rank prints the same line.
-//
-// Replay (PEREGRINE_REPLAY=1, see TrainerOptions::replay) is the same loop with `layers`
-// layers split evenly over the stages (layer l's weights depend only on the seed and l).
-//
-// Faults (sim/fault, keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied in the
-// compute: compute_slowdown stretches it, hang blocks until cleared, crash prints a
-// CUDA-style error and aborts.
+// RunTrainer runs steps resume_step+1 .. steps and returns the process exit code. The
+// model is stateless (a resume needs no checkpoint): the loss of step n depends only on
+// n, the seed and the data that crossed the collectives in step n, so it is identical
+// across runs, ranks and resumes and changes under a nan/corrupt fault anywhere on the
+// path. Faults from sim/fault (keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied
+// in the compute. The model, the GPipe schedule and replay mode are described in
+// trainer.cc.
 //
 // Thread safety: RunTrainer is called once per process from main.
 #ifndef PEREGRINE_SIM_TRAINER_TRAINER_H_
