@@ -19,12 +19,12 @@ InspectionObservation ToObservation(const v1::InspectionResult& r, int64_t at) {
   o.kind = r.kind();
   o.component = r.component();
   switch (r.status()) {
-    case v1::INSPECTION_STATUS_OK: o.status = "OK"; break;
-    case v1::INSPECTION_STATUS_NOT_PRESENT: o.status = "NOT_PRESENT"; break;
-    case v1::INSPECTION_STATUS_WARNING: o.status = "WARNING"; break;
-    case v1::INSPECTION_STATUS_FAULT: o.status = "FAULT"; break;
-    case v1::INSPECTION_STATUS_ERROR: o.status = "ERROR"; break;
-    default: o.status = "UNKNOWN"; break;
+    case v1::INSPECTION_STATUS_OK: o.status = InspectionStatus::kOk; break;
+    case v1::INSPECTION_STATUS_NOT_PRESENT: o.status = InspectionStatus::kNotPresent; break;
+    case v1::INSPECTION_STATUS_WARNING: o.status = InspectionStatus::kWarning; break;
+    case v1::INSPECTION_STATUS_FAULT: o.status = InspectionStatus::kFault; break;
+    case v1::INSPECTION_STATUS_ERROR: o.status = InspectionStatus::kError; break;
+    default: o.status = InspectionStatus::kUnknown; break;
   }
   o.summary = r.summary();
   o.machine_attributed = r.machine_attributed();

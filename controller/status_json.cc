@@ -161,7 +161,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["observedGeneration"] = s.observed_generation;
   json conds = json::array();
   for (const Condition& c : s.conditions) {
-    conds.push_back({{"type", c.type}, {"status", c.status}, {"reason", c.reason}, {"message", c.message},
+    conds.push_back({{"type", c.type}, {"status", ToString(c.status)}, {"reason", c.reason}, {"message", c.message},
                      {"observedGeneration", c.observed_generation}, {"lastTransitionTime", Time(c.last_transition_time)}});
   }
   j["conditions"] = conds;
@@ -268,8 +268,11 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.phase = PhaseFromName(j.at("phase").get<std::string>());
     s.observed_generation = j.value("observedGeneration", int64_t{0});
     for (const json& c : j.value("conditions", json::array())) {
-      s.conditions.push_back(Condition{c.at("type"), c.at("status"), c.value("reason", ""), c.value("message", ""),
-                                       c.value("observedGeneration", int64_t{0}), ParseTime(c, "lastTransitionTime")});
+      Condition condition{c.at("type"), ConditionStatus::kUnknown, c.value("reason", ""), c.value("message", ""),
+                          c.value("observedGeneration", int64_t{0}), ParseTime(c, "lastTransitionTime")};
+      c.at("status");  // required
+      ReadEnum(c, "status", ParseConditionStatus, "conditions[].status", &condition.status);
+      s.conditions.push_back(std::move(condition));
     }
     s.attempt = j.value("attempt", uint64_t{0});
     s.resume_step = j.value("resumeStep", uint64_t{0});

@@ -4,7 +4,7 @@ namespace peregrine {
 
 bool SetCondition(JobStatus& st, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, int64_t generation, int64_t now) {
-  const std::string status = value ? "True" : "False";
+  const ConditionStatus status = value ? ConditionStatus::kTrue : ConditionStatus::kFalse;
   for (Condition& c : st.conditions) {
     if (c.type != type) continue;
     const bool changed = c.status != status || c.reason != reason || c.message != message ||

@@ -40,7 +40,7 @@ void Decider::MaybeStartFirstAttempt() {
   st.master_addr = MasterAddr();
   st.master_port = obs_.candidate_master_port;
   st.phase = JobPhase::kRunning;
-  Event("Normal", "Started",
+  Event(JobEventType::kNormal, "Started",
         absl::StrFormat("all %d machines registered; training attempt 1 starts from step %d", st.slots.size(),
                         st.resume_step));
 }
@@ -56,7 +56,7 @@ void Decider::StartNewAttempt(Incident* inc) {
   inc->resume_step = st.resume_step;
   inc->actions.push_back(absl::StrFormat("restart %d machines in place from step %d (attempt %d)", st.slots.size(),
                                          st.resume_step, st.attempt));
-  Event("Normal", "Restarting", absl::StrCat("incident ", inc->id, ": ", inc->decision, "; ", inc->actions.back()));
+  Event(JobEventType::kNormal, "Restarting", absl::StrCat("incident ", inc->id, ": ", inc->decision, "; ", inc->actions.back()));
 }
 
 void Decider::StopAll() {

@@ -63,7 +63,7 @@ void Decider::AdvanceDiagnosis() {
   if (!step.finished) {
     plan_.requeue_after_ns = step.requeue_after_ns;
     if (st.diagnosis->stage != stage_before) {
-      Event("Normal", "DiagnosisStage", absl::StrCat("incident ", inc->id, ": stage ", st.diagnosis->stage));
+      Event(JobEventType::kNormal, "DiagnosisStage", absl::StrCat("incident ", inc->id, ": stage ", st.diagnosis->stage));
     }
     return;
   }
@@ -109,7 +109,7 @@ void Decider::AdvanceDiagnosis() {
   StartReplayStage(&*st.diagnosis, now_);
   inc->actions.push_back(target ? "failed again after the rollback: dual-phase replay to locate the faulty machine"
                                 : "failed again with no earlier version: dual-phase replay to locate the faulty machine");
-  Event("Warning", "DualPhaseReplay", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+  Event(JobEventType::kWarning, "DualPhaseReplay", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
   AdvanceDiagnosis();
 }
 
@@ -124,7 +124,7 @@ void Decider::FinishRecovery(Incident* inc, bool rolled_back) {
     st.finished_at = now_;
     inc->actions.push_back(absl::StrFormat("give up: %d recoveries exceed maxRecoveries", st.recoveries));
     SetCondition(st, "Failed", true, "MaxRecoveriesExceeded", inc->actions.back(), job_.metadata.generation, now_);
-    Event("Warning", "Failed", inc->actions.back());
+    Event(JobEventType::kWarning, "Failed", inc->actions.back());
     StopAll();
     return;
   }
@@ -132,7 +132,7 @@ void Decider::FinishRecovery(Incident* inc, bool rolled_back) {
     const std::string from = st.code.revision;
     ApplyCode(*st.pending_code, "lazy hot update at the failure-triggered restart");
     inc->actions.push_back(absl::StrCat("apply the pending code update (revision ", st.code.revision, ")"));
-    Event("Normal", "HotUpdate",
+    Event(JobEventType::kNormal, "HotUpdate",
           absl::StrFormat("code revision %s -> %s at the failure-triggered restart of incident %d (lazy update)",
                           from, st.code.revision, inc->id));
   }

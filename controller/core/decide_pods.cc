@@ -36,7 +36,7 @@ void Decider::ReplaceFailedStandbys() {
     if (PodLost(sb.pod, sb.observed, &reason)) {
       st.evicted.push_back(Eviction{sb.machine_id, sb.pod, absl::StrCat("standby failed: ", reason), now_});
       plan_.delete_pods.push_back(PodToDelete{sb.pod, absl::StrCat("standby failed: ", reason)});
-      Event("Warning", "StandbyFailed", absl::StrCat("standby ", sb.pod, " failed: ", reason));
+      Event(JobEventType::kWarning, "StandbyFailed", absl::StrCat("standby ", sb.pod, " failed: ", reason));
       continue;
     }
     kept.push_back(sb);

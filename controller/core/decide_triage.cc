@@ -54,7 +54,7 @@ void Decider::TrackProgress() {
     open->training_time_lost_seconds += downtime + redo;
     st.training_time_lost_seconds += downtime + redo;
     st.phase = JobPhase::kRunning;
-    Event("Normal", "Recovered",
+    Event(JobEventType::kNormal, "Recovered",
           absl::StrFormat("incident %d: training resumed at step %d (attempt %d); %.1f s of training time lost",
                           open->id, min_step, st.attempt, open->training_time_lost_seconds));
   }
@@ -117,7 +117,7 @@ void Decider::DetectAndTriage() {
         continue;
       }
       if (added > 0) {
-        Event("Warning", "NetworkAlarmTolerated",
+        Event(JobEventType::kWarning, "NetworkAlarmTolerated",
               absl::StrFormat("machine %s (slot %d): %d of %d alarms within %d s before eviction",
                               slot.machine_id, slot.index, recent,
                               ft.network_alarms_to_evict, ft.network_alarm_window_seconds));
@@ -202,7 +202,7 @@ void Decider::DetectAndTriage() {
     TrimFront(st.incidents, config_.max_incidents);
     st.triage_deadline = now_ + config_.triage_window_ns;
     st.phase = JobPhase::kRecovering;
-    Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+    Event(JobEventType::kWarning, inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
     plan_.requeue_after_ns = config_.triage_window_ns;
     return;
   }
@@ -259,7 +259,7 @@ void Decider::DetectAndTriage() {
                                              st.slots.size(),
                                              numeric_incident ? "alignment, EUD, all-to-all, neighbour all-gather"
                                                               : "EUD, all-to-all, neighbour all-gather"));
-      Event("Warning", "Diagnosing", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+      Event(JobEventType::kWarning, "Diagnosing", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
       AdvanceDiagnosis();
       return;
     }
@@ -313,7 +313,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
       if (!st.stack_diagnosis.investigations.empty()) st.stack_diagnosis.investigations.back().incident_id = inc.id;
       st.triage_deadline = d.hold_until + config_.triage_window_ns;  // the verdict comes by hold_until
       st.phase = JobPhase::kRecovering;
-      Event("Warning", inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+      Event(JobEventType::kWarning, inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
       break;
     }
     case HangVerdict::kEvict:
@@ -344,7 +344,7 @@ void Decider::FailJob(Incident* inc, const std::string& reason, const std::strin
   }
   inc->actions.push_back("stop training; the job failed");
   SetCondition(st, "Failed", true, reason, message, job_.metadata.generation, now_);
-  Event("Warning", "Failed", absl::StrCat("incident ", inc->id, ": ", message));
+  Event(JobEventType::kWarning, "Failed", absl::StrCat("incident ", inc->id, ": ", message));
   StopAll();
 }
 
@@ -356,7 +356,7 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
     st.evicted.push_back(Eviction{slot.machine_id, slot.pod, inc->signal, now_});
     plan_.delete_pods.push_back(PodToDelete{slot.pod, "evicted: machine-attributed fault"});
     inc->actions.push_back(absl::StrFormat("evict machine %s (pod %s, slot %d)", slot.machine_id, slot.pod, index));
-    Event("Warning", "Evicted", inc->actions.back());
+    Event(JobEventType::kWarning, "Evicted", inc->actions.back());
     // The first ready standby takes the slot.
     auto ready = std::find_if(st.standbys.begin(), st.standbys.end(), [&](const StandbyStatus& sb) {
       const AgentObservation* a = Agent(sb.pod);
@@ -370,7 +370,7 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
       slot.machine_id = ready->machine_id;
       slot.observed = true;
       st.standbys.erase(ready);
-      Event("Normal", "StandbyActivated", inc->actions.back());
+      Event(JobEventType::kNormal, "StandbyActivated", inc->actions.back());
     } else {
       slot.pod = absl::StrCat(ActivePodName(job_.metadata.name, index), "-", st.next_pod_serial++);
       slot.machine_id.clear();

@@ -33,7 +33,7 @@ void Decider::Rollback(const CodeVersionSpec& target, Incident* inc, const std::
   ApplyCode(target, absl::StrCat("rollback: ", why));
   st.reattempts = 0;
   inc->actions.push_back(absl::StrFormat("roll back code revision %s -> %s", from, target.revision));
-  Event("Warning", "RolledBack", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
+  Event(JobEventType::kWarning, "RolledBack", absl::StrCat("incident ", inc->id, ": ", inc->actions.back()));
 }
 
 // Hot update: the desired code (spec.codeVersion) differs from the running one. Urgent
@@ -52,7 +52,7 @@ void Decider::HotUpdate() {
   if (!urgent && !st.pending_code) {
     st.pending_code = desired;
     st.pending_code_since = now_;
-    Event("Normal", "HotUpdatePending",
+    Event(JobEventType::kNormal, "HotUpdatePending",
           absl::StrFormat("code revision %s waits for the next restart (at most %.1f h)", desired.revision,
                           spec_.fault_tolerance.hot_update_window_hours));
     return;
@@ -70,7 +70,7 @@ void Decider::HotUpdate() {
   st.master_port = obs_.candidate_master_port;
   st.reattempts = 0;
   st.rollbacks = 0;
-  Event("Normal", "HotUpdate",
+  Event(JobEventType::kNormal, "HotUpdate",
         absl::StrFormat("code revision %s -> %s: restart %d machines in place from step %d (attempt %d)", from,
                         desired.revision, st.slots.size(), st.resume_step, st.attempt));
 }

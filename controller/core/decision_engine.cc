@@ -95,7 +95,7 @@ Incident* Decider::OpenIncident() {
   return last.resumed_at == 0 ? &last : nullptr;
 }
 
-void Decider::Event(const std::string& type, const std::string& reason, const std::string& message) {
+void Decider::Event(JobEventType type, const std::string& reason, const std::string& message) {
   plan_.events.push_back(JobEvent{type, reason, message});
 }
 
@@ -136,7 +136,7 @@ void Decider::DetectSuccess() {
   st.phase = JobPhase::kSucceeded;
   st.finished_at = now_;
   st.last_completed_step = std::max(st.last_completed_step, st.max_completed_step);
-  Event("Normal", "Succeeded", absl::StrFormat("training finished at step %d after %d recoveries",
+  Event(JobEventType::kNormal, "Succeeded", absl::StrFormat("training finished at step %d after %d recoveries",
                                                st.last_completed_step, st.recoveries));
 }
 

@@ -256,7 +256,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
     if (d.findings.size() > kMaxFailSlowFindings) d.findings.erase(d.findings.begin());
     open = &d.findings.back();
     d.events.push_back(JobEvent{
-        "Warning", "FailSlowDetected",
+        JobEventType::kWarning, "FailSlowDetected",
         absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) on rank(s) %s, verified "
                         "change point; profiling the communication groups",
                         f.id, healthy * 1e3, slow_level * 1e3, severity * 100, ToString(f.tier), FormatRanks(slow_ranks))});
@@ -272,7 +272,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
     open->ended_at = recovery > open->onset && recovery <= now ? recovery : now;
     open->state = FailSlowState::kRecovered;
     d.events.push_back(JobEvent{
-        "Normal", "FailSlowRecovered",
+        JobEventType::kNormal, "FailSlowRecovered",
         absl::StrFormat("fail-slow #%d ended: iteration time back to the healthy level after %.1f s%s", open->id,
                         static_cast<double>(open->ended_at - open->onset) / 1e9,
                         open->kind == FailSlowKind::kUnlocalized
@@ -307,7 +307,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
         absl::StrAppend(&where, where.empty() ? "" : " and ", "group ", loc.group, " (machines ",
                         absl::StrJoin(open->machines, ","), ")");
       }
-      d.events.push_back(JobEvent{"Warning", "FailSlowLocalized",
+      d.events.push_back(JobEvent{JobEventType::kWarning, "FailSlowLocalized",
                                   absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, ToString(loc.kind),
                                                   where, loc.detail, open->severity * 100, ToString(open->tier))});
     } else if (loc.ready) {

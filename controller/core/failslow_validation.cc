@@ -76,7 +76,7 @@ class Validator {
   void Fail(const std::string& why) {
     v().verdict = ValidationVerdict::kFailed;
     v().detail = v().detail.empty() ? why : absl::StrCat(v().detail, "; ", why);
-    d_.events.push_back(JobEvent{"Warning", "FailSlowValidationFailed",
+    d_.events.push_back(JobEvent{JobEventType::kWarning, "FailSlowValidationFailed",
                                  absl::StrFormat("fail-slow #%d: validation failed: %s; releasing training",
                                                  in_.finding.id, why)});
     Enter(ValidationState::kResuming);
@@ -138,7 +138,7 @@ class Validator {
     v().master_port = in_.candidate_port;
     Enter(ValidationState::kPausing);
     d_.events.push_back(JobEvent{
-        "Normal", "FailSlowValidationStarted",
+        JobEventType::kNormal, "FailSlowValidationStarted",
         absl::StrFormat("fail-slow #%d: pausing training (NCCL trap) to validate: GEMM on machine(s) %s, link rounds "
                         "over the %s groups",
                         f.id, absl::StrJoin(v().machines, ","), v().link_kinds.empty() ? "(no)" : v().link_kinds)});
@@ -369,7 +369,7 @@ class Validator {
     if (!v().slow_gpus.empty()) named.push_back(absl::StrCat("slow GPU rank(s) ", absl::StrJoin(v().slow_gpus, ",")));
     if (!v().slow_links.empty()) named.push_back(absl::StrCat("slow link(s) ", absl::StrJoin(v().slow_links, ", ")));
     d_.events.push_back(JobEvent{
-        confirmed ? "Warning" : "Normal", "FailSlowValidated",
+        confirmed ? JobEventType::kWarning : JobEventType::kNormal, "FailSlowValidated",
         absl::StrFormat("fail-slow #%d validation %s: %s (%s); releasing training", in_.finding.id, ToString(v().verdict),
                         named.empty() ? "every GPU and link measured like its peers" : absl::StrJoin(named, "; "),
                         v().detail)});

@@ -85,7 +85,7 @@ class Policy {
       open->explanation = absl::StrFormat("training progressed again (step %d) before the verdict", st.progress_step);
       d_.verdict = HangVerdict::kResolved;
       d_.kind = open->kind;
-      Event("Normal", "HangResolved", absl::StrCat("investigation ", open->id, ": ", open->explanation));
+      Event(JobEventType::kNormal, "HangResolved", absl::StrCat("investigation ", open->id, ": ", open->explanation));
       return std::move(d_);
     }
     if ((open == nullptr || open->kind == InvestigationKind::kMfuDrop) && MaybeDetectHang(open)) return std::move(d_);
@@ -106,7 +106,7 @@ class Policy {
                                           in_.recent_iteration_seconds, options_.mfu_drop_factor,
                                           st.healthy_iteration_seconds);
       st.degraded_since = 0;
-      Event("Normal", "MfuRecovered", absl::StrCat("investigation ", open->id, ": ", open->explanation));
+      Event(JobEventType::kNormal, "MfuRecovered", absl::StrCat("investigation ", open->id, ": ", open->explanation));
       return std::move(d_);
     }
     if (open->state == InvestigationState::kWaiting) {
@@ -128,7 +128,7 @@ class Policy {
     return (!v.empty() && IsOpen(v.back())) ? &v.back() : nullptr;
   }
 
-  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+  void Event(JobEventType type, const std::string& reason, const std::string& message) {
     d_.events.push_back(JobEvent{type, reason, message});
   }
 
@@ -205,7 +205,7 @@ class Policy {
     d_.signal = signal;
     d_.hold_until = now_ + options_.capture_deadline_ns;
     d_.silent_seconds = static_cast<double>(silent) / kNanosPerSecond;
-    Event("Warning", "StackCapture",
+    Event(JobEventType::kWarning, "StackCapture",
           absl::StrFormat("investigation %d: capturing the stacks of every training process on %d machines",
                           inv.id, in_.slots.size()));
     Capture(inv);
@@ -241,7 +241,7 @@ class Policy {
         recent / st.healthy_iteration_seconds, st.healthy_iteration_seconds,
         static_cast<double>(now_ - st.degraded_since) / kNanosPerSecond);
     StackInvestigation& inv = Start(InvestigationKind::kMfuDrop, std::max(1, options_.mfu_rounds), signal);
-    Event("Warning", "MfuDrop",
+    Event(JobEventType::kWarning, "MfuDrop",
           absl::StrFormat("investigation %d: %s; %d stack rounds %.0f s apart", inv.id, signal, inv.rounds_planned,
                           static_cast<double>(options_.mfu_round_interval_ns) / kNanosPerSecond));
     Capture(inv);
@@ -352,7 +352,7 @@ class Policy {
                                               GroupName(verdict->group->kind, verdict->group->index), verdict->flags,
                                               inv.rounds_planned, options_.mfu_min_flags)
                             : verdict->explanation;
-      Event("Normal", "MfuDropNoOutlier", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+      Event(JobEventType::kNormal, "MfuDropNoOutlier", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
       return;
     }
     inv.state = InvestigationState::kDecided;
@@ -361,7 +361,7 @@ class Policy {
     inv.explanation = absl::StrFormat("%s flagged in %d of %d rounds: %s", inv.chosen_group, verdict->flags,
                                       inv.rounds_planned, verdict->explanation);
     RecordMachines(inv);
-    Event("Warning", "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+    Event(JobEventType::kWarning, "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
     RepeatVerdict(inv);
   }
 
@@ -374,7 +374,7 @@ class Policy {
     const std::string& full = inv.rounds.back().explanation;  // its first line is the verdict
     inv.explanation = full.substr(0, full.find('\n'));
     RecordMachines(inv);
-    Event("Warning", "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
+    Event(JobEventType::kWarning, "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
     RepeatVerdict(inv);
   }
 

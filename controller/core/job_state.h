@@ -26,7 +26,7 @@ const char* JobPhaseName(JobPhase phase);  // "Pending", "Running", ...
 // Kubernetes condition conventions: lastTransitionTime moves only when status flips.
 struct Condition {
   std::string type;    // Valid, Ready, Progressing, StandbyReady, Degraded
-  std::string status;  // "True", "False", "Unknown"
+  ConditionStatus status = ConditionStatus::kUnknown;
   std::string reason;  // CamelCase
   std::string message;
   int64_t observed_generation = 0;
@@ -287,7 +287,7 @@ struct RankExit {
 struct InspectionObservation {
   std::string kind;       // gpu, xid, network, rdma, host
   std::string component;  // gpu0, PCI:0000:3b:00, eth0, /data
-  std::string status;     // OK, NOT_PRESENT, WARNING, FAULT, ERROR
+  InspectionStatus status = InspectionStatus::kUnknown;
   std::string summary;
   bool machine_attributed = false;
   int64_t at = 0;
@@ -457,7 +457,7 @@ struct CommandToSend {
 };
 
 struct JobEvent {
-  std::string type;  // Normal, Warning
+  JobEventType type = JobEventType::kNormal;
   std::string reason;
   std::string message;
 };

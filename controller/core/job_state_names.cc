@@ -60,10 +60,10 @@ constexpr Names<InvestigationState> kInvestigationState[] = {
     {InvestigationState::kReattempted, "Reattempted"}, {InvestigationState::kResolved, "Resolved"},
     {InvestigationState::kAbandoned, "Abandoned"}};
 constexpr Names<InspectionStatus> kInspectionStatus[] = {
-    {InspectionStatus::kOk, "OK"},       {InspectionStatus::kNotPresent, "NOT_PRESENT"},
+    {InspectionStatus::kUnknown, "UNKNOWN"}, {InspectionStatus::kOk, "OK"},       {InspectionStatus::kNotPresent, "NOT_PRESENT"},
     {InspectionStatus::kWarning, "WARNING"}, {InspectionStatus::kFault, "FAULT"},
     {InspectionStatus::kError, "ERROR"}};
-constexpr Names<EventType> kEventType[] = {{EventType::kNormal, "Normal"}, {EventType::kWarning, "Warning"}};
+constexpr Names<JobEventType> kJobEventType[] = {{JobEventType::kNormal, "Normal"}, {JobEventType::kWarning, "Warning"}};
 
 }  // namespace
 
@@ -82,7 +82,7 @@ PEREGRINE_NAMES(FailSlowTier, kFailSlowTier)
 PEREGRINE_NAMES(InvestigationKind, kInvestigationKind)
 PEREGRINE_NAMES(InvestigationState, kInvestigationState)
 PEREGRINE_NAMES(InspectionStatus, kInspectionStatus)
-PEREGRINE_NAMES(EventType, kEventType)
+PEREGRINE_NAMES(JobEventType, kJobEventType)
 
 #undef PEREGRINE_NAMES
 

@@ -67,15 +67,15 @@ const char* ToString(InvestigationState value);
 std::optional<InvestigationState> ParseInvestigationState(std::string_view name);
 
 // InspectionObservation::status, as on the wire: "OK", "NOT_PRESENT", "WARNING", "FAULT",
-// "ERROR".
-enum class InspectionStatus { kOk, kNotPresent, kWarning, kFault, kError };
+// "ERROR"; "UNKNOWN" for a status this controller does not know.
+enum class InspectionStatus { kUnknown, kOk, kNotPresent, kWarning, kFault, kError };
 const char* ToString(InspectionStatus value);
 std::optional<InspectionStatus> ParseInspectionStatus(std::string_view name);
 
 // JobEvent::type (Kubernetes event types): "Normal", "Warning".
-enum class EventType { kNormal, kWarning };
-const char* ToString(EventType value);
-std::optional<EventType> ParseEventType(std::string_view name);
+enum class JobEventType { kNormal, kWarning };
+const char* ToString(JobEventType value);
+std::optional<JobEventType> ParseJobEventType(std::string_view name);
 
 }  // namespace peregrine
 

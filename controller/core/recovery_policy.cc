@@ -14,7 +14,7 @@ std::string Describe(const InspectionObservation& o) {
   return absl::StrCat(o.kind, "/", o.component, ": ", o.summary);
 }
 
-bool IsMachineFault(const InspectionObservation& o) { return o.machine_attributed && o.status == "FAULT"; }
+bool IsMachineFault(const InspectionObservation& o) { return o.machine_attributed && o.status == InspectionStatus::kFault; }
 
 }  // namespace
 
@@ -29,7 +29,7 @@ std::optional<std::string> MachineAttributedFault(const AgentObservation& agent)
 }
 
 bool IsNetworkAlarm(const InspectionObservation& alarm) {
-  return (alarm.kind == "network" || alarm.kind == "rdma") && (alarm.status == "WARNING" || alarm.status == "FAULT");
+  return (alarm.kind == "network" || alarm.kind == "rdma") && (alarm.status == InspectionStatus::kWarning || alarm.status == InspectionStatus::kFault);
 }
 
 int RecordNetworkAlarms(const std::string& machine_id, const AgentObservation& agent, size_t max_records,

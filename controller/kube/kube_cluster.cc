@@ -191,7 +191,7 @@ absl::Status KubeCluster::RecordEvent(const TrainingJob& job, const JobEvent& ev
   if (auto s = CheckMayWrite("record event"); !s.ok()) return s;
   kube::ObjectReference ref{"peregrine.dev/v1alpha1", "TrainingJob", job.metadata.namespace_, job.metadata.name,
                             job.metadata.uid};
-  return events_->Record(ref, event.type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal,
+  return events_->Record(ref, event.type == JobEventType::kWarning ? kube::EventType::kWarning : kube::EventType::kNormal,
                          event.reason, event.message);
 }
 

@@ -344,7 +344,7 @@ std::vector<std::string> LocalCluster::QuarantinedMachines() const {
 absl::Status LocalCluster::RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) {
   std::ofstream out(absl::StrCat(options_.state_dir, "/events.log"), std::ios::app);
   if (!out) return absl::InternalError("cannot append to events.log");
-  out << FormatRfc3339(now) << " " << JobKeyOf(job) << " " << event.type << " " << event.reason << ": "
+  out << FormatRfc3339(now) << " " << JobKeyOf(job) << " " << ToString(event.type) << " " << event.reason << ": "
       << event.message << "\n";
   return absl::OkStatus();
 }

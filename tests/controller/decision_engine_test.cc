@@ -248,7 +248,7 @@ TEST_CASE("Pods that cannot start: PodsStuck names them; a standby stuck past th
   w.Step();
   const Condition* none = FindCondition(w.status, kPodsStuckCondition);
   REQUIRE(none != nullptr);
-  CHECK(none->status == "False");
+  CHECK(none->status == ConditionStatus::kFalse);
   CHECK(none->reason == "NoStuckPods");
   const std::string standby = w.status.standbys.at(0).pod;
   PodObservation* p = w.Pod(standby);
@@ -261,7 +261,7 @@ TEST_CASE("Pods that cannot start: PodsStuck names them; a standby stuck past th
   JobPlan plan = w.Step();
   const Condition* stuck = FindCondition(w.status, kPodsStuckCondition);
   REQUIRE(stuck != nullptr);
-  CHECK(stuck->status == "True");
+  CHECK(stuck->status == ConditionStatus::kTrue);
   CHECK(stuck->reason == "ImagePullBackOff");
   CHECK(stuck->message == standby + ": ImagePullBackOff (container trainer): back-off pulling image");
   CHECK(stuck->last_transition_time == stuck_since);
@@ -416,12 +416,12 @@ JobPlan Triage(World& w) {
   return w.Settle();
 }
 
-InspectionObservation Inspection(std::string kind, std::string status, bool machine, int64_t at,
+InspectionObservation Inspection(std::string kind, InspectionStatus status, bool machine, int64_t at,
                                  std::string summary = "") {
   InspectionObservation o;
   o.kind = std::move(kind);
   o.component = o.kind == "network" ? "sim0" : "PCI:0000:1b:00";
-  o.status = std::move(status);
+  o.status = status;
   o.machine_attributed = machine;
   o.summary = summary.empty() ? "injected" : std::move(summary);
   o.at = at;
@@ -442,12 +442,12 @@ TEST_CASE("Inspection results: only machine-attributed faults evict, the others 
     bool evicts;
   };
   const Case cases[] = {
-      {"fatal Xid alarm", Inspection("xid", "FAULT", true, 1, "Xid 79 (GPU has fallen off the bus)"), true, true},
-      {"GPU lost in the heartbeat", Inspection("gpu", "FAULT", true, 1, "GPU lost"), false, true},
-      {"disk read-only", Inspection("host", "FAULT", true, 1, "read-only"), false, true},
-      {"recoverable Xid warning", Inspection("xid", "WARNING", false, 1, "Xid 13"), true, false},
-      {"full volume (not the machine)", Inspection("host", "FAULT", false, 1, "2% free"), false, false},
-      {"GPU too hot", Inspection("gpu", "WARNING", false, 1, "92 C"), false, false},
+      {"fatal Xid alarm", Inspection("xid", InspectionStatus::kFault, true, 1, "Xid 79 (GPU has fallen off the bus)"), true, true},
+      {"GPU lost in the heartbeat", Inspection("gpu", InspectionStatus::kFault, true, 1, "GPU lost"), false, true},
+      {"disk read-only", Inspection("host", InspectionStatus::kFault, true, 1, "read-only"), false, true},
+      {"recoverable Xid warning", Inspection("xid", InspectionStatus::kWarning, false, 1, "Xid 13"), true, false},
+      {"full volume (not the machine)", Inspection("host", InspectionStatus::kFault, false, 1, "2% free"), false, false},
+      {"GPU too hot", Inspection("gpu", InspectionStatus::kWarning, false, 1, "92 C"), false, false},
   };
   for (const Case& c : cases) {
     SECTION(c.name) {
@@ -497,7 +497,7 @@ TEST_CASE("Network alarms are tolerated until the second within the window on on
       const std::vector<std::string> before = SlotMachines(w);
       for (const auto& [slot, ago] : c.alarms) {
         w.Agent(w.status.slots[slot].pod)
-            ->alarms.push_back(Inspection("network", "WARNING", false, w.now - ago * kSecond, "1 link flaps"));
+            ->alarms.push_back(Inspection("network", InspectionStatus::kWarning, false, w.now - ago * kSecond, "1 link flaps"));
       }
       JobPlan first = w.Step();
       if (c.evicted_slot < 0) {
@@ -717,7 +717,7 @@ TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a
     }
     if (row.failed) {
       REQUIRE(failed != nullptr);
-      CHECK(failed->status == "True");
+      CHECK(failed->status == ConditionStatus::kTrue);
       CHECK(failed->reason == "UserCodeError");
       CHECK_THAT(failed->message, Catch::Contains("TypeError: forward()"));
       CHECK(w.status.version_history.back().outcome == VersionOutcome::kFailed);

@@ -116,13 +116,13 @@ TEST_CASE("RollbackTarget picks the last healthy earlier version", "[unit]") {
 
 TEST_CASE("Network alarms are recorded once and counted per machine within the window", "[unit]") {
   AgentObservation a;
-  InspectionObservation flap{"network", "sim0", "WARNING", "1 link flaps", false, 100};
-  InspectionObservation gpu{"gpu", "gpu0", "WARNING", "hot", false, 150};
+  InspectionObservation flap{"network", "sim0", InspectionStatus::kWarning, "1 link flaps", false, 100};
+  InspectionObservation gpu{"gpu", "gpu0", InspectionStatus::kWarning, "hot", false, 150};
   a.alarms = {flap, gpu};
   std::vector<NetworkAlarmRecord> history;
   CHECK(RecordNetworkAlarms("m1", a, 10, &history) == 1);
   CHECK(RecordNetworkAlarms("m1", a, 10, &history) == 0);  // idempotent
-  a.alarms.push_back(InspectionObservation{"rdma", "mlx5_0/1", "FAULT", "port down", false, 200});
+  a.alarms.push_back(InspectionObservation{"rdma", "mlx5_0/1", InspectionStatus::kFault, "port down", false, 200});
   CHECK(RecordNetworkAlarms("m1", a, 10, &history) == 1);
   CHECK(RecordNetworkAlarms("m2", a, 10, &history) == 2);
   CHECK(NetworkAlarmsWithin(history, "m1", 250, 1000) == 2);
@@ -134,9 +134,9 @@ TEST_CASE("Network alarms are recorded once and counted per machine within the w
 
 TEST_CASE("MachineAttributedFault ignores warnings and faults the machine is not blamed for", "[unit]") {
   AgentObservation a;
-  a.inspections = {{"host", "/data", "FAULT", "2% free", false, 1}, {"gpu", "gpu0", "WARNING", "hot", true, 1}};
+  a.inspections = {{"host", "/data", InspectionStatus::kFault, "2% free", false, 1}, {"gpu", "gpu0", InspectionStatus::kWarning, "hot", true, 1}};
   CHECK_FALSE(MachineAttributedFault(a).has_value());
-  a.alarms = {{"xid", "PCI:0000:1b:00", "FAULT", "Xid 79", true, 2}};
+  a.alarms = {{"xid", "PCI:0000:1b:00", InspectionStatus::kFault, "Xid 79", true, 2}};
   CHECK(MachineAttributedFault(a) == std::string("xid/PCI:0000:1b:00: Xid 79"));
 }
 

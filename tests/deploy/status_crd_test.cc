@@ -56,10 +56,10 @@ JobStatus Populated() {
   s.phase = JobPhase::kRecovering;
   s.observed_generation = 4;
   s.conditions = {
-      {"Valid", "True", "SpecValid", "the spec is valid", 4, kT0},
-      {"Ready", "False", "Recovering", "phase Recovering, attempt 3, step 1200", 4, kT0 + 600 * kSecond},
-      {"Degraded", "True", "MachineFault", "incident 2: Xid 79 on node-7", 4, kT0 + 600 * kSecond},
-      {"StandbyReady", "False", "PoolFilling", "0 of 1 standbys ready", 4, kT0 + 601 * kSecond},
+      {"Valid", ConditionStatus::kTrue, "SpecValid", "the spec is valid", 4, kT0},
+      {"Ready", ConditionStatus::kFalse, "Recovering", "phase Recovering, attempt 3, step 1200", 4, kT0 + 600 * kSecond},
+      {"Degraded", ConditionStatus::kTrue, "MachineFault", "incident 2: Xid 79 on node-7", 4, kT0 + 600 * kSecond},
+      {"StandbyReady", ConditionStatus::kFalse, "PoolFilling", "0 of 1 standbys ready", 4, kT0 + 601 * kSecond},
   };
   s.attempt = 3;
   s.resume_step = 1150;

@@ -45,7 +45,7 @@ class Decider {
   const PodObservation* Pod(const std::string& pod) const;
   bool PodLost(const std::string& pod, bool observed, std::string* reason) const;
   Incident* OpenIncident();
-  void Event(const std::string& type, const std::string& reason, const std::string& message);
+  void Event(JobEventType type, const std::string& reason, const std::string& message);
   AssignmentSpec DesiredAssignment(int slot) const;
   std::string PodAddress(const std::string& pod) const;
   std::string MasterAddr() const;

@@ -191,7 +191,7 @@ TEST_CASE("a TrainingJob runs from creation to completion", "[integration]") {
   CHECK(env.server.RequestCountForTest("create", "events") > 0);
   const Condition* valid = FindCondition(*st, "Valid");
   REQUIRE(valid != nullptr);
-  CHECK(valid->status == "True");
+  CHECK(valid->status == ConditionStatus::kTrue);
   // The finished job's standby was deleted; its machine pods stay for their logs.
   CHECK(Eventually([&] { return !env.server.GetForTest("pods", kNs, "demo-s0").ok(); }));
   CHECK(env.server.GetForTest("pods", kNs, "demo-m0").ok());
@@ -489,7 +489,7 @@ TEST_CASE("a TrainingJob the schema admits but no cluster can run gets Valid=Fal
   env.Submit(manifest);
   REQUIRE(env.WaitStatus("bad", [](const JobStatus& st) {
     const Condition* c = FindCondition(st, "Valid");
-    return c != nullptr && c->status == "False";
+    return c != nullptr && c->status == ConditionStatus::kFalse;
   }));
   auto st = *env.Status("bad");
   const Condition* c = FindCondition(st, "Valid");
@@ -505,7 +505,7 @@ TEST_CASE("a TrainingJob the schema admits but no cluster can run gets Valid=Fal
   REQUIRE(env.client->Update(TrainingJobsPath(kNs), "bad", fixed).ok());
   CHECK(env.WaitStatus("bad", [](const JobStatus& s) {
     const Condition* v = FindCondition(s, "Valid");
-    return v != nullptr && v->status == "True";
+    return v != nullptr && v->status == ConditionStatus::kTrue;
   }));
   CHECK(Eventually([&] { return env.server.RequestCountForTest("create", "pods") >= 2; }));
 }
@@ -519,7 +519,7 @@ TEST_CASE("a pod the API server refuses with 422 becomes Valid=False PodRejected
   env.Submit(JobManifest("refused", 2));
   REQUIRE(env.WaitStatus("refused", [](const JobStatus& st) {
     const Condition* c = FindCondition(st, "Valid");
-    return c != nullptr && c->status == "False";
+    return c != nullptr && c->status == ConditionStatus::kFalse;
   }));
   const JobStatus refused = *env.Status("refused");
   const Condition* c = FindCondition(refused, "Valid");
@@ -541,7 +541,7 @@ TEST_CASE("a pod the API server refuses with 422 becomes Valid=False PodRejected
               .ok());
   CHECK(env.WaitStatus("refused", [](const JobStatus& s) {
     const Condition* v = FindCondition(s, "Valid");
-    return v != nullptr && v->status == "True";
+    return v != nullptr && v->status == ConditionStatus::kTrue;
   }));
 }
 
@@ -565,7 +565,7 @@ TEST_CASE("stuck pods show in the PodsStuck condition and a stuck standby is rep
   // The job says which pod is stuck and why.
   REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
     const Condition* c = FindCondition(st, "PodsStuck");
-    return c != nullptr && c->status == "True" && absl::StrContains(c->message, "stuck-m1: Unschedulable: 0/8 nodes");
+    return c != nullptr && c->status == ConditionStatus::kTrue && absl::StrContains(c->message, "stuck-m1: Unschedulable: 0/8 nodes");
   }));
   // The standby stuck past the pending timeout is deleted and another takes its place.
   REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
@@ -587,7 +587,7 @@ TEST_CASE("stuck pods show in the PodsStuck condition and a stuck standby is rep
   env.kubelet->Unstick("stuck-m1");
   REQUIRE(env.WaitStatus("stuck", [](const JobStatus& st) {
     const Condition* c = FindCondition(st, "PodsStuck");
-    return Phase(st, JobPhase::kRunning) && st.standby_ready == 1 && c != nullptr && c->status == "False";
+    return Phase(st, JobPhase::kRunning) && st.standby_ready == 1 && c != nullptr && c->status == ConditionStatus::kFalse;
   }));
   CHECK(env.Status("stuck")->slots[1].pod == "stuck-m1");
 }

@@ -165,9 +165,9 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   REQUIRE(metrics);
   REQUIRE(metrics->status == 200);
   CHECK_THAT(metrics->body, Catch::Contains(
-      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict=StageVerdict::kFailed} 1)"));
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict="failed"} 1)"));
   CHECK_THAT(metrics->body, Catch::Contains(
-      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict=StageVerdict::kPassed} 1)"));
+      R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict="passed"} 1)"));
   CHECK(inc.machines == std::vector<std::string>{bad});
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
