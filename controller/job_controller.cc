@@ -141,7 +141,7 @@ void JobController::Loop() {
       wake_ = false;
     }
     const auto started = std::chrono::steady_clock::now();
-    const int64_t requeue_ns = ReconcileOnce();
+    const int64_t requeue_ns = ReconcileOnce().requeue_after_ns;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     bool error;
     {
@@ -153,18 +153,25 @@ void JobController::Loop() {
   }
 }
 
-int64_t JobController::ReconcileOnce() {
+JobController::RoundResult JobController::ReconcileOnce() {
   const TrainingJob current = job();  // this round decides from one version of the job
   const int64_t now = options_.clock->UnixNanos();
   const JobStatus before = Snapshot();
-  std::string error;
+  RoundResult result;
+  std::string error;  // the round's last error, for the status
+  auto note = [&](const absl::Status& s) {
+    if (s.ok()) return;
+    error = s.ToString();
+    if (result.error.ok()) result.error = s;
+  };
 
   JobObservation obs;
   auto pods = cluster_->ListPods(current);
   if (!pods.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     last_error_ = pods.status().ToString();
-    return 0;  // deciding on a partial picture could evict healthy machines
+    result.error = pods.status();
+    return result;  // deciding on a partial picture could evict healthy machines
   }
   obs.pods = std::move(*pods);
   obs.agents = registry_->Observe(key());
@@ -172,32 +179,35 @@ int64_t JobController::ReconcileOnce() {
   if (auto port = cluster_->RendezvousPort(current); port.ok()) {
     obs.candidate_master_port = *port;
   } else {
-    error = port.status().ToString();
+    note(port.status());
   }
 
   JobPlan plan = DecideJob(current, before, obs, now, options_.decision);
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
-    if (auto s = cluster_->CreatePod(current, c); !s.ok()) error = s.ToString();
+    absl::Status s = cluster_->CreatePod(current, c);
+    note(s);
+    // Refused for good (e.g. the API server's 400/422): the same pod would be refused again.
+    if (absl::IsInvalidArgument(s) && result.pod_rejected.ok()) {
+      result.pod_rejected = absl::InvalidArgumentError(absl::StrCat("pod ", c.name, " cannot be created: ", s.message()));
+    }
   }
   for (const PodToDelete& d : plan.delete_pods) {
     const int grace_ms = current.spec.fault_tolerance.restart_grace_seconds * 1000;
-    if (auto s = cluster_->DeletePod(current, d.name, grace_ms); !s.ok()) {
-      error = s.ToString();
-    }
+    note(cluster_->DeletePod(current, d.name, grace_ms));
     registry_->Forget(key(), d.name);
   }
   for (const CommandToSend& c : plan.commands) registry_->Send(key(), c, now);
   registry_->ResendOverdue(key(), now, kCommandResendNanos);
   std::vector<TimelineEntry> entries;
   for (const JobEvent& e : plan.events) {
-    if (auto s = cluster_->RecordEvent(current, e, now); !s.ok()) error = s.ToString();
+    note(cluster_->RecordEvent(current, e, now));
     entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
   }
   // Evicted machines go to node health management; the status records which are done.
   for (const QuarantineRequest& q : plan.quarantine) {
-    if (auto s = cluster_->QuarantineMachine(q.machine_id, q.reason); !s.ok()) {
-      error = s.ToString();
+    if (absl::Status s = cluster_->QuarantineMachine(q.machine_id, q.reason); !s.ok()) {
+      note(s);
       continue;
     }
     for (Eviction& e : plan.status.evicted) {
@@ -205,7 +215,7 @@ int64_t JobController::ReconcileOnce() {
     }
   }
   if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
-    if (auto s = cluster_->PersistStatus(current, plan.status); !s.ok()) error = s.ToString();
+    note(cluster_->PersistStatus(current, plan.status));
   }
   metrics_->ObserveJob(current.metadata.namespace_, current.metadata.name, before, plan.status);
   {
@@ -216,7 +226,8 @@ int64_t JobController::ReconcileOnce() {
     if (timeline_.size() > 1000) timeline_.erase(timeline_.begin(), timeline_.begin() + 500);
   }
   cv_.notify_all();
-  return plan.requeue_after_ns;
+  result.requeue_after_ns = plan.requeue_after_ns;
+  return result;
 }
 
 }  // namespace peregrine

@@ -61,9 +61,16 @@ class JobController {
   // run_loop, starts the loop thread. Without it the caller drives ReconcileOnce() (e.g. a
   // Kubernetes work-queue worker).
   absl::Status Start(bool run_loop = true);
-  // One round: observe, decide, apply, persist. Returns when to look again (0: resync).
-  // Must not be called concurrently with itself or with the loop thread.
-  int64_t ReconcileOnce();
+  // What one round did. Every error of the round is also kept in the status' last error
+  // and the round's actions are retried by later rounds.
+  struct RoundResult {
+    int64_t requeue_after_ns = 0;  // when to look again (0: resync)
+    absl::Status error;            // the round's first error (OK when none)
+    absl::Status pod_rejected;     // the first pod the cluster refused for good (kInvalidArgument)
+  };
+  // One round: observe, decide, apply, persist. Must not be called concurrently with
+  // itself or with the loop thread.
+  RoundResult ReconcileOnce();
   void Stop();
   void Wake();
 

@@ -40,10 +40,8 @@
 //     period. (Stuck pods are the decision core's: condition PodsStuck and the standby
 //     pending timeout, controller/core/pod_health.h.)
 //
-// The errors of a round: JobController::ReconcileOnce keeps the cluster's errors in the
-// job's status and returns only when to look again, so the round runs against a
-// RoundCluster that records the round's first error and its first pod refusal; RunRound
-// returns them as values and nothing else reads them.
+// The errors of a round come back from JobController::ReconcileOnce as values (its first
+// error and its first pod refusal); nothing reads them through a side channel.
 
 namespace peregrine {
 namespace {
@@ -111,79 +109,12 @@ absl::Status Retryable(const absl::Status& s) {
   return absl::FailedPreconditionError(s.message());
 }
 
-// The Cluster a job's JobController runs against: KubeCluster, with the first error and
-// the first pod refusal of the current round recorded (see the comment at the top).
-class RoundCluster final : public Cluster {
- public:
-  explicit RoundCluster(KubeCluster* inner) : inner_(inner) {}
-
-  // Clears what the previous round recorded.
-  void BeginRound() {
-    first_error_ = absl::OkStatus();
-    rejection_ = absl::OkStatus();
-  }
-  const absl::Status& first_error() const { return first_error_; }
-  const absl::Status& rejection() const { return rejection_; }
-
-  absl::Status CreatePod(const TrainingJob& job, const PodToCreate& pod) override {
-    absl::Status s = inner_->CreatePod(job, pod);
-    // 400/422 (or a pod BuildPod cannot make): retrying the same pod cannot succeed.
-    if (absl::IsInvalidArgument(s) && rejection_.ok()) {
-      rejection_ = absl::InvalidArgumentError(absl::StrCat("pod ", pod.name, " cannot be created: ", s.message()));
-    }
-    return Note(s);
-  }
-  absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override {
-    return Note(inner_->DeletePod(job, name, grace_ms));
-  }
-  absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override {
-    auto pods = inner_->ListPods(job);
-    Record(pods.status());
-    return pods;
-  }
-  absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override {
-    return Note(inner_->QuarantineMachine(machine_id, reason));
-  }
-  absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override {
-    return Note(inner_->RecordEvent(job, event, now));
-  }
-  absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override {
-    return Note(inner_->PersistStatus(job, status));
-  }
-  absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override {
-    auto status = inner_->LoadStatus(job);
-    Record(status.status());
-    return status;
-  }
-  std::string RendezvousDomain(const TrainingJob& job) override { return inner_->RendezvousDomain(job); }
-  absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override {
-    auto port = inner_->RendezvousPort(job);
-    Record(port.status());
-    return port;
-  }
-
- private:
-  // Keeps the round's first error; Note also passes the status on.
-  void Record(const absl::Status& s) {
-    if (!s.ok() && first_error_.ok()) first_error_ = s;
-  }
-  absl::Status Note(absl::Status s) {
-    Record(s);
-    return s;
-  }
-
-  KubeCluster* const inner_;
-  absl::Status first_error_;
-  absl::Status rejection_;
-};
-
 }  // namespace
 
 struct TrainingJobReconciler::JobEntry {
   std::string uid;
   int64_t generation = 0;
   std::string hot_update;  // the peregrine.dev/hot-update annotation (no generation bump)
-  std::unique_ptr<RoundCluster> cluster;
   std::unique_ptr<JobController> controller;
 };
 
@@ -259,14 +190,13 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     fresh->uid = job->metadata.uid;
     fresh->generation = job->metadata.generation;
     fresh->hot_update = hot_update;
-    fresh->cluster = std::make_unique<RoundCluster>(deps_.cluster);
     JobController::Options jopts;
     jopts.decision = options_.decision;
     jopts.clock = deps_.clock;
     jopts.resync_ns = absl::ToInt64Nanoseconds(options_.resync);
     jopts.agent_token = *token;
     fresh->controller =
-        std::make_unique<JobController>(*job, fresh->cluster.get(), deps_.registry, deps_.metrics, jopts);
+        std::make_unique<JobController>(*job, deps_.cluster, deps_.registry, deps_.metrics, jopts);
     if (absl::Status s = fresh->controller->Start(/*run_loop=*/false); !s.ok()) return Retryable(s);
     AgentRegistry::JobBinding binding;
     binding.spec = job->spec;
@@ -296,13 +226,13 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
 }
 
 TrainingJobReconciler::Round TrainingJobReconciler::RunRound(JobEntry& entry) {
-  entry.cluster->BeginRound();
   const auto started = std::chrono::steady_clock::now();
-  Round round;
-  round.requeue_ns = entry.controller->ReconcileOnce();
+  const JobController::RoundResult result = entry.controller->ReconcileOnce();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  round.error = entry.cluster->first_error();
-  round.rejection = entry.cluster->rejection();
+  Round round;
+  round.requeue_ns = result.requeue_after_ns;
+  round.error = result.error;
+  round.rejection = result.pod_rejected;
   deps_.metrics->ObserveReconcile(seconds, !round.error.ok());
   return round;
 }

@@ -98,20 +98,31 @@ TEST_CASE("A failed CreatePod is retried on the next round", "[unit]") {
   Harness h;
   h.Start();
   h.cluster.FailNext(FakeCluster::Method::kCreatePod, absl::UnavailableError("api server down"));
-  h.controller->ReconcileOnce();
+  const JobController::RoundResult failed = h.controller->ReconcileOnce();
+  CHECK(absl::IsUnavailable(failed.error));  // the round's error comes back as a value
+  CHECK(failed.pod_rejected.ok());           // retryable, not a refusal
   const JobStatus st = h.controller->Snapshot();
   const size_t want = st.slots.size() + st.standbys.size();
   CHECK(h.cluster.pods().size() == want - 1);  // the round went on with the other pods
 
-  h.controller->ReconcileOnce();
+  CHECK(h.controller->ReconcileOnce().error.ok());
   CHECK(h.cluster.pods().size() == want);
+}
+
+TEST_CASE("A pod the cluster refuses for good is reported as such", "[unit]") {
+  Harness h;
+  h.Start();
+  h.cluster.FailNext(FakeCluster::Method::kCreatePod, absl::InvalidArgumentError("422: spec.containers: Required"));
+  const JobController::RoundResult r = h.controller->ReconcileOnce();
+  CHECK(absl::IsInvalidArgument(r.pod_rejected));
+  CHECK_THAT(std::string(r.pod_rejected.message()), Catch::Contains("cannot be created: 422: spec.containers"));
 }
 
 TEST_CASE("A failed ListPods decides nothing that round", "[unit]") {
   Harness h;
   h.Start();
   h.cluster.FailNext(FakeCluster::Method::kListPods, absl::UnavailableError("api server down"));
-  h.controller->ReconcileOnce();
+  CHECK(absl::IsUnavailable(h.controller->ReconcileOnce().error));
   CHECK(h.cluster.pods().empty());
   CHECK_FALSE(h.cluster.persisted().has_value());
   h.controller->ReconcileOnce();
