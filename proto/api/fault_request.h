@@ -1,7 +1,7 @@
 // FaultRequest: the body of POST /api/v1/jobs/{namespace}/{name}/faults, the local
 // mode's fault injection (peregrinectl inject, the demo scenarios, tests). This is part
 // of the HTTP API's wire contract, shared by the controller and peregrinectl; what each
-// kind does is the local mode's FaultInjector (controller/local/fault_injector.h).
+// kind does is described with the local mode's FaultInjector (controller/local/fault_injector.cc).
 //
 // JSON fields: kind (kill | crash | hang | slow | jitter | nan | corrupt | sdc | nvlink |
 // link | link-corrupt | xid | nic-flap | clear), slot or machine (the target; optional
