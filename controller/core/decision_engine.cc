@@ -16,6 +16,34 @@
 #include "controller/core/standby_pool_size.h"
 #include "controller/core/stop_time_diagnosis.h"
 
+// What the decision engine does on each kind of trouble (docs/architecture.md has the
+// user-facing account):
+//   - start: one pod per machine slot plus the warm-standby pool (binomial quantile);
+//     when every slot's agent has registered, attempt 1 starts;
+//   - machine-attributed fault (the pod or its machine is gone): evict that machine,
+//     activate a ready standby in its slot, restart the others in place from the last
+//     step every rank completed, replenish the pool;
+//   - a machine-attributed inspection fault (fatal Xid, GPU lost, ECC / row remap, disk):
+//     the same as a lost machine (incident kind MachineFault);
+//   - network alarms: tolerated until faultTolerance.networkAlarmsToEvict of them fall on
+//     one machine within networkAlarmWindowSeconds, then evict (kind NetworkAlarms);
+//   - a training process exited with no machine at fault: reattempt in place; failing
+//     again before passing the failure step (maxReattempts), roll back the last code
+//     update; a user-code error (Python traceback: TypeError, ...) rolls back at once when
+//     an earlier version exists (recovery_policy.h); without one it is reattempted in
+//     place once (no diagnosis, never a replay) and, failing again before passing the
+//     failure step, the job fails (phase Failed, condition Failed/UserCodeError, the
+//     version's outcome Failed);
+//   - hot update: spec.codeVersion differs from the running code: urgent (annotation
+//     peregrine.dev/hot-update: urgent) restarts in place now, otherwise at the next
+//     failure-triggered restart or when hotUpdateWindowHours expire; rollback restores
+//     the last version that ran healthy (healthy_version_steps completed steps);
+//   - a lost agent stream alone is never acted on (needs the pod to fail too);
+//   - every signal opens an incident that waits a short triage window for corroborating
+//     signals, so one machine's death and its peers' resulting exits are one incident.
+// Agents converge level-based: each pod has a desired role and assignment; an agent that
+// runs another attempt gets a command whose id is deterministic (idempotent resends).
+
 namespace peregrine {
 namespace decision_internal {
 

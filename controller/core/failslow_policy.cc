@@ -13,6 +13,33 @@
 #include "controller/core/failslow_validation.h"
 #include "diagnosis/group_comparison.h"
 
+// How FailSlowPolicy works (Falcon-Detect, section 4). Flow, level-based (deciding again
+// on the applied result changes nothing):
+//  - tracking: each agent runs BOCD + verification per rank and reports verified changes
+//    (AgentObservation::fail_slow). When any rank of the current attempt is slow and no
+//    fail-slow is open, a finding opens (state Profiling, onset = the earliest slow
+//    iteration, severity = the largest reported) and profiling is switched on for every
+//    active agent (set_nccl_mode commands, deterministic ids);
+//  - profiling: once every rank of the layout has sent comm profiles and every TP/PP/DP
+//    communicator has at least min_collectives collectives seen by all its members, the
+//    collectives are joined across ranks by (communicator, sequence) and compared by the
+//    time each member spent in them (exit - enter, one host's clock each; no times of
+//    different hosts are compared: CompareGroups, diagnosis/group_comparison.h).
+//    Communication suspects (a group whose transfer time exceeds suspiciousGroupRatio x
+//    the median of its kind, by at least min_excess_transfer_fraction of a healthy
+//    iteration) and compute suspects (ranks that arrive last in every group they belong
+//    to) are all named: only suspect groups make a "communication" finding (ranks = the
+//    groups' ranks), only suspect ranks a "compute" finding (ranks = every slow rank),
+//    both a "compute+communication" finding (ranks = the slow ranks, group = the
+//    congested groups); machines = the machines of the slow ranks and groups. Without a
+//    verdict the comparison is retried on the next profiles;
+//  - recovery: when no rank is slow any more the finding ends (Recovered; ended_at = the
+//    latest recovery onset the agents reported, `now` when none is usable) and profiling
+//    is switched off.
+// The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold
+// "mitigate", else "replace". Mitigation is not decided here. Findings are bounded
+// (kMaxFailSlowFindings, oldest dropped).
+
 namespace peregrine {
 namespace {
 

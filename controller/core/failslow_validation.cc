@@ -13,6 +13,45 @@
 #include "absl/strings/strip.h"
 #include "diagnosis/link_rounds.h"
 
+// How a fail-slow validation runs (Falcon section 4.3; "pause by trapping NCCL calls;
+// validate: GEMM on each GPU, O(1) rounds of P2P transfers over the group's ring/tree
+// links").
+//
+// Once a fail-slow finding is localized, its suspects are checked by measurement:
+//  1. Pausing: every active agent gets set_nccl_mode(trap, profiling kept) with id
+//     "<job>-failslow-<finding>-trap-on-<pod>"; training stops at its next NCCL call.
+//  2. Gemm (all traps acknowledged): a `gemm` diagnostic (params dtype, size, iterations)
+//     on every machine of the job (gemm_every_machine, the default), or only on the
+//     machines of the suspect groups (each slow rank's TP, PP and DP groups and the named
+//     congested groups). Every machine by default because the trap already stalls every
+//     GPU of the job, so measuring all of them in parallel adds no time and gives a
+//     job-wide median, and profiling can miss a second slow GPU (its groups' lateness is
+//     masked by the first one's victims). Id "<job>-failslow-<finding>-gemm-<pod>".
+//     Judging (the rule of peregrine-linkcheck / JudgeLinkTimes, on time per GEMM =
+//     1 / throughput): a GPU is slow when its time exceeds gemm_slow_ratio (1.2) x the
+//     median over every GPU measured.
+//  3. Links: a `p2p_rounds` diagnostic on every machine of the job, one communicator over
+//     the whole job (communicator rank = global rank, rank_base = slot x gpusPerMachine,
+//     rendezvous at slot 0's address and the port recorded when validation started). The
+//     rounds cover the ring links of EVERY group of each suspect kind (the suspects' peers
+//     are the baseline): per kind, RingValidationRounds of each group, merged round by
+//     round (groups of a kind are disjoint), kinds one after the other. Judged per kind
+//     (intra-machine TP links are not compared with inter-machine DP links): a link is
+//     slow when its time (bytes / measured rate) exceeds link_slow_ratio (1.5) x the
+//     median of its kind (JudgeLinkTimes' median). Id "<job>-failslow-<finding>-links-<pod>".
+//     Both measurements run `passes` (2) times in a row and each GPU's and link's best
+//     result counts: a measurement disturbed once by other load on the host does not make
+//     a GPU or link slow, a slow one is slow every time. Each link pass rendezvouses on
+//     the candidate port observed when it starts (recorded in the status).
+//  4. Resuming: set_nccl_mode(trap off) on every active agent (id "...-trap-off-<pod>");
+//     Done when all acknowledged (or their agents are gone).
+// Verdict: "confirmed" when a GPU or a link was found slow, "not confirmed" when all
+// measured normal, "failed" (with the reason in detail) when an agent cannot trap, a
+// diagnostic fails with an error, results are missing at a phase's deadline, or the
+// attempt changes underneath; every failure path still goes through Resuming, so
+// training always continues without a restart. A diagnostic that reports not_present
+// counts as measured nothing (it never makes a GPU slow).
+
 namespace peregrine {
 namespace {
 

@@ -11,6 +11,52 @@
 #include "diagnosis/stack_aggregation.h"
 #include "diagnosis/stack_parse.h"
 
+// How HangPolicy decides (stack aggregation, ByteRobust section 5.1).
+//
+// Hang (one round):
+//  - detection: the attempt has completed at least one step, every slot's training
+//    processes are alive (pod running, agent connected, running this attempt) and the
+//    slowest rank has completed no step for
+//        timeout = max(spec.faultTolerance.hangTimeoutSeconds, hang_iterations x the
+//                      job's mean iteration time)
+//    (default max(60 s, 10 x mean iteration)). The progress watch (attempt, step, since) is
+//    persisted, so a controller restart neither forgets nor restarts the clock.
+//  - capture: a capture_stacks command goes to every active pod; its id is deterministic,
+//    "<ns>/<job>/<pod>/stacks-<investigation id>-<round>", so a controller restart re-sends
+//    the same id and the agent answers from its memory of executed commands instead of
+//    capturing twice.
+//  - aggregation: when every pod has answered (success or error) or capture_deadline has
+//    passed, the ranks' stacks are grouped (diagnosis/stack_aggregation.h). A pod that did
+//    not answer contributes no stacks, so its ranks are "<no stack captured>" and are
+//    suspects themselves. The dominant group is healthy; the smallest TP/PP/DP group whose
+//    machines cover every suspect's machine is chosen (the union of their machines when
+//    no group does).
+//  - verdict: kEvict with the chosen machine slots (the engine evicts them all through its
+//    eviction path: warm standbys where ready, new pods for the rest, every other machine
+//    restarted in place), or kReattempt when no outlier stands out (identical stacks, or
+//    no healthy majority). The verdict is repeated every round until the engine has acted
+//    on it (the attempt moved on), then the investigation is Evicted / Reattempted.
+//  - progress resumes during the capture: kResolved (the engine closes the incident with
+//    no action). Another failure (a process exit, a lost machine): kAbandoned, the
+//    engine's own paths take over.
+// MFU drop (rounds):
+//  - detection: no investigation open, training steady, and the job's mean iteration
+//    time has stayed >= mfu_drop_factor (2) x its healthy level for mfu_sustain (30 s). The
+//    healthy level is an EWMA (mfu_healthy_alpha) of the iteration times seen while not
+//    degraded, from mfu_warmup_steps into the attempt. Falcon-Detect owns the slowdowns it
+//    is working on: no rounds while a fail-slow finding is Localized, nor while one has been
+//    Profiling for less than mfu_failslow_grace (5 min); the rounds cover drops it does not
+//    report or cannot localize.
+//  - rounds: every mfu_round_interval (10 s) a capture round as above; each round flags
+//    the group holding the most suspect machines (diagnosis/mfu_rounds.h); after
+//    mfu_rounds (5) rounds the group flagged most is evicted (kEvict, kind MfuDrop) when it
+//    was flagged in at least mfu_min_flags (3) rounds, so that snapshots that catch random
+//    ranks in random places evict nothing; otherwise the investigation ends with no action
+//    (Resolved). When a machine stops training the rounds are Abandoned; when the
+//    iteration time falls back below the drop factor they are Resolved; a hang takes over
+//    (the MFU investigation is Abandoned and a Hang investigation starts).
+// Investigations are bounded (max_investigations, oldest dropped).
+
 namespace peregrine {
 namespace {
 
