@@ -10,83 +10,31 @@
 #include "controller/core/pod_health.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
+#include "tests/testing/job_fixtures.h"
+#include "tests/testing/plan_world.h"
 
 namespace peregrine {
 namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-TrainingJob DemoJob() {
-  auto job = ParseTrainingJob(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: demo}
-spec:
-  machines: 4
-  gpusPerMachine: 2
-  parallelism: {tensor: 2, pipeline: 2, data: 2}
-  codeVersion: {command: ["sim-trainer"]}
-  standby: {dailyFailureRate: 0.02, min: 1, max: 2}
-)");
-  REQUIRE(job.ok());
-  return *job;
-}
 
-// A stand-in world that applies plans the way the executor does: pods appear on their own
-// machines and their agents register and follow commands.
-struct World {
-  TrainingJob job = DemoJob();
-  JobStatus status;
-  JobObservation obs;
-  int64_t now = 1000 * kSecond;
-  int next_machine = 0;
-  std::vector<std::string> quarantined;  // machines quarantined, in order
-  // Stand-in diagnostics: what each machine's agent answers. Unless rigged, every diagnostic
-  // passes (alignment and replay with digest "good").
+// The kit's plan-applying world, with stand-in diagnostics: what each machine's agent
+// answers. Unless rigged, every diagnostic passes (alignment and replay with digest "good").
+struct World : testing::PlanWorld {
+  World() : PlanWorld(testing::DemoJob()) {}
   std::map<std::string, DiagnosticOutcome> rigged;  // "<machine>/<kind>" -> answer
   std::string corrupt_machine;  // replay groups holding it print another digest
   bool same_bad_digest = false;  // ... the same wrong digest in every group holding it
   std::string all_gather_culprit;  // every all_gather pair holding it fails
   std::set<std::string> silent;  // machines whose agents never answer diagnostics
   std::vector<CommandToSend> diagnostics_seen;
+  std::map<std::string, std::set<std::string>> replay_groups;  // this plan's: group label -> machines
+  std::map<std::string, std::set<std::string>> pairs;          // this plan's: all_gather port -> machines
 
-  PodObservation* Pod(const std::string& name) {
-    for (auto& p : obs.pods) if (p.name == name) return &p;
-    return nullptr;
-  }
-  AgentObservation* Agent(const std::string& pod) {
-    for (auto& a : obs.agents) if (a.pod == pod) return &a;
-    return nullptr;
-  }
-  JobPlan Step() {
-    obs.candidate_master_port = 30000 + static_cast<uint32_t>(status.attempt);
-    JobPlan plan = DecideJob(job, status, obs, now);
-    status = plan.status;
-    for (const QuarantineRequest& q : plan.quarantine) {  // the cluster quarantines at once
-      quarantined.push_back(q.machine_id);
-      for (Eviction& e : status.evicted) {
-        if (e.machine_id == q.machine_id) e.quarantined = true;
-      }
-    }
-    for (const PodToCreate& c : plan.create_pods) {
-      if (Pod(c.name)) continue;
-      const std::string machine = "local-" + std::to_string(next_machine++);
-      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0});
-      AgentObservation a;
-      a.pod = c.name;
-      a.machine_id = machine;
-      a.connected = true;
-      a.registered_as_standby = c.role == PodRole::kStandby;
-      a.self_check_passed = true;
-      a.phase = AgentTrainingPhase::kIdle;
-      obs.agents.push_back(a);
-    }
-    for (const PodToDelete& d : plan.delete_pods) {
-      std::erase_if(obs.pods, [&](const PodObservation& p) { return p.name == d.name; });
-      std::erase_if(obs.agents, [&](const AgentObservation& a) { return a.pod == d.name; });
-    }
-    std::map<std::string, std::set<std::string>> replay_groups;  // group label -> machines
-    std::map<std::string, std::set<std::string>> pairs;          // all_gather port -> machines
+  void OnPlan(const JobPlan& plan) override {
+    replay_groups.clear();
+    pairs.clear();
     for (const CommandToSend& c : plan.commands) {
       if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == "replay") {
         replay_groups[c.diagnostic.params.at("group")].insert(Agent(c.pod)->machine_id);
@@ -95,45 +43,31 @@ struct World {
         pairs[c.diagnostic.params.at("master_port")].insert(Agent(c.pod)->machine_id);
       }
     }
-    for (const CommandToSend& c : plan.commands) {
-      AgentObservation* a = Agent(c.pod);
-      REQUIRE(a != nullptr);
-      if (c.kind == CommandKind::kStop) {
-        a->phase = AgentTrainingPhase::kIdle;
-        a->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, std::nullopt, false, {}};
-        continue;
-      }
-      if (c.kind == CommandKind::kRunDiagnostic) {
-        diagnostics_seen.push_back(c);
-        if (silent.count(a->machine_id)) {
-          a->pending_command_ids.push_back(c.id);
-          continue;
-        }
-        DiagnosticOutcome d;
-        d.kind = c.diagnostic.kind;
-        d.passed = true;
-        d.machine_id = a->machine_id;
-        if (d.kind == "alignment") d.digest = "good";
-        if (d.kind == "replay") {
-          d.digest = replay_groups[c.diagnostic.params.at("group")].count(corrupt_machine)
-                         ? (same_bad_digest ? std::string("bad") : "bad-" + c.diagnostic.params.at("group"))
-                         : "good";
-        }
-        if (auto it = rigged.find(a->machine_id + "/" + d.kind); it != rigged.end()) d = it->second;
-        if (d.kind == "all_gather" && pairs[c.diagnostic.params.at("master_port")].count(all_gather_culprit)) {
-          d.passed = false;  // both members of a pair with the culprit see wrong contributions
-          d.detail = "contributions arrived wrong";
-        }
-        a->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, d, false, {}};
-        continue;
-      }
-      a->attempt = c.assignment.attempt;
-      a->phase = AgentTrainingPhase::kRunning;
-      a->registered_as_standby = false;
-      a->exits.clear();
-      a->rank_steps.clear();
+  }
+  bool OnCommand(const CommandToSend& c, AgentObservation& a) override {
+    if (c.kind != CommandKind::kRunDiagnostic) return false;
+    diagnostics_seen.push_back(c);
+    if (silent.count(a.machine_id)) {
+      a.pending_command_ids.push_back(c.id);
+      return true;
     }
-    return plan;
+    DiagnosticOutcome d;
+    d.kind = c.diagnostic.kind;
+    d.passed = true;
+    d.machine_id = a.machine_id;
+    if (d.kind == "alignment") d.digest = "good";
+    if (d.kind == "replay") {
+      d.digest = replay_groups[c.diagnostic.params.at("group")].count(corrupt_machine)
+                     ? (same_bad_digest ? std::string("bad") : "bad-" + c.diagnostic.params.at("group"))
+                     : "good";
+    }
+    if (auto it = rigged.find(a.machine_id + "/" + d.kind); it != rigged.end()) d = it->second;
+    if (d.kind == "all_gather" && pairs[c.diagnostic.params.at("master_port")].count(all_gather_culprit)) {
+      d.passed = false;  // both members of a pair with the culprit see wrong contributions
+      d.detail = "contributions arrived wrong";
+    }
+    a.command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, d, false, {}};
+    return true;
   }
   // Steps until a running stop-time diagnosis has its verdict; returns the last plan.
   JobPlan Settle() {
@@ -144,14 +78,6 @@ struct World {
     }
     REQUIRE_FALSE(status.diagnosis.has_value());
     return plan;
-  }
-  void Progress(uint64_t step) {
-    for (const SlotStatus& slot : status.slots) {
-      AgentObservation* a = Agent(slot.pod);
-      if (!a) continue;
-      for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) a->rank_steps[r] = step;
-      a->mean_iteration_seconds = 0.1;
-    }
   }
 };
 

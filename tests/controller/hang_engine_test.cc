@@ -10,6 +10,7 @@
 #include "controller/core/hang_policy.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
+#include "tests/testing/plan_world.h"
 
 namespace peregrine {
 namespace {
@@ -44,63 +45,16 @@ ProcessStack Stack(int pid, const std::vector<std::string>& innermost_first) {
   return p;
 }
 
-// Applies plans the way the executor does (pods appear, agents follow commands).
-struct World {
-  TrainingJob job = HangJob();
-  JobStatus status;
-  JobObservation obs;
-  int64_t now = 1000 * kSecond;
-  int next_machine = 0;
+// The kit's plan-applying world; stack captures stay pending until AnswerCaptures.
+struct World : testing::PlanWorld {
+  World() : PlanWorld(HangJob(), "m") { port_per_attempt = false; }
   std::vector<CommandToSend> captures;  // every capture command sent
 
-  AgentObservation* Agent(const std::string& pod) {
-    for (auto& a : obs.agents) {
-      if (a.pod == pod) return &a;
-    }
-    return nullptr;
-  }
-  JobPlan Step() {
-    obs.candidate_master_port = 30000;
-    JobPlan plan = DecideJob(job, status, obs, now);
-    status = plan.status;
-    for (const PodToCreate& c : plan.create_pods) {
-      const std::string machine = "m" + std::to_string(next_machine++);
-      obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0});
-      AgentObservation a;
-      a.pod = c.name;
-      a.machine_id = machine;
-      a.connected = true;
-      a.registered_as_standby = c.role == PodRole::kStandby;
-      a.self_check_passed = true;
-      a.phase = AgentTrainingPhase::kIdle;
-      obs.agents.push_back(a);
-    }
-    for (const PodToDelete& d : plan.delete_pods) {
-      std::erase_if(obs.pods, [&](const PodObservation& p) { return p.name == d.name; });
-      std::erase_if(obs.agents, [&](const AgentObservation& a) { return a.pod == d.name; });
-    }
-    for (const CommandToSend& c : plan.commands) {
-      AgentObservation* a = Agent(c.pod);
-      REQUIRE(a != nullptr);
-      if (c.kind == CommandKind::kCaptureStacks) {
-        captures.push_back(c);
-        a->pending_command_ids.push_back(c.id);
-        continue;
-      }
-      a->attempt = c.assignment.attempt;
-      a->phase = AgentTrainingPhase::kRunning;
-      a->registered_as_standby = false;
-      a->rank_steps.clear();
-    }
-    return plan;
-  }
-  void Progress(uint64_t step) {
-    for (const SlotStatus& slot : status.slots) {
-      AgentObservation* a = Agent(slot.pod);
-      if (!a) continue;
-      for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) a->rank_steps[r] = step;
-      a->mean_iteration_seconds = 0.1;
-    }
+  bool OnCommand(const CommandToSend& c, AgentObservation& a) override {
+    if (c.kind != CommandKind::kCaptureStacks) return false;
+    captures.push_back(c);
+    a.pending_command_ids.push_back(c.id);
+    return true;
   }
   // The agents answer every outstanding capture: slot 2 (stage 1 of dp 0) hung in its
   // compute, slot 0 waits for its gradients, slots 1 and 3 in the DP all-reduce.
