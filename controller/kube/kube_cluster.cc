@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/kube/json_fields.h"
 #include "controller/status_json.h"
 
 // What each method does against the API server:
@@ -32,22 +33,8 @@ namespace peregrine {
 namespace {
 
 using nlohmann::json;
-
-std::string Str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const json* Path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
+using kube::Path;
+using kube::Str;
 
 std::string NewToken() {
   std::random_device rd;

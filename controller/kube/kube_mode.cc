@@ -30,6 +30,7 @@
 #include "controller/kube/kube_cluster.h"
 #include "controller/kube/reconcile_result.h"
 #include "controller/kube/trainingjob_reconciler.h"
+#include "controller/kube/json_fields.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 
@@ -69,18 +70,9 @@ namespace peregrine {
 namespace {
 
 using nlohmann::json;
+using kube::Path;
+using kube::Str;
 
-
-const json* Path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
 
 // API request metrics and the counts the tests read. Lease requests are counted in the
 // metrics but not in the test counts (they are the elector's, not the reconciler's).

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "controller/job_parser.h"
 #include "controller/kube/resources.h"
+#include "controller/kube/json_fields.h"
 
 // The pod BuildPod makes from the TrainingJob's spec.template (a PodTemplateSpec):
 //   - an init container (PodBuildOptions::agent_image) copies the agent's files into an
@@ -31,6 +32,8 @@ namespace peregrine {
 namespace {
 
 using nlohmann::json;
+using kube::Path;
+using kube::Str;
 
 constexpr char kAgentBinDir[] = "/peregrine";
 constexpr char kAgentBinary[] = "/peregrine/bin/peregrine-agent";
@@ -54,22 +57,6 @@ void PutNamed(json& list, json item) {
     }
   }
   list.push_back(std::move(item));
-}
-
-std::string Str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const json* Path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
 }
 
 // A resource quantity that is a plain non-negative integer (8 or "8"); nullopt otherwise

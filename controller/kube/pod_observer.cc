@@ -5,27 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "controller/kube/json_fields.h"
 
 namespace peregrine {
 namespace {
 
 using nlohmann::json;
-
-std::string Str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const json* Path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
+using kube::Path;
+using kube::Str;
 
 // Why a terminated pod stopped: the first terminated container's reason and exit code,
 // else the pod's own reason/message.

@@ -15,6 +15,7 @@
 #include "controller/job_parser.h"
 #include "controller/kube/resources.h"
 #include "controller/status_json.h"
+#include "controller/kube/json_fields.h"
 
 // One Reconcile(key), in order:
 //   - not the leader: nothing (gaining the Lease enqueues every job again);
@@ -47,20 +48,11 @@ namespace peregrine {
 namespace {
 
 using nlohmann::json;
+using kube::Path;
+using kube::Str;
 
 constexpr char kInvalidSpec[] = "InvalidSpec";
 constexpr char kPodRejected[] = "PodRejected";
-
-const json* Path(const json& j, std::initializer_list<const char*> keys) {
-  const json* cur = &j;
-  for (const char* k : keys) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(k);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
 
 bool Deleting(const json& object) {
   const json* ts = Path(object, {"metadata", "deletionTimestamp"});
