@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "agent/failslow_monitor.h"
-#include "tests/nccl_hook/probe_process.h"
+#include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
 namespace {

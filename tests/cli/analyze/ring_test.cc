@@ -13,7 +13,7 @@
 
 #include "sim/fault/fault_control.h"
 #include "tests/cli/analyze/analyze_test_util.h"
-#include "tests/nccl_hook/probe_process.h"
+#include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
 namespace {

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "agent/nccl_ring/ring_reader.h"
-#include "tests/nccl_hook/probe_process.h"
+#include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
 namespace {

@@ -3,8 +3,8 @@
 // helper that sends one RunDiagnostic to one agent and waits for its CommandResult.
 // Everything is torn down on scope exit (agents SIGTERMed, then every descendant killed by
 // the DescendantGuard the tests hold; temporary files removed). Tests only.
-#ifndef PEREGRINE_TESTS_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_
-#define PEREGRINE_TESTS_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_
+#ifndef PEREGRINE_TESTS_AGENT_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_
+#define PEREGRINE_TESTS_AGENT_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_
 
 #include <signal.h>
 #include <stdlib.h>
@@ -306,4 +306,4 @@ inline std::vector<uint32_t> FailedRanks(const v1::DiagnosticResult& r) {
 
 }  // namespace peregrine::diagtest
 
-#endif  // PEREGRINE_TESTS_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_
+#endif  // PEREGRINE_TESTS_AGENT_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/diagnostics/diagnostic_invocation.h"
 #include "agent/diagnostics/rank_processes.h"
-#include "tests/diagnostics/diagnostics_test_util.h"
+#include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {
 namespace {

@@ -9,7 +9,7 @@
 #include "agent/nccl_ring/ring_format.h"
 #include "agent/nccl_ring/ring_reader.h"
 #include "nccl.h"
-#include "tests/nccl_hook/probe_process.h"
+#include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
 namespace {

@@ -1,8 +1,8 @@
 // Test helpers for the nccl_hook suite: the paths of the hook and probe, and a child
 // process started with posix_spawn (own environment, stdout/stderr to a file),
 // killed and reaped on destruction if still running.
-#ifndef PEREGRINE_TESTS_NCCL_HOOK_PROBE_PROCESS_H_
-#define PEREGRINE_TESTS_NCCL_HOOK_PROBE_PROCESS_H_
+#ifndef PEREGRINE_TESTS_AGENT_NCCL_HOOK_PROBE_PROCESS_H_
+#define PEREGRINE_TESTS_AGENT_NCCL_HOOK_PROBE_PROCESS_H_
 
 #include <fcntl.h>
 #include <signal.h>
@@ -118,4 +118,4 @@ class Child {
 
 }  // namespace peregrine::testing
 
-#endif  // PEREGRINE_TESTS_NCCL_HOOK_PROBE_PROCESS_H_
+#endif  // PEREGRINE_TESTS_AGENT_NCCL_HOOK_PROBE_PROCESS_H_

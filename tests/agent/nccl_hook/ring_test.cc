@@ -15,7 +15,7 @@
 
 #include "agent/nccl_ring/ring_format.h"
 #include "agent/nccl_ring/ring_reader.h"
-#include "tests/nccl_hook/probe_process.h"
+#include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
 namespace {

@@ -3,7 +3,7 @@
 // idempotency by id, one diagnostic at a time and the timeout.
 #include <fstream>
 
-#include "tests/diagnostics/diagnostics_test_util.h"
+#include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {
 namespace {

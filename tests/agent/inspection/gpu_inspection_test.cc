@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/inspection/test_util.h"
+#include "tests/agent/inspection/test_util.h"
 
 namespace peregrine {
 namespace {

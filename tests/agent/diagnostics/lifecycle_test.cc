@@ -3,7 +3,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "tests/diagnostics/diagnostics_test_util.h"
+#include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {
 namespace {
