@@ -149,6 +149,28 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   }
 }
 
+// The controller's JSON answer when it is a 200. Otherwise prints why not (unreachable; not
+// JSON: `not_json` and the parser's message; the controller's {"error": ...}) and returns
+// nullopt.
+std::optional<nlohmann::json> JsonAnswer(const httplib::Result& res, const std::string& url, const char* not_json,
+                                         std::ostream& err) {
+  if (!res) {
+    err << "peregrinectl: cannot reach the controller at " << url << ": " << httplib::to_string(res.error()) << "\n";
+    return std::nullopt;
+  }
+  try {
+    nlohmann::json j = nlohmann::json::parse(res->body);
+    if (res->status != 200) {
+      err << "peregrinectl: " << j.value("error", res->body) << "\n";
+      return std::nullopt;
+    }
+    return j;
+  } catch (const std::exception& e) {
+    err << "peregrinectl: " << not_json << ": " << e.what() << "\n";
+    return std::nullopt;
+  }
+}
+
 // POSTs a code update; prints the controller's message.
 int Update(const Args& a, httplib::Client& client, const std::string& url, const std::string& path,
            std::ostream& out, std::ostream& err) {
@@ -244,20 +266,13 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   const std::string path = absl::StrCat("/api/v1/jobs/", ns, "/", name);
 
   if (a.command == "status") {
-    auto res = client.Get(path.c_str());
-    if (!res) {
-      err << "peregrinectl: cannot reach the controller at " << *url << ": " << httplib::to_string(res.error()) << "\n";
-      return 1;
-    }
+    constexpr char kNotStatus[] = "the controller answered something that is not a job status";
+    const std::optional<nlohmann::json> j = JsonAnswer(client.Get(path.c_str()), *url, kNotStatus, err);
+    if (!j) return 1;
     try {
-      const auto j = nlohmann::json::parse(res->body);
-      if (res->status != 200) {
-        err << "peregrinectl: " << j.value("error", res->body) << "\n";
-        return 1;
-      }
-      PrintStatus(j, out);
+      PrintStatus(*j, out);
     } catch (const std::exception& e) {
-      err << "peregrinectl: the controller answered something that is not a job status: " << e.what() << "\n";
+      err << "peregrinectl: " << kNotStatus << ": " << e.what() << "\n";
       return 1;
     }
     return 0;
@@ -307,20 +322,14 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     err << "peregrinectl: " << parsed.status().message() << "\n";
     return 2;
   }
-  auto res = client.Post(absl::StrCat(path, "/faults").c_str(), body, "application/json");
-  if (!res) {
-    err << "peregrinectl: cannot reach the controller at " << *url << ": " << httplib::to_string(res.error()) << "\n";
-    return 1;
-  }
+  constexpr char kUnexpected[] = "unexpected answer";
+  const std::optional<nlohmann::json> j =
+      JsonAnswer(client.Post(absl::StrCat(path, "/faults").c_str(), body, "application/json"), *url, kUnexpected, err);
+  if (!j) return 1;
   try {
-    const auto j = nlohmann::json::parse(res->body);
-    if (res->status != 200) {
-      err << "peregrinectl: " << j.value("error", res->body) << "\n";
-      return 1;
-    }
-    out << j.value("result", "") << "\n";
+    out << j->value("result", "") << "\n";
   } catch (const std::exception& e) {
-    err << "peregrinectl: unexpected answer: " << e.what() << "\n";
+    err << "peregrinectl: " << kUnexpected << ": " << e.what() << "\n";
     return 1;
   }
   return 0;
