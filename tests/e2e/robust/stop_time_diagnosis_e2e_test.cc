@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "controller/core/loss_monitor.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {
@@ -185,12 +186,18 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
 // job completes.
 TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-phase replay locates it", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
+  // Long enough that the spike, seen after the warm-up, is still mid-run when the 1 s triage
+  // window ends (about 80 steps a second here).
+  const TrainingJob job = ShortDemoJob(400);
   auto started = LocalMode::Start(job, Options(dir.path()));
   REQUIRE(started.ok());
   ModeGuard mode{std::move(*started)};
+  // The loss monitor judges spikes only once its reference holds kLossWarmupSteps steps
+  // (one per controller round at most): injecting before that, on a fast job, would make the
+  // corrupted grad-norms the reference itself.
   REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 &&
+           s.loss_reference.grad_norms.size() >= kLossWarmupSteps;
   }));
   const JobStatus before = mode->controller().Snapshot();
   const std::string bad = before.slots[1].machine_id;
@@ -235,7 +242,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
   for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 120);
+  CHECK(st.last_completed_step >= 400);
 }
 
 // A crash with no culprit while one machine carries a persistent fault that only one
@@ -245,7 +252,9 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
 // (a standby takes slot 1), leave every other machine in place and complete the job.
 void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::string& deciding_stage) {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
+  // Long enough that the spike, seen after the warm-up, is still mid-run when the 1 s triage
+  // window ends (about 80 steps a second here).
+  const TrainingJob job = ShortDemoJob(400);
   auto started = LocalMode::Start(job, Options(dir.path()));
   REQUIRE(started.ok());
   ModeGuard mode{std::move(*started)};
@@ -299,7 +308,7 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   CHECK(EvictedMachines(st) == std::set<std::string>{bad});
   CHECK(st.slots[1].machine_id != bad);
   for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 120);
+  CHECK(st.last_completed_step >= 400);
 }
 
 // A bad NVLink (payloads between GPUs of one machine corrupted): EUD (single-GPU
