@@ -35,7 +35,7 @@ TEST_CASE("UserCodeError recognises Python tracebacks ending in user-code errors
 }
 
 std::vector<std::string> Sample(const std::string& name) {
-  std::ifstream in(std::string(PEREGRINE_SOURCE_DIR "/tests/controller/testdata/tracebacks/") + name + ".txt");
+  std::ifstream in(std::string(PEREGRINE_SOURCE_DIR "/tests/controller/core/testdata/tracebacks/") + name + ".txt");
   REQUIRE(in);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);

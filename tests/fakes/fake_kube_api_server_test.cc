@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/kube_api_server/test_client.h"
+#include "tests/fakes/test_client.h"
 
 namespace peregrine::testing {
 namespace {
