@@ -13,8 +13,8 @@
 #include <functional>
 #include <memory>
 
+#include "base/clock.h"
 #include "controller/agent_registry.h"
-#include "controller/clock.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 
 namespace peregrine {

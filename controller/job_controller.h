@@ -28,8 +28,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "controller/agent_registry.h"
-#include "controller/clock.h"
 #include "controller/cluster.h"
 #include "controller/controller_metrics.h"
 #include "controller/core/decision_engine.h"

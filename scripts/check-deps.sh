@@ -13,18 +13,19 @@ cd "${root}"
 # Folder (longest prefix wins) -> the include prefixes it may use besides its own folder.
 # "peregrine/v1/" is the generated gRPC/protobuf code of proto/.
 declare -A allowed=(
+  [base]=""
   [proto/api]=""
   [diagnosis]=""
   [diagnosis/tools]="diagnosis/"
   [checkpoint]="diagnosis/ proto/ peregrine/v1/"
   [controller/core]="diagnosis/ checkpoint/"
-  [controller]="controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
-  [controller/kube]="controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
-  [controller/local]="controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/ sim/fault/"
+  [controller]="base/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
+  [controller/kube]="base/ controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
+  [controller/local]="base/ controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/ sim/fault/"
   [cli]="diagnosis/ proto/api/ agent/nccl_ring/"
   [agent/nccl_ring]="diagnosis/"
   [agent/nccl_hook]="agent/nccl_ring/"
-  [agent]="proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/"
+  [agent]="base/ proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/"
   [sim]="diagnosis/parallel_layout.h diagnosis/tools/nccl_rendezvous.h diagnosis/tools/standin_device.h"
 )
 # Files that wire the adapters together (main): they may also use these.
@@ -35,7 +36,7 @@ declare -A main_extra=(
 # threads and clocks.
 impure='^(<(thread|mutex|shared_mutex|condition_variable|future|chrono|fstream|filesystem|sys/socket\.h|netinet/.*|unistd\.h|grpcpp/.*|httplib\.h|yaml-cpp/.*|nlohmann/.*|prometheus/.*)>|"(absl/synchronization/|absl/time/clock\.h|peregrine/v1/|proto/))'
 # Our top-level folders: an include starting with one of these is one of ours.
-ours='^(proto|diagnosis|checkpoint|controller|cli|agent|sim|tests|bench|peregrine/v1)/'
+ours='^(base|proto|diagnosis|checkpoint|controller|cli|agent|sim|tests|bench|peregrine/v1)/'
 
 folder_of() {  # the longest key of `allowed` that is a folder prefix of $1
   local f="$1" best=""

@@ -38,7 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 #include "controller/kube/rest_client.h"
 
 namespace peregrine::kube {

@@ -1,7 +1,5 @@
 #include "controller/kube/kube_command.h"
 
-#include "controller/clock.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -9,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/clock.h"
 #include "controller/kube/config.h"
 
 namespace peregrine {

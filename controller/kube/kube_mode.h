@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 #include "controller/core/decision_engine.h"
 #include "controller/kube/config.h"
 #include "controller/kube/resources.h"

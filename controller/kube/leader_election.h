@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 #include "controller/kube/rest_client.h"
 
 namespace peregrine::kube {

@@ -37,7 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 #include "controller/kube/config.h"
 
 namespace peregrine::kube {

@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 
 namespace peregrine::kube {
 

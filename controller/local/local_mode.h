@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "controller/local/fault_injector.h"
-#include "controller/clock.h"
 #include "controller/job_controller.h"
 #include "controller/core/job_spec.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "controller/agent_registry.h"
-#include "controller/clock.h"
 #include "controller/controller_metrics.h"
 #include "tests/testing/fake_cluster.h"
 #include "tests/testing/job_fixtures.h"

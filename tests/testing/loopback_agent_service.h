@@ -12,9 +12,9 @@
 #include <memory>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
-#include "controller/clock.h"
 
 namespace peregrine::testing {
 

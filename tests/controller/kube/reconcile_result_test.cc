@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/status/status.h"
-#include "controller/clock.h"
+#include "base/clock.h"
 #include "controller/kube/work_queue.h"
 
 namespace peregrine::kube {

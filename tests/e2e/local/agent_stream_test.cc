@@ -8,9 +8,9 @@
 #include <chrono>
 #include <thread>
 
+#include "base/clock.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
-#include "controller/clock.h"
 #include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "tests/testing/eventually.h"

@@ -1,8 +1,8 @@
 // Time and randomness as interfaces: the one time source of the controller's executor and
-// adapters (job controller, agent service, Kubernetes client loops: informer backoff,
-// work-queue delays, leader-election renewals), injected everywhere so that they run
-// deterministically in tests. Nothing outside this file and main reads the system clock;
-// the pure core gets the time as a parameter (Unix nanoseconds, Clock::UnixNanos()).
+// adapters (job controller, agent service, Kubernetes client loops) and of the agent (its
+// control loop, supervisor and stop-time diagnostics), injected everywhere so that they run
+// deterministically in tests. Nothing outside this file and the mains reads the system
+// clock; the pure code gets the time as a parameter (Unix nanoseconds, Clock::UnixNanos()).
 //
 // Contract: Clock::Now() is monotone for a given clock. WaitWithDeadline() blocks the
 // caller on `cv` (with `mu` held on entry and on return) until the condition variable is
@@ -12,8 +12,8 @@
 // Thread safety: every implementation here is thread-safe. RealClock() returns a
 // process-wide instance that lives forever; ManualClock is owned by its creator and must
 // outlive every user.
-#ifndef PEREGRINE_CONTROLLER_CLOCK_H_
-#define PEREGRINE_CONTROLLER_CLOCK_H_
+#ifndef PEREGRINE_BASE_CLOCK_H_
+#define PEREGRINE_BASE_CLOCK_H_
 
 #include <cstdint>
 #include <random>
@@ -72,4 +72,4 @@ class SeededRandom : public Random {
 
 }  // namespace peregrine
 
-#endif  // PEREGRINE_CONTROLLER_CLOCK_H_
+#endif  // PEREGRINE_BASE_CLOCK_H_

@@ -1,4 +1,4 @@
-#include "controller/clock.h"
+#include "base/clock.h"
 
 #include <algorithm>
 
