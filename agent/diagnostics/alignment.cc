@@ -64,27 +64,11 @@ DiagnosticResultOr RunAlignment(const DiagnosticInvocation& inv) {
   }
   absl::StatusOr<int> port = PickFreePort();
   if (!port.ok()) return port.status();
-  const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
-  std::vector<DiagnosticProcess> processes;
-  for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = TrainingEnvironment(inv);
-    env["RANK"] = absl::StrCat(g);
-    env["WORLD_SIZE"] = absl::StrCat(inv.gpus);
-    env["LOCAL_RANK"] = absl::StrCat(g);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
-    env["MASTER_ADDR"] = "127.0.0.1";
-    env["MASTER_PORT"] = absl::StrCat(*port);
-    env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
-    env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
-    processes.push_back(DiagnosticProcess{g,
-                                          {*trainer, "--reference-step", "--seed", absl::StrCat(o->seed), "--steps",
-                                           absl::StrCat(o->steps), "--init-timeout-s",
-                                           absl::StrCat(std::max<int64_t>(1, left_ms / 1000))},
-                                          FlattenEnv(env)});
-  }
-  RunProcessesOptions options;
-  options.deadline = inv.deadline;
-  absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses(processes, options);
+  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  absl::StatusOr<DiagnosticProcessesOutcome> run =
+      RunRanks(inv, {0, inv.gpus, "127.0.0.1", *port}, left_ms,
+               {*trainer, "--reference-step", "--seed", absl::StrCat(o->seed), "--steps", absl::StrCat(o->steps),
+                "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000))});
   if (!run.ok()) {
     result.set_passed(false);
     result.set_detail(absl::StrCat("alignment: cannot start the reference step: ", run.status().message()));

@@ -61,27 +61,12 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     result.set_detail(absl::StrCat(where, ": ", tool.status().message()));
     return result;
   }
-  const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
-  std::vector<DiagnosticProcess> processes;
-  for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = TrainingEnvironment(inv);
-    env["RANK"] = absl::StrCat(plan.comm_rank_base + g);
-    env["WORLD_SIZE"] = absl::StrCat(plan.world);
-    env["LOCAL_RANK"] = absl::StrCat(g);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
-    env["MASTER_ADDR"] = plan.master_addr;
-    env["MASTER_PORT"] = absl::StrCat(plan.master_port);
-    env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
-    env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
-    processes.push_back(DiagnosticProcess{g,
-                                          {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes), "--repeats", "5",
-                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000)),
-                                           "--device-buffers", inv.InStandInCluster() ? "off" : "auto"},
-                                          FlattenEnv(env)});
-  }
-  RunProcessesOptions options;
-  options.deadline = inv.deadline;
-  absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses(processes, options);
+  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  absl::StatusOr<DiagnosticProcessesOutcome> run =
+      RunRanks(inv, {plan.comm_rank_base, plan.world, plan.master_addr, plan.master_port}, left_ms,
+               {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes), "--repeats", "5", "--init-timeout-s",
+                absl::StrCat(std::max<int64_t>(1, left_ms / 1000)), "--device-buffers",
+                inv.InStandInCluster() ? "off" : "auto"});
   if (!run.ok()) {
     result.set_passed(false);
     result.set_detail(absl::StrCat(where, ": cannot start peregrine-nccl-check: ", run.status().message()));

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -36,6 +37,24 @@ std::string DiagnosticInvocation::TimedOutDetail() const {
 std::map<std::string, std::string> TrainingEnvironment(const DiagnosticInvocation& inv) {
   std::map<std::string, std::string> env = inv.env;
   for (const auto& [k, v] : inv.code_env) env[k] = v;
+  return env;
+}
+
+int64_t NcclTimeoutMs(const DiagnosticInvocation& inv, absl::Time now) {
+  return std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - now));
+}
+
+std::map<std::string, std::string> RankEnvironment(const DiagnosticInvocation& inv, const RankWorld& world, int gpu,
+                                                   int64_t nccl_timeout_ms) {
+  std::map<std::string, std::string> env = TrainingEnvironment(inv);
+  env["RANK"] = absl::StrCat(world.rank_base + gpu);
+  env["WORLD_SIZE"] = absl::StrCat(world.world);
+  env["LOCAL_RANK"] = absl::StrCat(gpu);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
+  env["MASTER_ADDR"] = world.master_addr;
+  env["MASTER_PORT"] = absl::StrCat(world.master_port);
+  env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
+  env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(nccl_timeout_ms);
   return env;
 }
 

@@ -9,6 +9,7 @@
 #ifndef PEREGRINE_AGENT_DIAGNOSTICS_DIAGNOSTIC_INVOCATION_H_
 #define PEREGRINE_AGENT_DIAGNOSTICS_DIAGNOSTIC_INVOCATION_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,25 @@ struct DiagnosticInvocation {
 // env (as training gets it: the job's LD_LIBRARY_PATH, NCCL_* settings...). Callers add the
 // per-rank variables.
 std::map<std::string, std::string> TrainingEnvironment(const DiagnosticInvocation& inv);
+
+// The NCCL world the processes of a kind join, one rank per local GPU: local GPU g is
+// communicator rank rank_base + g of `world`, meeting at master_addr:master_port.
+struct RankWorld {
+  int64_t rank_base = 0;
+  int64_t world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+
+// How long the NCCL ranks a kind starts at `now` may wait for their peers: the time left
+// until inv.deadline, at least one second.
+int64_t NcclTimeoutMs(const DiagnosticInvocation& inv, absl::Time now);
+
+// The environment of local GPU `gpu` as a rank of `world`: TrainingEnvironment(inv) plus
+// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (inv.gpus), MASTER_ADDR and
+// MASTER_PORT, PEREGRINE_MACHINE_ID and PEREGRINE_NCCL_TIMEOUT_MS (nccl_timeout_ms).
+std::map<std::string, std::string> RankEnvironment(const DiagnosticInvocation& inv, const RankWorld& world, int gpu,
+                                                   int64_t nccl_timeout_ms);
 
 // `name` in tools_dir when it is there, else on the PATH of `env`; NotFound otherwise.
 absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std::string& name);

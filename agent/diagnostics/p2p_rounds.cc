@@ -25,27 +25,12 @@ DiagnosticResultOr RunP2pRounds(const DiagnosticInvocation& inv) {
     result.set_detail(absl::StrCat("p2p_rounds: ", tool.status().message()));
     return result;
   }
-  const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
-  std::vector<DiagnosticProcess> processes;
-  for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = TrainingEnvironment(inv);
-    env["RANK"] = absl::StrCat(o->rank_base + g);
-    env["WORLD_SIZE"] = absl::StrCat(o->ranks);
-    env["LOCAL_RANK"] = absl::StrCat(g);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
-    env["MASTER_ADDR"] = o->master_addr;
-    env["MASTER_PORT"] = absl::StrCat(o->master_port);
-    env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
-    env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
-    processes.push_back(DiagnosticProcess{g,
-                                          {*tool, "--plan", o->rounds, "--bytes", absl::StrCat(o->bytes), "--all-ranks",
-                                           "--init-timeout-s", absl::StrCat(std::max<int64_t>(1, left_ms / 1000)),
-                                           "--device-buffers", inv.InStandInCluster() ? "off" : "auto"},
-                                          FlattenEnv(env)});
-  }
-  RunProcessesOptions options;
-  options.deadline = inv.deadline;
-  absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses(processes, options);
+  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  absl::StatusOr<DiagnosticProcessesOutcome> run =
+      RunRanks(inv, {o->rank_base, o->ranks, o->master_addr, o->master_port}, left_ms,
+               {*tool, "--plan", o->rounds, "--bytes", absl::StrCat(o->bytes), "--all-ranks", "--init-timeout-s",
+                absl::StrCat(std::max<int64_t>(1, left_ms / 1000)), "--device-buffers",
+                inv.InStandInCluster() ? "off" : "auto"});
   if (!run.ok()) return run.status();
   std::vector<std::string> problems;
   if (run->timed_out) problems.push_back(inv.TimedOutDetail());

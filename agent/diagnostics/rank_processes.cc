@@ -71,4 +71,15 @@ absl::StatusOr<DiagnosticProcessesOutcome> RunProcesses(const std::vector<Diagno
   return outcome;
 }
 
+absl::StatusOr<DiagnosticProcessesOutcome> RunRanks(const DiagnosticInvocation& inv, const RankWorld& world,
+                                                    int64_t nccl_timeout_ms, const std::vector<std::string>& argv) {
+  std::vector<DiagnosticProcess> processes;
+  for (int g = 0; g < inv.gpus; ++g) {
+    processes.push_back(DiagnosticProcess{g, argv, FlattenEnv(RankEnvironment(inv, world, g, nccl_timeout_ms))});
+  }
+  RunProcessesOptions options;
+  options.deadline = inv.deadline;
+  return RunProcesses(processes, options);
+}
+
 }  // namespace peregrine

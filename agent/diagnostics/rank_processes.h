@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/diagnostics/diagnostic_invocation.h"
 
 namespace peregrine {
 
@@ -50,6 +51,12 @@ struct RunProcessesOptions {
 // An error when a process cannot be started (nothing is left running then).
 absl::StatusOr<DiagnosticProcessesOutcome> RunProcesses(const std::vector<DiagnosticProcess>& processes,
                                                         const RunProcessesOptions& options);
+
+// Runs `argv` once per local GPU of `inv` until inv.deadline, GPU g as rank
+// world.rank_base + g of `world` (the environment of RankEnvironment, NCCL timeout
+// nccl_timeout_ms), through RunProcesses; its outcome or its error.
+absl::StatusOr<DiagnosticProcessesOutcome> RunRanks(const DiagnosticInvocation& inv, const RankWorld& world,
+                                                    int64_t nccl_timeout_ms, const std::vector<std::string>& argv);
 
 }  // namespace peregrine
 

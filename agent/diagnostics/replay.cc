@@ -70,25 +70,18 @@ DiagnosticResultOr RunReplay(const DiagnosticInvocation& inv) {
     return absl::FailedPreconditionError("replay: this agent holds no assignment with a training command");
   }
   v1::DiagnosticResult result = NewResult(inv);
-  const int64_t left_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(inv.deadline - absl::Now()));
+  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
   std::vector<DiagnosticProcess> processes;
   for (int g = 0; g < inv.gpus; ++g) {
-    std::map<std::string, std::string> env = TrainingEnvironment(inv);
-    env["RANK"] = absl::StrCat(o->group.machine_index * inv.gpus + g);
-    env["WORLD_SIZE"] = absl::StrCat(world);
-    env["LOCAL_RANK"] = absl::StrCat(g);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
+    std::map<std::string, std::string> env = RankEnvironment(
+        inv, {o->group.machine_index * inv.gpus, world, o->group.master_addr, o->group.master_port}, g, left_ms);
     env["NODE_RANK"] = absl::StrCat(o->group.machine_index);
     env["NNODES"] = absl::StrCat(o->group.machines);
-    env["MASTER_ADDR"] = o->group.master_addr;
-    env["MASTER_PORT"] = absl::StrCat(o->group.master_port);
     env["PEREGRINE_TP"] = absl::StrCat(o->tp);
     env["PEREGRINE_PP"] = absl::StrCat(o->pp);
     env["PEREGRINE_DP"] = absl::StrCat(o->dp);
     env["PEREGRINE_RESUME_STEP"] = "0";
     env["PEREGRINE_ATTEMPT"] = "0";
-    env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
-    env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(left_ms);
     env["PEREGRINE_REPLAY"] = "1";
     env["PEREGRINE_REPLAY_STEPS"] = absl::StrCat(o->steps);
     if (o->layers > 0) {
