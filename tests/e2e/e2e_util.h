@@ -1,6 +1,8 @@
 // Helpers for end-to-end tests: a LocalMode that is always torn down (even when a REQUIRE
-// fails), the demo job with a short run, and a check that no process of a pod survived.
-// Temporary directories come from the kit (tests/testing/temp_dir.h).
+// fails), the demo job with a short run, waits on the job's status, faults to inject, the
+// checks every fault scenario ends with (which machines were evicted, which stayed) and a
+// check that no process of a pod survived. A failed start or wait fails the test (Catch2
+// REQUIRE). Temporary directories come from the kit (tests/testing/temp_dir.h).
 #ifndef PEREGRINE_TESTS_E2E_E2E_UTIL_H_
 #define PEREGRINE_TESTS_E2E_E2E_UTIL_H_
 
@@ -8,12 +10,17 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <httplib.h>
+
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "controller/job_parser.h"
 #include "controller/local/local_cluster.h"
@@ -35,6 +42,14 @@ struct ModeGuard {
   LocalMode* operator->() { return mode.get(); }
   LocalMode& operator*() { return *mode; }
 };
+
+// Starts `job` in local mode; REQUIREs that it starts (the error is shown).
+inline ModeGuard StartMode(const TrainingJob& job, const LocalModeOptions& options) {
+  auto started = LocalMode::Start(job, options);
+  INFO(started.status().ToString());
+  REQUIRE(started.ok());
+  return ModeGuard{std::move(*started)};
+}
 
 inline TrainingJob ShortDemoJob(int steps) {
   auto job = LoadTrainingJobFile(PEREGRINE_SOURCE_DIR "/examples/local-demo.yaml");
@@ -60,6 +75,93 @@ inline bool WaitForStatus(LocalMode& mode, const std::function<bool(const JobSta
     if (mode.controller().WaitFor(pred, 500)) return true;
   }
   return false;
+}
+
+inline bool Finished(const JobStatus& s) { return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed; }
+
+// The incident timeline as FormatTimeline prints it, from its first entry.
+inline std::string TimelineText(LocalMode& mode, const JobStatus& status) {
+  const std::vector<TimelineEntry> timeline = mode.controller().Timeline();
+  return FormatTimeline(timeline, status, timeline.empty() ? 0 : timeline.front().at);
+}
+
+// What each timeline entry says, one line each.
+inline std::string TimelineEvents(LocalMode& mode) {
+  std::string out;
+  for (const TimelineEntry& e : mode.controller().Timeline()) out += e.what + "\n";
+  return out;
+}
+
+// Waits until the job is Running with step `step` completed and `also` (when given) holds
+// for its status; returns the status then.
+inline JobStatus WaitRunning(LocalMode& mode, uint64_t step, const std::function<bool(const JobStatus&)>& also = {}) {
+  REQUIRE(WaitForStatus(mode, [&](const JobStatus& s) {
+    return s.phase == JobPhase::kRunning && s.last_completed_step >= step && (!also || also(s));
+  }));
+  return mode.controller().Snapshot();
+}
+
+// Waits until the job succeeded or failed; returns its final status (the timeline is shown
+// when it never finishes).
+inline JobStatus WaitFinished(LocalMode& mode) {
+  const bool finished = WaitForStatus(mode, Finished);
+  const JobStatus status = mode.controller().Snapshot();
+  INFO(TimelineText(mode, status));
+  REQUIRE(finished);
+  return status;
+}
+
+// A fault on machine slot `slot` (-1: the fault's default) and GPU `local_rank` (-1: every
+// GPU of the machine).
+inline FaultRequest Fault(const std::string& kind, int slot = -1, int local_rank = -1) {
+  FaultRequest f;
+  f.kind = kind;
+  f.slot = slot;
+  f.local_rank = local_rank;
+  return f;
+}
+
+// A one-off crash of GPU `local_rank` of slot `slot`: injected, then cleared (that GPU's
+// crash only) as soon as the controller opened an incident for it.
+inline void CrashOnce(LocalMode& mode, int slot, int local_rank) {
+  REQUIRE(mode.Inject(Fault("crash", slot, local_rank)).ok());
+  REQUIRE(WaitForStatus(mode, [](const JobStatus& s) { return !s.incidents.empty(); }));
+  REQUIRE(mode.Inject(Fault("clear", slot, local_rank)).ok());
+}
+
+// The machines evicted for a fault (evictions of standbys that failed are left out).
+inline std::set<std::string> EvictedMachines(const JobStatus& s) {
+  std::set<std::string> out;
+  for (const Eviction& e : s.evicted) {
+    if (e.reason.rfind("standby failed", 0) != 0) out.insert(e.machine_id);
+  }
+  return out;
+}
+
+// Exactly the machines that held `slots` in `before` were evicted; those slots hold none
+// of them in `after`, every other slot kept its machine.
+inline void CheckOnlyEvicted(const JobStatus& before, const JobStatus& after, const std::set<int>& slots) {
+  std::set<std::string> evicted;
+  for (int slot : slots) evicted.insert(before.slots.at(static_cast<size_t>(slot)).machine_id);
+  CHECK(EvictedMachines(after) == evicted);
+  REQUIRE(after.slots.size() == before.slots.size());
+  for (size_t i = 0; i < after.slots.size(); ++i) {
+    INFO("slot " << i);
+    if (slots.count(static_cast<int>(i)) > 0) {
+      CHECK(evicted.count(after.slots[i].machine_id) == 0);
+    } else {
+      CHECK(after.slots[i].machine_id == before.slots[i].machine_id);
+    }
+  }
+}
+
+// The controller's live /metrics text; REQUIREs an HTTP 200.
+inline std::string ScrapeMetrics(LocalMode& mode) {
+  httplib::Client http("127.0.0.1", mode.http_port());
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  REQUIRE(metrics->status == 200);
+  return metrics->body;
 }
 
 inline bool ProcessAlive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }

@@ -11,15 +11,9 @@ namespace {
 
 TEST_CASE("A killed machine is replaced by the warm standby and training finishes", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(80);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
+  ModeGuard mode = StartMode(ShortDemoJob(80), Options(dir.path()));
 
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && s.standby_ready >= 1;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
+  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) { return s.standby_ready >= 1; });
   REQUIRE(before.slots.size() == 4);
   REQUIRE(before.standbys.size() == 1);
   const std::string victim_machine = before.slots[2].machine_id;
@@ -36,11 +30,8 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
   REQUIRE(RunPeregrinectl({"--state-dir", dir.path(), "inject", "kill", "default/demo", "--slot", "2"}, out, err) == 0);
   CHECK_THAT(out.str(), Catch::Contains("killed machine " + victim_machine));
 
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed;
-  }));
-  const JobStatus st = mode->controller().Snapshot();
-  INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));
+  const JobStatus st = WaitFinished(*mode);
+  INFO(TimelineText(*mode, st));
   CHECK(st.phase == JobPhase::kSucceeded);
   CHECK(st.last_completed_step == 80);
   REQUIRE(st.incidents.size() == 1);
@@ -61,8 +52,7 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
     CHECK(mode->cluster().AgentPid(st.slots[slot].pod) == agent_pids[before.slots[slot].pod]);
   }
   // Timeline: fault, detection, decision, recovery.
-  std::string timeline;
-  for (const TimelineEntry& e : mode->controller().Timeline()) timeline += e.what + "\n";
+  const std::string timeline = TimelineEvents(*mode);
   CHECK_THAT(timeline, Catch::Contains("Fault injected: killed machine"));
   // Detection names what was seen first (the dead pod, or its peers' NCCL errors a round
   // earlier); the triage window then classifies the incident (inc.kind above).
@@ -83,23 +73,16 @@ TEST_CASE("A controller restart neither kills nor restarts running training", "[
   const TrainingJob job = ShortDemoJob(120);
   std::map<std::string, pid_t> agent_pids;
   {
-    auto first = LocalMode::Start(job, Options(dir.path()));
-    REQUIRE(first.ok());
-    ModeGuard mode{std::move(*first)};
-    REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) { return s.last_completed_step >= 10; }));
+    ModeGuard mode = StartMode(job, Options(dir.path()));
+    REQUIRE(WaitForStatus(*mode, [](const JobStatus& s) { return s.last_completed_step >= 10; }));
     for (const SlotStatus& s : mode->controller().Snapshot().slots) agent_pids[s.pod] = mode->cluster().AgentPid(s.pod);
     mode.teardown = false;  // the controller goes away; training must not
   }
   for (const auto& [pod, pid] : agent_pids) CHECK(ProcessAlive(pid));
 
-  auto second = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(second.ok());
-  ModeGuard mode{std::move(*second)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed;
-  }));
-  const JobStatus st = mode->controller().Snapshot();
-  INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));
+  ModeGuard mode = StartMode(job, Options(dir.path()));
+  const JobStatus st = WaitFinished(*mode);
+  INFO(TimelineText(*mode, st));
   CHECK(st.phase == JobPhase::kSucceeded);
   CHECK(st.last_completed_step == 120);
   CHECK(st.attempt == 1);  // nothing was restarted

@@ -3,15 +3,10 @@
 // prometheus), plus: every peregrine_ metric the chart's alert rules use is in the scrape,
 // and the finished job keeps no live gauge. (controller_metrics_test.cc covers the
 // series' lifecycle; kube_e2e scrapes a deleted job's series away.)
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <httplib.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -22,10 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "controller/job_parser.h"
-#include "controller/local/local_mode.h"
+#include "tests/deploy/run_process.h"
+#include "tests/e2e/e2e_util.h"
 
-namespace peregrine {
+namespace peregrine::e2e {
 namespace {
 
 constexpr char kPromtool[] = "/usr/bin/promtool";
@@ -37,41 +32,10 @@ struct ToolResult {
 
 // Runs argv (no shell) with `input` on stdin; returns its exit code and stdout+stderr.
 ToolResult RunWithStdin(const std::vector<std::string>& argv, const std::string& input) {
-  int in_pipe[2], out_pipe[2];
-  REQUIRE(pipe2(in_pipe, O_CLOEXEC) == 0);
-  REQUIRE(pipe2(out_pipe, O_CLOEXEC) == 0);
-  std::vector<char*> args;
-  std::vector<std::string> copy = argv;
-  for (std::string& a : copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(in_pipe[0], 0);
-    dup2(out_pipe[1], 1);
-    dup2(out_pipe[1], 2);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(in_pipe[0]);
-  close(out_pipe[1]);
-  signal(SIGPIPE, SIG_IGN);
-  size_t off = 0;
-  while (off < input.size()) {
-    const ssize_t n = write(in_pipe[1], input.data() + off, input.size() - off);
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  close(in_pipe[1]);
-  ToolResult r;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(out_pipe[0], buf, sizeof(buf))) > 0) r.output.append(buf, static_cast<size_t>(n));
-  close(out_pipe[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  absl::StatusOr<ProcessResult> r = RunProcess(argv, {}, input);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return ToolResult{r->exit_code, r->out + r->err};
 }
 
 // peregrine_ names used by the chart's alert rules.
@@ -121,16 +85,7 @@ std::string ScrapeWhen(int steps, const std::function<bool(const JobStatus&)>& u
   REQUIRE(access((bin_dir + "/peregrine-agent").c_str(), X_OK) == 0);
   REQUIRE(access((bin_dir + "/sim-trainer").c_str(), X_OK) == 0);
 
-  char tmpl[] = "/tmp/peregrine-metrics-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{dir};
+  TempDir dir("peregrine-metrics");
 
   auto job = ParseTrainingJob(absl::StrCat(R"(
 apiVersion: peregrine.dev/v1alpha1
@@ -146,23 +101,11 @@ spec:
   faultTolerance: {restartGraceSeconds: 1}
 )"));
   REQUIRE(job.ok());
-  LocalModeOptions options;
-  options.state_dir = dir + "/state";
-  options.bin_dir = bin_dir;
+  LocalModeOptions options = Options(dir.Path("state"));
   options.heartbeat_ms = 500;  // the demo default
-  auto mode = LocalMode::Start(*job, options);
-  REQUIRE(mode.ok());
-  struct Stop {
-    LocalMode* m;
-    ~Stop() { m->Shutdown(/*teardown=*/true); }
-  } stop{mode->get()};
-
-  REQUIRE((*mode)->controller().WaitFor(until, 120'000));
-  httplib::Client http("127.0.0.1", (*mode)->http_port());
-  auto res = http.Get("/metrics");
-  REQUIRE(res);
-  REQUIRE(res->status == 200);
-  return res->body;
+  ModeGuard mode = StartMode(*job, options);
+  REQUIRE(mode->controller().WaitFor(until, 120'000));
+  return ScrapeMetrics(*mode);
 }
 
 TEST_CASE("the live /metrics passes promtool and has every metric the alerts use", "[integration]") {
@@ -212,4 +155,4 @@ TEST_CASE("promtool check metrics rejects a malformed exposition", "[integration
 }
 
 }  // namespace
-}  // namespace peregrine
+}  // namespace peregrine::e2e

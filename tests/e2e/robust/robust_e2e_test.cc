@@ -4,60 +4,50 @@
 // each test asserts which machine was acted on, that no healthy machine was evicted, and
 // that the job completes.
 #include <catch2/catch.hpp>
-#include <set>
 
 #include "tests/e2e/e2e_util.h"
 
 namespace peregrine::e2e {
 namespace {
 
-std::set<std::string> EvictedMachines(const JobStatus& s) {
-  std::set<std::string> out;
-  for (const Eviction& e : s.evicted) {
-    if (e.reason.rfind("standby failed", 0) != 0) out.insert(e.machine_id);
-  }
-  return out;
-}
-
-bool Finished(const JobStatus& s) { return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed; }
-
 TEST_CASE("A fatal Xid on one machine evicts exactly that machine and the job completes", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && s.standby_ready >= 1;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
+  ModeGuard mode = StartMode(ShortDemoJob(120), Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) { return s.standby_ready >= 1; });
   const std::string victim = before.slots[1].machine_id;
 
-  FaultRequest xid;
-  xid.kind = "xid";
-  xid.slot = 1;
-  xid.local_rank = 1;
+  FaultRequest xid = Fault("xid", 1, 1);
   xid.xid = 79;
   auto injected = mode->Inject(xid);
   REQUIRE(injected.ok());
   CHECK_THAT(*injected, Catch::Contains("NVRM: Xid (PCI:0000:2b:00): 79"));
 
-  REQUIRE(WaitForStatus(*mode.mode, Finished));
-  const JobStatus st = mode->controller().Snapshot();
+  const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   CHECK(st.incidents[0].kind == "MachineFault");
   CHECK_THAT(st.incidents[0].signal, Catch::Contains("Xid 79"));
   CHECK(st.incidents[0].machines == std::vector<std::string>{victim});
-  CHECK(EvictedMachines(st) == std::set<std::string>{victim});
-  for (int i : {0, 2, 3}) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
-  CHECK(st.slots[1].machine_id != victim);
+  CheckOnlyEvicted(before, st, {1});
 }
 
-ScenarioRunOptions RunOptions() {
-  ScenarioRunOptions o;
-  o.timeout_ms = 300'000;  // generous: only a broken run gets there
-  return o;
+// The demo driver's scenario `name` for `job`, its first step at step `at_step`.
+Scenario DemoScenario(const std::string& name, const TrainingJob& job, uint64_t at_step) {
+  auto scenario = ScenarioByName(name, job);
+  REQUIRE(scenario.ok());
+  scenario->at_step = at_step;
+  return *scenario;
+}
+
+// Runs `scenario` on `mode` until the job finishes (the timeline is shown when it does not).
+ScenarioRun RunToEnd(LocalMode& mode, const Scenario& scenario) {
+  ScenarioRunOptions options;
+  options.timeout_ms = 300'000;  // generous: only a broken run gets there
+  auto run = RunScenario(mode, scenario, options);
+  REQUIRE(run.ok());
+  INFO(TimelineText(mode, run->status));
+  REQUIRE(run->finished);
+  return *std::move(run);
 }
 
 // The nic-flap-twice scenario through the demo's driver: one flap is tolerated; once the
@@ -66,25 +56,19 @@ ScenarioRunOptions RunOptions() {
 TEST_CASE("Scenario nic-flap-twice: one flap is tolerated, a second within the window evicts the machine", "[e2e]") {
   TempDir dir;
   const TrainingJob job = ShortDemoJob(600);  // still running when the second flap comes
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  auto scenario = ScenarioByName("nic-flap-twice", job);
-  REQUIRE(scenario.ok());
-  scenario->at_step = 10;
-  REQUIRE(scenario->steps.size() == 2);
+  ModeGuard mode = StartMode(job, Options(dir.path()));
+  const Scenario scenario = DemoScenario("nic-flap-twice", job, 10);
+  REQUIRE(scenario.steps.size() == 2);
 
-  auto run = RunScenario(*mode, *scenario, RunOptions());
-  REQUIRE(run.ok());
-  const JobStatus& st = run->status;
-  INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));
-  REQUIRE(run->finished);
-  REQUIRE(run->steps.size() == 2);
-  const JobStatus& before = run->steps[0].before;
+  const ScenarioRun run = RunToEnd(*mode, scenario);
+  const JobStatus& st = run.status;
+  INFO(TimelineText(*mode, st));
+  REQUIRE(run.steps.size() == 2);
+  const JobStatus& before = run.steps[0].before;
   const std::string victim = before.slots[2].machine_id;
-  CHECK_THAT(run->steps[0].description, Catch::Contains(victim));
+  CHECK_THAT(run.steps[0].description, Catch::Contains(victim));
   // Between the flaps: the first was recorded against the victim and tolerated.
-  const JobStatus& tolerated = run->steps[1].before;
+  const JobStatus& tolerated = run.steps[1].before;
   REQUIRE(tolerated.network_alarms.size() == 1);
   CHECK(tolerated.network_alarms[0].machine_id == victim);
   CHECK(tolerated.incidents.empty());
@@ -96,9 +80,7 @@ TEST_CASE("Scenario nic-flap-twice: one flap is tolerated, a second within the w
   REQUIRE(st.incidents.size() == 1);
   CHECK(st.incidents[0].kind == "NetworkAlarms");
   CHECK(st.incidents[0].machines == std::vector<std::string>{victim});
-  CHECK(EvictedMachines(st) == std::set<std::string>{victim});
-  for (int i : {0, 1, 3}) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
-  CHECK(st.slots[2].machine_id != victim);
+  CheckOnlyEvicted(before, st, {2});
   CHECK(st.last_completed_step >= 600);
 }
 
@@ -111,21 +93,14 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
           "[e2e]") {
   TempDir dir;
   const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  auto scenario = ScenarioByName("code-update-rollback", job);
-  REQUIRE(scenario.ok());
-  scenario->at_step = 20;
+  ModeGuard mode = StartMode(job, Options(dir.path()));
 
-  auto run = RunScenario(*mode, *scenario, RunOptions());
-  REQUIRE(run.ok());
-  const JobStatus& st = run->status;
-  INFO(FormatTimeline(mode->controller().Timeline(), st, st.started_at));
-  REQUIRE(run->finished);
-  REQUIRE(run->steps.size() == 1);
-  const JobStatus& before = run->steps[0].before;
-  CHECK_THAT(run->steps[0].description, Catch::Contains("urgent code update to revision v1-broken"));
+  const ScenarioRun run = RunToEnd(*mode, DemoScenario("code-update-rollback", job, 20));
+  const JobStatus& st = run.status;
+  INFO(TimelineText(*mode, st));
+  REQUIRE(run.steps.size() == 1);
+  const JobStatus& before = run.steps[0].before;
+  CHECK_THAT(run.steps[0].description, Catch::Contains("urgent code update to revision v1-broken"));
   REQUIRE_FALSE(before.version_history.empty());
   CHECK(before.version_history.back().outcome == VersionOutcome::kHealthy);
 
@@ -147,8 +122,7 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
   }
   CHECK(rolled_back);
   CHECK(st.version_history.back().code.revision == job.spec.code.revision);
-  CHECK(EvictedMachines(st).empty());
-  for (int i = 0; i < 4; ++i) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
+  CheckOnlyEvicted(before, st, {});
   CHECK(st.last_completed_step >= 120);
 }
 

@@ -3,7 +3,6 @@
 // cluster's fault table. Each test asserts which machine was acted on (none for a one-off
 // crash), that no healthy machine was evicted, and that the job completes.
 #include <catch2/catch.hpp>
-#include <httplib.h>
 
 #include <algorithm>
 #include <set>
@@ -14,14 +13,25 @@
 namespace peregrine::e2e {
 namespace {
 
-bool Finished(const JobStatus& s) { return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed; }
+// The stages `incident`'s diagnosis ran, in order.
+std::vector<std::string> StagesOf(const Incident& incident) {
+  std::vector<std::string> stages;
+  for (const DiagnosisStageRecord& r : incident.diagnosis) stages.push_back(r.stage);
+  return stages;
+}
 
-std::set<std::string> EvictedMachines(const JobStatus& s) {
-  std::set<std::string> out;
-  for (const Eviction& e : s.evicted) {
-    if (e.reason.rfind("standby failed", 0) != 0) out.insert(e.machine_id);
-  }
-  return out;
+// The end of every scenario with a culprit: `stage` of `incident`'s diagnosis failed
+// exactly slot `slot`'s machine (as of `before`), the incident acted on that machine
+// alone, it was evicted and a standby holds its slot, every other machine stayed, and
+// training ran to `steps`.
+void CheckCulpritEvicted(const JobStatus& before, const JobStatus& st, const Incident& incident,
+                         const DiagnosisStageRecord& stage, int slot, uint64_t steps) {
+  const std::string bad = before.slots[static_cast<size_t>(slot)].machine_id;
+  CHECK(stage.verdict == StageVerdict::kFailed);
+  CHECK(stage.failed_machines == std::vector<std::string>{bad});
+  CHECK(incident.machines == std::vector<std::string>{bad});
+  CheckOnlyEvicted(before, st, {slot});
+  CHECK(st.last_completed_step >= steps);
 }
 
 // A crash with no culprit: training stops on every machine, the diagnosis runs stage by
@@ -29,37 +39,19 @@ std::set<std::string> EvictedMachines(const JobStatus& s) {
 // unavailable), every stage passes, the job is reattempted in place and completes.
 TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a reattempt fixes it", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
-  FaultRequest crash;
-  crash.kind = "crash";
-  crash.slot = 1;
-  crash.local_rank = 0;
-  REQUIRE(mode->Inject(crash).ok());
+  ModeGuard mode = StartMode(ShortDemoJob(120), Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20);
   // One-off: the fault is cleared once the incident is open (the restart comes after the
   // triage window and the whole diagnosis).
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) { return !s.incidents.empty(); }));
-  FaultRequest clear;
-  clear.kind = "clear";
-  clear.slot = 1;
-  REQUIRE(mode->Inject(clear).ok());
+  CrashOnce(*mode, 1, 0);
 
-  REQUIRE(WaitForStatus(*mode.mode, Finished));
-  const JobStatus st = mode->controller().Snapshot();
+  const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
   CHECK(inc.kind == "ProcessCrash");
   CHECK_THAT(inc.signal, Catch::Contains("rank 2"));
-  std::vector<std::string> stages;
   for (const DiagnosisStageRecord& r : inc.diagnosis) {
-    stages.push_back(r.stage);
     // A loaded test machine may make a pair's all-gather fail; that is recorded, never a
     // verdict against a healthy machine (which would show as "failed" and an eviction).
     INFO(r.stage << ": " << r.note);
@@ -72,11 +64,10 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
       CHECK(line.find("no answer") == std::string::npos);
     }
   }
-  CHECK(stages == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather"});
+  CHECK(StagesOf(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather"});
   CHECK_THAT(inc.decision, Catch::Contains("reattempt"));
   CHECK(inc.machines.empty());
-  CHECK(EvictedMachines(st).empty());
-  for (int i = 0; i < 4; ++i) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
+  CheckOnlyEvicted(before, st, {});
   CHECK(st.attempt == 2);
   CHECK(st.last_completed_step >= 120);
 }
@@ -87,22 +78,17 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
 TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback restores progress", "[e2e]") {
   TempDir dir;
   const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 && !s.version_history.empty() &&
-           s.version_history.back().outcome == VersionOutcome::kHealthy;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
+  ModeGuard mode = StartMode(job, Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) {
+    return !s.version_history.empty() && s.version_history.back().outcome == VersionOutcome::kHealthy;
+  });
   TrainingJob broken = job;
   broken.spec.code.command.push_back("--no-such-flag");  // every rank exits at start-up
   broken.spec.code.revision = "v2-broken";
   broken.metadata.annotations["peregrine.dev/hot-update"] = "urgent";
   REQUIRE(mode->controller().UpdateJob(broken).ok());
 
-  REQUIRE(WaitForStatus(*mode.mode, Finished));
-  const JobStatus st = mode->controller().Snapshot();
+  const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
   CHECK(st.incidents[0].kind == "ProcessCrash");
@@ -120,8 +106,7 @@ TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback rest
     rolled_back = rolled_back || (v.code.revision == "v2-broken" && v.outcome == VersionOutcome::kRolledBack);
   }
   CHECK(rolled_back);
-  CHECK(EvictedMachines(st).empty());
-  for (int i = 0; i < 4; ++i) CHECK(st.slots[i].machine_id == before.slots[i].machine_id);
+  CheckOnlyEvicted(before, st, {});
   CHECK(st.last_completed_step >= 120);
 }
 
@@ -131,23 +116,11 @@ TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback rest
 // slot and the job completes.
 TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evicted, the job completes", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
-  const std::string bad = before.slots[1].machine_id;
-  FaultRequest nan;
-  nan.kind = "nan";
-  nan.slot = 1;
-  nan.local_rank = -1;
-  REQUIRE(mode->Inject(nan).ok());
+  ModeGuard mode = StartMode(ShortDemoJob(120), Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20);
+  REQUIRE(mode->Inject(Fault("nan", 1)).ok());
 
-  REQUIRE(WaitForStatus(*mode.mode, Finished));
-  const JobStatus st = mode->controller().Snapshot();
+  const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
@@ -157,23 +130,14 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   CHECK(inc.diagnosis[0].stage == "stop");
   const DiagnosisStageRecord& alignment = inc.diagnosis[1];
   CHECK(alignment.stage == "alignment");
-  CHECK(alignment.verdict == StageVerdict::kFailed);
-  CHECK(alignment.failed_machines == std::vector<std::string>{bad});
   CHECK_THAT(alignment.note, Catch::Contains("3 of 4 machines"));
   // The live /metrics count the finished diagnosis stages by stage and verdict.
-  httplib::Client http("127.0.0.1", mode->http_port());
-  auto metrics = http.Get("/metrics");
-  REQUIRE(metrics);
-  REQUIRE(metrics->status == 200);
-  CHECK_THAT(metrics->body, Catch::Contains(
+  const std::string metrics = ScrapeMetrics(*mode);
+  CHECK_THAT(metrics, Catch::Contains(
       R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="alignment",verdict="failed"} 1)"));
-  CHECK_THAT(metrics->body, Catch::Contains(
+  CHECK_THAT(metrics, Catch::Contains(
       R"(peregrine_diagnosis_stages_total{job="demo",namespace="default",stage="stop",verdict="passed"} 1)"));
-  CHECK(inc.machines == std::vector<std::string>{bad});
-  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
-  CHECK(st.slots[1].machine_id != bad);
-  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 120);
+  CheckCulpritEvicted(before, st, inc, alignment, 1, 120);
 }
 
 // Silent data corruption (fault "sdc": one machine's training backward kernel scales its
@@ -188,61 +152,40 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   TempDir dir;
   // Long enough that the spike, seen after the warm-up, is still mid-run when the 1 s triage
   // window ends (about 80 steps a second here).
-  const TrainingJob job = ShortDemoJob(400);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
+  ModeGuard mode = StartMode(ShortDemoJob(400), Options(dir.path()));
   // The loss monitor judges spikes only once its reference holds kLossWarmupSteps steps
   // (one per controller round at most): injecting before that, on a fast job, would make the
   // corrupted grad-norms the reference itself.
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20 &&
-           s.loss_reference.grad_norms.size() >= kLossWarmupSteps;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
-  const std::string bad = before.slots[1].machine_id;
-  FaultRequest sdc;
-  sdc.kind = "sdc";
-  sdc.slot = 1;
-  sdc.local_rank = -1;
-  REQUIRE(mode->Inject(sdc).ok());
+  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) {
+    return s.loss_reference.grad_norms.size() >= kLossWarmupSteps;
+  });
+  REQUIRE(mode->Inject(Fault("sdc", 1)).ok());
 
-  const bool finished = WaitForStatus(*mode.mode, Finished);
-  const JobStatus st = mode->controller().Snapshot();
+  const JobStatus st = WaitFinished(*mode);
   // On failure, the whole incident timeline (stages, per-machine answers, verdicts).
-  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
-  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
-  REQUIRE(finished);
+  INFO(TimelineText(*mode, st));
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
   const Incident& first = st.incidents[0];
   CHECK(first.kind == "LossSpike");
   CHECK_THAT(first.decision, Catch::Contains("reattempt"));
   CHECK(first.machines.empty());
-  std::vector<std::string> stages;
   for (const DiagnosisStageRecord& r : first.diagnosis) {
-    stages.push_back(r.stage);
     INFO(r.stage << ": " << r.note);
     CHECK(r.verdict != StageVerdict::kFailed);  // "no-verdict" is possible for all_gather on a loaded machine
   }
-  CHECK(stages == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
+  CHECK(StagesOf(first) == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
   const Incident& second = st.incidents[1];
   CHECK(second.kind == "SilentDataCorruption");
   REQUIRE_FALSE(second.diagnosis.empty());
   const DiagnosisStageRecord& replay = second.diagnosis.back();
   CHECK(replay.stage == "replay");
-  CHECK(replay.verdict == StageVerdict::kFailed);
-  CHECK(replay.failed_machines == std::vector<std::string>{bad});
   CHECK_THAT(replay.note, Catch::Contains("intersect in slot 1"));
   for (size_t i = 0; i + 1 < second.diagnosis.size(); ++i) CHECK(second.diagnosis[i].verdict != StageVerdict::kFailed);
   // Every machine replayed in both rounds and every replay ran to the end (digests, no errors).
   CHECK(replay.results.size() == 8);
   for (const std::string& line : replay.results) CHECK_THAT(line, Catch::Contains("passed digest"));
-  CHECK(second.machines == std::vector<std::string>{bad});
-  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
-  CHECK(st.slots[1].machine_id != bad);
-  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 400);
+  CheckCulpritEvicted(before, st, second, replay, 1, 400);
 }
 
 // A crash with no culprit while one machine carries a persistent fault that only one
@@ -254,44 +197,22 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   TempDir dir;
   // Long enough that the spike, seen after the warm-up, is still mid-run when the 1 s triage
   // window ends (about 80 steps a second here).
-  const TrainingJob job = ShortDemoJob(400);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
-  const std::string bad = before.slots[1].machine_id;
+  ModeGuard mode = StartMode(ShortDemoJob(400), Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20);
   FaultRequest culprit = culprit_fault;
   culprit.slot = 1;
   REQUIRE(mode->Inject(culprit).ok());
-  FaultRequest crash;
-  crash.kind = "crash";
-  crash.slot = 2;
-  crash.local_rank = 0;
-  REQUIRE(mode->Inject(crash).ok());
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) { return !s.incidents.empty(); }));
-  FaultRequest clear_crash;  // that GPU's crash only; slot 1's fault stays
-  clear_crash.kind = "clear";
-  clear_crash.slot = 2;
-  clear_crash.local_rank = 0;
-  REQUIRE(mode->Inject(clear_crash).ok());
+  CrashOnce(*mode, 2, 0);  // that GPU's crash only is cleared; slot 1's fault stays
 
-  const bool finished = WaitForStatus(*mode.mode, Finished);
-  const JobStatus st = mode->controller().Snapshot();
-  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
-  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
-  REQUIRE(finished);
+  const JobStatus st = WaitFinished(*mode);
+  INFO(TimelineText(*mode, st));
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE_FALSE(st.incidents.empty());
   const Incident& inc = st.incidents[0];
   CHECK(inc.kind == "ProcessCrash");
-  std::vector<std::string> stages;
-  for (const DiagnosisStageRecord& r : inc.diagnosis) stages.push_back(r.stage);
   std::vector<std::string> want = {"stop", "eud", "all_to_all", "all_gather"};
   want.erase(std::find(want.begin(), want.end(), deciding_stage) + 1, want.end());
-  CHECK(stages == want);
+  CHECK(StagesOf(inc) == want);
   REQUIRE_FALSE(inc.diagnosis.empty());
   for (size_t i = 0; i + 1 < inc.diagnosis.size(); ++i) {
     INFO(inc.diagnosis[i].stage << ": " << inc.diagnosis[i].note);
@@ -302,33 +223,21 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   for (const std::string& line : decided.results) answers += line + "\n";
   INFO(decided.stage << ": " << decided.note << "\n" << answers);
   CHECK(decided.stage == deciding_stage);
-  CHECK(decided.verdict == StageVerdict::kFailed);
-  CHECK(decided.failed_machines == std::vector<std::string>{bad});
-  CHECK(inc.machines == std::vector<std::string>{bad});
-  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
-  CHECK(st.slots[1].machine_id != bad);
-  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 400);
+  CheckCulpritEvicted(before, st, inc, decided, 1, 400);
 }
 
 // A bad NVLink (payloads between GPUs of one machine corrupted): EUD (single-GPU
 // self-tests) passes; the intra-machine all-to-all sees that machine's contents arrive
 // wrong and isolates it.
 TEST_CASE("A crash with no culprit and a bad NVLink on one machine: all-to-all isolates it", "[e2e]") {
-  FaultRequest nvlink;
-  nvlink.kind = "nvlink";
-  nvlink.local_rank = -1;
-  RunCulpritStageScenario(nvlink, "all_to_all");
+  RunCulpritStageScenario(Fault("nvlink"), "all_to_all");
 }
 
 // A bad NIC (payloads between the machine and every other machine corrupted): EUD and the
 // intra-machine all-to-all pass; both neighbour pairs of the machine fail the all-gather,
 // its neighbours fail one pair each, so exactly that machine is the culprit.
 TEST_CASE("A crash with no culprit and a corrupting NIC on one machine: the neighbour all-gather isolates it", "[e2e]") {
-  FaultRequest nic;
-  nic.kind = "link-corrupt";
-  nic.local_rank = -1;
-  RunCulpritStageScenario(nic, "all_gather");
+  RunCulpritStageScenario(Fault("link-corrupt"), "all_gather");
 }
 
 // A slow NIC (the link bandwidth fault on every link of the machine, 10 MB/s against the
@@ -337,9 +246,7 @@ TEST_CASE("A crash with no culprit and a corrupting NIC on one machine: the neig
 // bandwidth rule fails them and exactly that machine is the culprit.
 TEST_CASE("A crash with no culprit and a bandwidth-capped NIC on one machine: the all-gather bandwidth isolates it",
           "[e2e]") {
-  FaultRequest capped;
-  capped.kind = "link";
-  capped.local_rank = -1;
+  FaultRequest capped = Fault("link");
   capped.bandwidth_bytes_per_second = 1e7;
   RunCulpritStageScenario(capped, "all_gather");
 }
@@ -349,26 +256,12 @@ TEST_CASE("A crash with no culprit and a bandwidth-capped NIC on one machine: th
 // completes on a standby.
 TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "[e2e]") {
   TempDir dir;
-  const TrainingJob job = ShortDemoJob(120);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 20;
-  }));
-  const JobStatus before = mode->controller().Snapshot();
-  const std::string bad = before.slots[1].machine_id;
-  FaultRequest crash;
-  crash.kind = "crash";
-  crash.slot = 1;
-  crash.local_rank = 1;
-  REQUIRE(mode->Inject(crash).ok());
+  ModeGuard mode = StartMode(ShortDemoJob(120), Options(dir.path()));
+  const JobStatus before = WaitRunning(*mode, 20);
+  REQUIRE(mode->Inject(Fault("crash", 1, 1)).ok());
 
-  const bool finished = WaitForStatus(*mode.mode, Finished);
-  const JobStatus st = mode->controller().Snapshot();
-  const std::vector<TimelineEntry> timeline = mode->controller().Timeline();
-  INFO(FormatTimeline(timeline, st, timeline.empty() ? 0 : timeline.front().at));
-  REQUIRE(finished);
+  const JobStatus st = WaitFinished(*mode);
+  INFO(TimelineText(*mode, st));
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
@@ -377,16 +270,10 @@ TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "
   CHECK(inc.diagnosis[0].stage == "stop");
   const DiagnosisStageRecord& eud = inc.diagnosis[1];
   CHECK(eud.stage == "eud");
-  CHECK(eud.verdict == StageVerdict::kFailed);
-  CHECK(eud.failed_machines == std::vector<std::string>{bad});
   bool named = false;
   for (const std::string& line : eud.results) named = named || line.find("gpu1: self-test aborted") != std::string::npos;
   CHECK(named);
-  CHECK(inc.machines == std::vector<std::string>{bad});
-  CHECK(EvictedMachines(st) == std::set<std::string>{bad});
-  CHECK(st.slots[1].machine_id != bad);
-  for (int i : {0, 2, 3}) CHECK(st.slots[static_cast<size_t>(i)].machine_id == before.slots[static_cast<size_t>(i)].machine_id);
-  CHECK(st.last_completed_step >= 120);
+  CheckCulpritEvicted(before, st, inc, eud, 1, 120);
 }
 
 }  // namespace

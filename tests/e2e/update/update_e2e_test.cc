@@ -80,12 +80,8 @@ Placement PlacementOf(const JobStatus& s) {
 TEST_CASE("an urgent update restarts training in place with the new revision", "[e2e]") {
   TempDir dir;
   const TrainingJob job = ShortDemoJob(400);
-  auto started = LocalMode::Start(job, Options(dir.path()));
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 10;
-  }));
+  ModeGuard mode = StartMode(job, Options(dir.path()));
+  WaitRunning(*mode, 10);
   const std::string name = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
 
   // Invalid: refused with the parser's message; the job runs on untouched.
@@ -145,14 +141,9 @@ TEST_CASE("a lazy update waits for the next failure and is applied at that resta
   // The injected crash stays in the fault table until cleared; it is cleared as soon as
   // the incident opens, long before the triage window ends and the ranks restart.
   options.decision.triage_window_ns = 5'000'000'000;
-  auto started = LocalMode::Start(job, options);
-  REQUIRE(started.ok());
-  ModeGuard mode{std::move(*started)};
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.last_completed_step >= 10;
-  }));
+  ModeGuard mode = StartMode(job, options);
+  const JobStatus before = WaitRunning(*mode, 10);
   const std::string name = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
-  const JobStatus before = mode->controller().Snapshot();
 
   const CtlResult ok = Ctl(*mode.mode, {"update", name, "--revision", "v2"});
   INFO(ok.err);
@@ -175,19 +166,8 @@ TEST_CASE("a lazy update waits for the next failure and is applied at that resta
   }
 
   // A training process crashes: the failure-triggered restart takes the update along.
-  FaultRequest crash;
-  crash.kind = "crash";
-  crash.slot = 2;
-  crash.local_rank = 0;
-  REQUIRE(mode->Inject(crash).ok());
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) { return !s.incidents.empty(); }));
-  FaultRequest clear;
-  clear.kind = "clear";
-  REQUIRE(mode->Inject(clear).ok());
-  REQUIRE(WaitForStatus(*mode.mode, [](const JobStatus& s) {
-    return s.phase == JobPhase::kSucceeded || s.phase == JobPhase::kFailed;
-  }));
-  const JobStatus st = mode->controller().Snapshot();
+  CrashOnce(*mode, 2, 0);
+  const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   CHECK(st.code.revision == "v2");
   CHECK_FALSE(st.pending_code.has_value());
