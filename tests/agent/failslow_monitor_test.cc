@@ -3,8 +3,6 @@
 // times) so that a warm-up shift is not reported while a later slowdown is, with its onset.
 #include "agent/failslow_monitor.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "agent/nccl_ring/ring_format.h"
+#include "tests/agent/mapped_ring.h"
 #include "tests/testing/temp_dir.h"
 
 namespace peregrine {
@@ -34,19 +33,8 @@ using ::peregrine::testing::TempDir;
 // A ring of this (live) process, named and formatted the way the hook does it.
 class TrainerRing {
  public:
-  TrainerRing(const std::string& dir, int rank) {
-    path_ = dir + "/peregrine-nccl-r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + "-p" +
-            std::to_string(getpid()) + ".ring";
-    bytes_ = ring::RingBytes(kCapacity);
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes_)) == 0);
-    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    REQUIRE(base_ != MAP_FAILED);
-    ring::InitRing(base_, kCapacity, getpid(), rank, 0, 1);
-  }
-  ~TrainerRing() { ::munmap(base_, bytes_); }
+  TrainerRing(const std::string& dir, int rank)
+      : ring_(dir + "/" + MappedRing::FileName(rank, getpid()), kCapacity, getpid(), rank, 0, 1) {}
 
   // One iteration of another pattern (6 calls: a reconfigured job) starting at `start_ns`.
   void IterationB(int64_t start_ns) {
@@ -78,11 +66,9 @@ class TrainerRing {
     p.peer = op == ring::kOpSend || op == ring::kOpRecv ? 1 : -1;
     p.op = op;
     p.datatype = 7;
-    ring::AppendRecord(static_cast<ring::RingHeader*>(base_), ring::Records(base_), p);
+    ring_.Append(p);
   }
-  std::string path_;
-  size_t bytes_ = 0;
-  void* base_ = nullptr;
+  MappedRing ring_;
   uint64_t calls_ = 0;
 };
 
@@ -301,19 +287,8 @@ namespace {
 // A ring written record by record, the way the hook and its CUDA resolver thread write it.
 class RawRing {
  public:
-  RawRing(const std::string& dir, int rank) {
-    const std::string path =
-        dir + "/peregrine-nccl-r" + std::to_string(rank) + "-p" + std::to_string(getpid()) + ".ring";
-    bytes_ = ring::RingBytes(kCapacity);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes_)) == 0);
-    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    REQUIRE(base_ != MAP_FAILED);
-    ring::InitRing(base_, kCapacity, getpid(), rank, 0, 1);
-  }
-  ~RawRing() { ::munmap(base_, bytes_); }
+  RawRing(const std::string& dir, int rank)
+      : ring_(dir + "/" + MappedRing::FileName(rank, getpid()), kCapacity, getpid(), rank, 0, 1) {}
   // A traffic call; returns its ring seq.
   uint64_t Call(uint8_t op, uint64_t comm, uint64_t call_index, int64_t t, bool in_group = false) {
     ring::RecordPayload p{};
@@ -354,11 +329,8 @@ class RawRing {
 
  private:
   static constexpr uint32_t kCapacity = 1u << 12;
-  uint64_t Append(const ring::RecordPayload& p) {
-    return ring::AppendRecord(static_cast<ring::RingHeader*>(base_), ring::Records(base_), p);
-  }
-  size_t bytes_ = 0;
-  void* base_ = nullptr;
+  uint64_t Append(const ring::RecordPayload& p) { return ring_.Append(p); }
+  MappedRing ring_;
 };
 
 // comm id -> "<op><sequence>" -> exit - enter, from a heartbeat's profiles.

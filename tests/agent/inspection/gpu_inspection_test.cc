@@ -7,17 +7,11 @@
 namespace peregrine {
 namespace {
 
+using testing::Find;
 using testing::Fixture;
 using testing::TempDir;
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
-
-const InspectionResult* Find(const std::vector<InspectionResult>& rs, const std::string& component) {
-  for (const auto& r : rs) {
-    if (r.component == component) return &r;
-  }
-  return nullptr;
-}
 
 TEST_CASE("gpu: nvidia-smi CSV of an 8-GPU node", "[unit]") {
   absl::StatusOr<GpuReport> report = ParseNvidiaSmiCsv(Fixture("nvidia_smi_h100.csv"));

@@ -9,17 +9,11 @@
 namespace peregrine {
 namespace {
 
+using testing::Find;
 using testing::Fixture;
 using testing::TempDir;
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
-
-const InspectionResult* Find(const std::vector<InspectionResult>& rs, const std::string& component) {
-  for (const auto& r : rs) {
-    if (r.component == component) return &r;
-  }
-  return nullptr;
-}
 
 TEST_CASE("kernel log: /dev/kmsg records", "[unit]") {
   absl::StatusOr<KmsgRecord> r = ParseKmsgRecord(

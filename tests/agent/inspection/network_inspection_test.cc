@@ -7,16 +7,10 @@
 namespace peregrine {
 namespace {
 
+using testing::Find;
 using testing::TempDir;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
-
-const InspectionResult* Find(const std::vector<InspectionResult>& rs, const std::string& component) {
-  for (const auto& r : rs) {
-    if (r.component == component) return &r;
-  }
-  return nullptr;
-}
 
 // A fake sysfs tree in the kernel's layout (Documentation/ABI/testing/sysfs-class-net,
 // sysfs-class-infiniband): one NIC and one mlx5 port.

@@ -1,7 +1,5 @@
 // The ring protocol (ring_format.h) and NcclRingReader on real mapped files: order,
 // wraparound, loss accounting, multi-producer correctness, header validation, control.
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +13,7 @@
 
 #include "agent/nccl_ring/ring_format.h"
 #include "agent/nccl_ring/ring_reader.h"
+#include "tests/agent/mapped_ring.h"
 #include "tests/agent/nccl_hook/probe_process.h"
 
 namespace peregrine {
@@ -22,22 +21,13 @@ namespace {
 
 namespace ring = nccl_ring;
 
-// A ring file created the way the hook creates it, mapped for producing.
-class TestRing {
+// A ring file created the way the hook creates it (rank 3 of process 4242), mapped for
+// producing.
+class TestRing : public MappedRing {
  public:
   TestRing(const std::string& dir, uint32_t capacity, const std::string& name = "peregrine-nccl-r3-p4242.ring")
-      : path_(dir + "/" + name), bytes_(ring::RingBytes(capacity)) {
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes_)) == 0);
-    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    REQUIRE(base_ != MAP_FAILED);
-    ring::InitRing(base_, capacity, 4242, 3, 1, 1000);
-  }
-  ~TestRing() { ::munmap(base_, bytes_); }
-  ring::RingHeader* header() { return static_cast<ring::RingHeader*>(base_); }
-  ring::RingSlot* slots() { return ring::Records(base_); }
+      : MappedRing(dir + "/" + name, capacity, 4242, 3, 1, 1000) {}
+  using MappedRing::Append;
   uint64_t Append(uint64_t time_ns, uint64_t comm_id, uint64_t count, uint8_t op = ring::kOpAllReduce) {
     ring::RecordPayload p{};
     p.time_ns = time_ns;
@@ -49,14 +39,8 @@ class TestRing {
     p.peer = -1;
     p.op = op;
     p.datatype = 7;
-    return ring::AppendRecord(header(), slots(), p);
+    return MappedRing::Append(p);
   }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  size_t bytes_;
-  void* base_;
 };
 
 TEST_CASE("records come back in order with every field", "[unit]") {
