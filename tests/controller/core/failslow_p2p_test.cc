@@ -9,12 +9,17 @@
 #include <set>
 
 #include "controller/core/failslow_policy.h"
+#include "tests/controller/core/failslow_fixtures.h"
 
 namespace peregrine {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kNow = 1'700'000'000'000'000'000;
+using failslow_test::Agents;
+using failslow_test::Input;
+using failslow_test::kMs;
+using failslow_test::kNow;
+using failslow_test::Layout;
+using failslow_test::MarkSlow;
 
 struct Profiles {
   // (global rank, comm id) -> profile
@@ -33,9 +38,7 @@ struct Profiles {
 int64_t Clock(int rank) { return kNow - 60'000 * kMs + rank * 3 * kMs; }
 
 TEST_CASE("FailSlowPolicy pairs pipeline sends with their recvs across 4 stages and grouped batches", "[unit]") {
-  auto layout_or = ParallelLayout::Create(/*tensor=*/1, /*pipeline=*/4, /*data=*/2, /*gpus=*/2);
-  REQUIRE(layout_or.ok());
-  const ParallelLayout& layout = *layout_or;
+  const ParallelLayout layout = Layout(/*t=*/1, /*p=*/4, /*d=*/2, /*g=*/2);
   constexpr int kIterations = 12;
   const int congested_pp = 1;
   Profiles profiles;
@@ -85,28 +88,10 @@ TEST_CASE("FailSlowPolicy pairs pipeline sends with their recvs across 4 stages 
     }
   }
 
-  FailSlowPolicyInput in;
-  in.job_name = "j";
-  in.layout = &layout;
-  in.attempt = 1;
-  for (int m = 0; m < layout.machines(); ++m) {
-    in.slot_machines.push_back(std::to_string(10 + m));
-    AgentObservation a;
-    a.pod = "j-m" + std::to_string(m);
-    a.machine_id = std::to_string(10 + m);
-    a.connected = true;
-    a.attempt = 1;
-    a.acked_attempt = 1;
-    a.nccl_profiling = true;
-    in.agents.push_back(a);
-  }
+  FailSlowPolicyInput in = Input(layout, Agents(layout));
+  for (AgentObservation& a : in.agents) a.nccl_profiling = true;
   const CommGroup slow = layout.Group(GroupKind::kPipeline, congested_pp);
-  RankFailSlowObservation& fs = in.agents[static_cast<size_t>(layout.MachineOf(slow.ranks[0]))].fail_slow[slow.ranks[0]];
-  fs.slow = true;
-  fs.onset = kNow - 3000 * kMs;
-  fs.severity = 0.4;
-  fs.before_seconds = 0.1;
-  fs.after_seconds = 0.14;
+  MarkSlow(in.agents, layout, slow.ranks[0], 0.4, kNow - 3000 * kMs);
   for (auto& [key, p] : profiles.by_rank_comm) {
     in.agents[static_cast<size_t>(layout.MachineOf(key.first))].comm_profiles.push_back(p);
   }
@@ -132,26 +117,10 @@ namespace peregrine {
 namespace {
 
 TEST_CASE("FailSlowPolicy ends a finding at the recovery onset the agents reported", "[unit]") {
-  auto layout_or = ParallelLayout::Create(/*tensor=*/2, /*pipeline=*/1, /*data=*/2, /*gpus=*/2);
-  REQUIRE(layout_or.ok());
-  const ParallelLayout& layout = *layout_or;
-  FailSlowPolicyInput in;
-  in.job_name = "j";
-  in.layout = &layout;
-  in.attempt = 1;
-  for (int m = 0; m < layout.machines(); ++m) {
-    in.slot_machines.push_back(std::to_string(10 + m));
-    AgentObservation a;
-    a.pod = "j-m" + std::to_string(m);
-    a.connected = true;
-    a.attempt = 1;
-    a.acked_attempt = 1;
-    in.agents.push_back(a);
-  }
-  RankFailSlowObservation& fs = in.agents[1].fail_slow[2];
-  fs.slow = true;
-  fs.onset = kNow - 60'000 * kMs;
-  fs.severity = 0.5;
+  const ParallelLayout layout = Layout(/*t=*/2, /*p=*/1, /*d=*/2, /*g=*/2);
+  FailSlowPolicyInput in = Input(layout, Agents(layout));
+  REQUIRE(layout.MachineOf(2) == 1);
+  MarkSlow(in.agents, layout, 2, 0.5, kNow - 60'000 * kMs);
   FailSlowDecision opened = DecideFailSlow(in, kNow - 50'000 * kMs);
   REQUIRE(opened.findings.size() == 1);
   in.findings = opened.findings;

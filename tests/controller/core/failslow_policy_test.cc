@@ -2,54 +2,21 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
 #include <optional>
 #include <set>
+
+#include "tests/controller/core/failslow_fixtures.h"
 
 namespace peregrine {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kNow = 1'700'000'000'000'000'000;
-
-ParallelLayout Layout() {
-  auto l = ParallelLayout::Create(2, 2, 2, 2);
-  REQUIRE(l.ok());
-  return *l;
-}
-
-// One agent per machine slot (pod "j-m<slot>", machine "<10 + slot>"), attempt 1.
-std::vector<AgentObservation> Agents(const ParallelLayout& layout) {
-  std::vector<AgentObservation> out;
-  for (int m = 0; m < layout.machines(); ++m) {
-    AgentObservation a;
-    a.pod = "j-m" + std::to_string(m);
-    a.machine_id = std::to_string(10 + m);
-    a.connected = true;
-    a.attempt = 1;
-    a.acked_attempt = 1;
-    out.push_back(a);
-  }
-  return out;
-}
-
-FailSlowPolicyInput Input(const ParallelLayout& layout, std::vector<AgentObservation> agents) {
-  FailSlowPolicyInput in;
-  in.job_name = "j";
-  in.layout = &layout;
-  in.attempt = 1;
-  for (int m = 0; m < layout.machines(); ++m) in.slot_machines.push_back(std::to_string(10 + m));
-  in.agents = std::move(agents);
-  return in;
-}
-
-void MarkSlow(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int rank, double severity) {
-  RankFailSlowObservation& fs = agents[layout.MachineOf(rank)].fail_slow[rank];
-  fs.slow = true;
-  fs.onset = kNow - 3000 * kMs + rank;
-  fs.severity = severity;
-  fs.before_seconds = 0.1;
-  fs.after_seconds = 0.1 * (1 + severity);
-}
+using failslow_test::Agents;
+using failslow_test::Input;
+using failslow_test::kMs;
+using failslow_test::kNow;
+using failslow_test::Layout;
+using failslow_test::MarkSlow;
 
 // Profiles of `n` collectives on every TP/PP/DP group and the world: members enter at
 // the same time except `late_rank` (late by 5 ms); transfers take 1 ms, or 5 ms in
@@ -91,6 +58,25 @@ void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& la
 void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& layout, int n, int late_rank,
                  std::optional<std::pair<GroupKind, int>> slow_group) {
   AddProfiles(agents, layout, n, late_rank >= 0 ? std::set<int>{late_rank} : std::set<int>{}, slow_group);
+}
+
+// Ranks `slow` (rank -> severity) open a finding; then 12 collectives of every group are
+// profiled with `late_ranks` late and `slow_group` congested, and the policy decides 1 ms
+// later: the decision that localizes (or not).
+FailSlowDecision LocalizeAfterProfiles(const ParallelLayout& layout, const std::map<int, double>& slow,
+                                       const std::set<int>& late_ranks,
+                                       std::optional<std::pair<GroupKind, int>> slow_group) {
+  auto agents = Agents(layout);
+  for (const auto& [rank, severity] : slow) MarkSlow(agents, layout, rank, severity);
+  FailSlowPolicyInput in = Input(layout, agents);
+  const FailSlowDecision opened = DecideFailSlow(in, kNow);
+  REQUIRE(opened.findings.size() == 1);
+  in.findings = opened.findings;
+  in.next_finding_id = opened.next_finding_id;
+  AddProfiles(in.agents, layout, 12, late_ranks, slow_group);
+  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  REQUIRE_FALSE(d.findings.empty());
+  return d;
 }
 
 TEST_CASE("FailSlowPolicy: nothing slow, nothing done", "[unit]") {
@@ -177,9 +163,7 @@ TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine"
     CHECK(DecideFailSlow(in, kNow + kMs).findings[0].state == FailSlowState::kProfiling);
   }
   SECTION("enough collectives: named") {
-    AddProfiles(in.agents, layout, 12, 3, std::nullopt);
-    in.findings = opened.findings;
-    FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+    const FailSlowDecision d = LocalizeAfterProfiles(layout, {{3, 0.8}}, {3}, std::nullopt);
     const FailSlowFinding& f = d.findings[0];
     INFO(f.detail);
     CHECK(f.state == FailSlowState::kLocalized);
@@ -194,14 +178,8 @@ TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine"
 
 TEST_CASE("FailSlowPolicy: profiles localize a congested group", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 0, 0.3);
-  FailSlowPolicyInput in = Input(layout, agents);
-  in.findings = DecideFailSlow(in, kNow).findings;
-  in.next_finding_id = 2;
   const CommGroup slow = layout.Group(GroupKind::kData, 1);
-  AddProfiles(in.agents, layout, 12, -1, std::make_pair(GroupKind::kData, 1));
-  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowDecision d = LocalizeAfterProfiles(layout, {{0, 0.3}}, {}, std::make_pair(GroupKind::kData, 1));
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
   CHECK(f.state == FailSlowState::kLocalized);
@@ -216,15 +194,8 @@ TEST_CASE("FailSlowPolicy: profiles localize a congested group", "[unit]") {
 }
 
 TEST_CASE("FailSlowPolicy: two slow ranks are both named", "[unit]") {
-  const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  MarkSlow(agents, layout, 4, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
-  in.findings = DecideFailSlow(in, kNow).findings;
   // Ranks 3 (slot 1) and 4 (slot 2) share no TP, PP or DP group.
-  AddProfiles(in.agents, layout, 12, std::set<int>{3, 4}, std::nullopt);
-  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowDecision d = LocalizeAfterProfiles(Layout(), {{3, 0.8}, {4, 0.8}}, {3, 4}, std::nullopt);
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
   CHECK(f.state == FailSlowState::kLocalized);
@@ -238,14 +209,9 @@ TEST_CASE("FailSlowPolicy: two slow ranks are both named", "[unit]") {
 
 TEST_CASE("FailSlowPolicy: a slow rank and a congested group at once are both named", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 5, 0.9);
-  FailSlowPolicyInput in = Input(layout, agents);
-  in.findings = DecideFailSlow(in, kNow).findings;
   // DP group 0 ({0, 2}: machines 10 and 11) is congested; rank 5 (machine 12) is in none of its groups.
   REQUIRE(layout.GroupIndexOf(GroupKind::kData, 5) != 0);
-  AddProfiles(in.agents, layout, 12, std::set<int>{5}, std::make_pair(GroupKind::kData, 0));
-  FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowDecision d = LocalizeAfterProfiles(layout, {{5, 0.9}}, {5}, std::make_pair(GroupKind::kData, 0));
   const FailSlowFinding& f = d.findings[0];
   INFO(f.detail);
   CHECK(f.state == FailSlowState::kLocalized);

@@ -11,18 +11,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/controller/core/failslow_fixtures.h"
 
 namespace peregrine {
 namespace {
 
+using failslow_test::Layout;
+
 constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kT0 = 1'700'000'000'000'000'000;
-
-ParallelLayout Layout(int t = 2, int p = 2, int d = 2, int g = 2) {
-  auto l = ParallelLayout::Create(t, p, d, g);
-  REQUIRE(l.ok());
-  return *l;
-}
 
 struct Parsed {
   std::vector<std::vector<std::pair<int, int>>> rounds;
@@ -164,6 +161,10 @@ struct Harness {
     return d;
   }
 
+  // Starts the validation and has every agent acknowledge its trap; returns the decision
+  // that follows (GEMM sent).
+  FailSlowValidationDecision StepPastTrap();
+
   // Every pending command whose id contains `part` gets its answer.
   int Answer(const std::string& part, const std::function<ValidationCommandOutcome(const ValidationAgent&)>& answer) {
     int n = 0;
@@ -189,6 +190,24 @@ ValidationCommandOutcome Ok() {
   o.passed = true;
   return o;
 }
+
+FailSlowValidationDecision Harness::StepPastTrap() {
+  Step();
+  Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
+  return Step();
+}
+
+// A finding of `kind` naming `ranks` (and, for communication, the groups `group`).
+FailSlowFinding Finding(FailSlowKind kind, std::vector<int> ranks, std::string group = "") {
+  FailSlowFinding f;
+  f.kind = kind;
+  f.ranks = std::move(ranks);
+  f.group = std::move(group);
+  return f;
+}
+
+// DP groups 0 and 1 congested: the link between machines 10 and 11.
+FailSlowFinding CongestedDpFinding() { return Finding(FailSlowKind::kCommunication, {0, 1, 2, 3}, "dp 0, dp 1"); }
 
 // GEMM figures: 2 TFLOP/s per GPU, `slow` global ranks at 0.7.
 std::function<ValidationCommandOutcome(const ValidationAgent&)> Gemm(const ParallelLayout& layout,
@@ -225,10 +244,7 @@ std::set<std::string> Pods(const std::vector<ValidationCommand>& cs) {
 }
 
 TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is released", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCompute;
-  f.ranks = {3};
-  Harness h(f);
+  Harness h(Finding(FailSlowKind::kCompute, {3}));
   h.options.gemm_every_machine = false;  // the suspect groups' machines only
 
   // Start: trap every agent, profiling kept on.
@@ -265,7 +281,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   CHECK(Pods(d.commands) == std::set<std::string>{"j-m0", "j-m1", "j-m3"});
   for (const ValidationCommand& c : d.commands) {
     CHECK(c.kind == ValidationCommand::Kind::kRunDiagnostic);
-    CHECK(c.diagnostic == "gemm");
+    CHECK(c.diagnostic == DiagnosticKind::kGemm);
     CHECK(c.params.at("dtype") == "fp32");
     CHECK(c.timeout_ms > 0);
   }
@@ -279,7 +295,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
   REQUIRE(d.commands.size() == 4);
   std::string rounds;
   for (const ValidationCommand& c : d.commands) {
-    CHECK(c.diagnostic == "p2p_rounds");
+    CHECK(c.diagnostic == DiagnosticKind::kP2pRounds);
     CHECK(c.params.at("ranks") == "8");
     CHECK(c.params.at("master_port") == "40123");
     CHECK(c.params.at("master_addr") == "127.0.0.1");
@@ -318,11 +334,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
 }
 
 TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds of its kind", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCommunication;
-  f.ranks = {0, 1, 2, 3};
-  f.group = "dp 0, dp 1";
-  Harness h(f);
+  Harness h(CongestedDpFinding());
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.link_kinds == "dp");
   // GEMM on every machine by default: the whole job is paused anyway.
@@ -349,28 +361,18 @@ TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds 
 }
 
 TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profile missed", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCompute;
-  f.ranks = {4};  // the profile named rank 4 only; rank 3 (slot 1, in none of 4's groups) is slow too
-  Harness h(f);
-  h.Step();
-  h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
-  h.Step();
+  // The profile named rank 4 only; rank 3 (slot 1, in none of 4's groups) is slow too.
+  Harness h(Finding(FailSlowKind::kCompute, {4}));
+  h.StepPastTrap();
   REQUIRE(h.Answer("gemm", Gemm(h.layout, {3, 4})) == 4);
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.slow_gpus == std::vector<int>{3, 4});
 }
 
 TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on a fresh port", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCommunication;
-  f.ranks = {0, 1, 2, 3};
-  f.group = "dp 0, dp 1";
-  Harness h(f);
+  Harness h(CongestedDpFinding());
   h.options.passes = 2;
-  h.Step();
-  h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
-  FailSlowValidationDecision d = h.Step();
+  FailSlowValidationDecision d = h.StepPastTrap();
   REQUIRE(d.commands.size() == 4);
   for (const ValidationCommand& c : d.commands) CHECK(c.id == "j-failslow-7-gemm1-" + c.pod);
   // Pass 1: rank 6 was disturbed (slow), rank 3 is slow.
@@ -410,13 +412,8 @@ TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on 
 }
 
 TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measures nothing", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCompute;
-  f.ranks = {5};
-  Harness h(f);
-  h.Step();
-  h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
-  h.Step();
+  Harness h(Finding(FailSlowKind::kCompute, {5}));
+  h.StepPastTrap();
   h.Answer("gemm", [](const ValidationAgent&) {
     ValidationCommandOutcome o = Ok();
     o.not_present = true;
@@ -434,9 +431,7 @@ TEST_CASE("FailSlowValidation: all normal is 'not confirmed', not_present measur
 }
 
 TEST_CASE("FailSlowValidation: failures release training with the reason", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCompute;
-  f.ranks = {3};
+  const FailSlowFinding f = Finding(FailSlowKind::kCompute, {3});
   SECTION("an agent cannot trap (no NCCL hook)") {
     Harness h(f);
     h.Step();
@@ -457,9 +452,7 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
   }
   SECTION("GEMM results never come") {
     Harness h(f);
-    h.Step();
-    h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
-    h.Step();
+    h.StepPastTrap();
     FailSlowValidationDecision d = h.Step(30 * kSec);
     CHECK(d.validation.state == ValidationState::kGemm);  // within the diagnostics' timeout + margin
     d = h.Step(100 * kSec);
@@ -481,9 +474,7 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
   }
   SECTION("a link diagnostic error") {
     Harness h(f);
-    h.Step();
-    h.Answer("trap-on", [](const ValidationAgent&) { return Ok(); });
-    h.Step();
+    h.StepPastTrap();
     h.Answer("gemm", Gemm(h.layout, {}));
     h.Step();
     h.Answer("links", [](const ValidationAgent& a) {
@@ -501,10 +492,7 @@ TEST_CASE("FailSlowValidation: failures release training with the reason", "[uni
 }
 
 TEST_CASE("FailSlowValidation: only a localized, ongoing finding starts one", "[unit]") {
-  FailSlowFinding f;
-  f.kind = FailSlowKind::kCompute;
-  f.ranks = {3};
-  Harness h(f);
+  Harness h(Finding(FailSlowKind::kCompute, {3}));
   h.in.finding.state = FailSlowState::kProfiling;
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.state == ValidationState::kNotStarted);

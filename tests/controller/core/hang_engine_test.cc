@@ -9,7 +9,9 @@
 #include "controller/core/decision_engine.h"
 #include "controller/core/hang_policy.h"
 #include "controller/job_parser.h"
+#include "absl/strings/str_cat.h"
 #include "controller/status_json.h"
+#include "tests/testing/job_fixtures.h"
 #include "tests/testing/plan_world.h"
 
 namespace peregrine {
@@ -17,21 +19,26 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
+// The kit's demo job with one standby and a 20 s hang timeout.
 TrainingJob HangJob() {
-  auto job = ParseTrainingJob(R"(
+  TrainingJob job = testing::DemoJob();
+  job.spec.standby.max = 1;
+  job.spec.fault_tolerance.hang_timeout_seconds = 20;
+  return job;
+}
+
+// A one-GPU job whose manifest sets faultTolerance.hangTimeoutSeconds to `seconds`.
+absl::StatusOr<TrainingJob> ParseWithHangTimeout(int seconds) {
+  return ParseTrainingJob(absl::StrCat(R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: demo}
 spec:
-  machines: 4
-  gpusPerMachine: 2
-  parallelism: {tensor: 2, pipeline: 2, data: 2}
+  machines: 1
+  gpusPerMachine: 1
+  parallelism: {tensor: 1, pipeline: 1, data: 1}
   codeVersion: {command: ["sim-trainer"]}
-  standby: {dailyFailureRate: 0.02, min: 1, max: 1}
-  faultTolerance: {hangTimeoutSeconds: 20}
-)");
-  REQUIRE(job.ok());
-  return *job;
+  faultTolerance: {hangTimeoutSeconds: )", seconds, "}\n"));
 }
 
 ProcessStack Stack(int pid, const std::vector<std::string>& innermost_first) {
@@ -45,10 +52,31 @@ ProcessStack Stack(int pid, const std::vector<std::string>& innermost_first) {
   return p;
 }
 
+// Innermost frame first, by machine slot: slot 2 (stage 1 of dp 0) hung in its compute,
+// slot 0 waits for its gradients, slots 1 and 3 in the DP all-reduce.
+const std::map<int, std::vector<std::string>> kHungStageStacks = {
+    {0, {"poll", "RecvExact", "ncclRecv", "Backward", "TrainStep", "main"}},
+    {1, {"poll", "Exchange", "ncclAllReduce", "DpAllReduce", "TrainStep", "main"}},
+    {2, {"nanosleep", "AfterCompute", "Forward", "TrainStep", "main"}},
+    {3, {"poll", "Exchange", "ncclAllReduce", "DpAllReduce", "TrainStep", "main"}}};
+
 // The kit's plan-applying world; stack captures stay pending until AnswerCaptures.
 struct World : testing::PlanWorld {
   World() : PlanWorld(HangJob(), "m") { port_per_attempt = false; }
   std::vector<CommandToSend> captures;  // every capture command sent
+
+  // Training reaches step 10, then completes no step for the 20 s hang timeout: the hang
+  // is detected and a stack capture goes to each of the 4 pods.
+  void RunIntoHang() {
+    Step();
+    Step();
+    Progress(10);
+    now += kSecond;
+    Step();
+    now += 20 * kSecond;
+    Step();
+    REQUIRE(captures.size() == 4);
+  }
 
   bool OnCommand(const CommandToSend& c, AgentObservation& a) override {
     if (c.kind != CommandKind::kCaptureStacks) return false;
@@ -56,14 +84,8 @@ struct World : testing::PlanWorld {
     a.pending_command_ids.push_back(c.id);
     return true;
   }
-  // The agents answer every outstanding capture: slot 2 (stage 1 of dp 0) hung in its
-  // compute, slot 0 waits for its gradients, slots 1 and 3 in the DP all-reduce.
-  void AnswerCaptures() {
-    const std::map<int, std::vector<std::string>> by_slot = {
-        {0, {"poll", "RecvExact", "ncclRecv", "Backward", "TrainStep", "main"}},
-        {1, {"poll", "Exchange", "ncclAllReduce", "DpAllReduce", "TrainStep", "main"}},
-        {2, {"nanosleep", "AfterCompute", "Forward", "TrainStep", "main"}},
-        {3, {"poll", "Exchange", "ncclAllReduce", "DpAllReduce", "TrainStep", "main"}}};
+  // The agents answer every capture sent: both ranks of a slot with that slot's stack.
+  void AnswerCaptures(const std::map<int, std::vector<std::string>>& by_slot = kHungStageStacks) {
     for (const CommandToSend& c : captures) {
       AgentObservation* a = Agent(c.pod);
       if (a == nullptr) continue;
@@ -86,19 +108,11 @@ struct World : testing::PlanWorld {
 };
 
 TEST_CASE("spec.faultTolerance.hangTimeoutSeconds is parsed, defaults to 60 and must be >= 1", "[unit]") {
-  CHECK(HangJob().spec.fault_tolerance.hang_timeout_seconds == 20);
+  auto parsed = ParseWithHangTimeout(20);
+  REQUIRE(parsed.ok());
+  CHECK(parsed->spec.fault_tolerance.hang_timeout_seconds == 20);
   CHECK(TrainingJobSpec{}.fault_tolerance.hang_timeout_seconds == 60);
-  auto bad = ParseTrainingJob(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: demo}
-spec:
-  machines: 1
-  gpusPerMachine: 1
-  parallelism: {tensor: 1, pipeline: 1, data: 1}
-  codeVersion: {command: ["sim-trainer"]}
-  faultTolerance: {hangTimeoutSeconds: 0}
-)");
+  auto bad = ParseWithHangTimeout(0);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("spec.faultTolerance.hangTimeoutSeconds"));
 }
@@ -197,14 +211,7 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
 
 TEST_CASE("A controller restart during the capture re-sends the same capture ids and evicts once", "[unit]") {
   World w;
-  w.Step();
-  w.Step();
-  w.Progress(10);
-  w.now += kSecond;
-  w.Step();
-  w.now += 20 * kSecond;
-  w.Step();
-  REQUIRE(w.captures.size() == 4);
+  w.RunIntoHang();
   std::set<std::string> first_ids;
   for (const CommandToSend& c : w.captures) first_ids.insert(c.id);
 
@@ -231,28 +238,9 @@ TEST_CASE("A controller restart during the capture re-sends the same capture ids
 
 TEST_CASE("A hang with identical stacks everywhere evicts nothing and goes to stop-time diagnosis", "[unit]") {
   World w;
-  w.Step();
-  w.Step();
-  w.Progress(10);
-  w.now += kSecond;
-  w.Step();
-  w.now += 20 * kSecond;
-  w.Step();
-  REQUIRE(w.captures.size() == 4);
-  for (const CommandToSend& c : w.captures) {
-    AgentObservation* a = w.Agent(c.pod);
-    std::erase(a->pending_command_ids, c.id);
-    CommandResultObservation r;
-    r.ok = true;
-    r.has_stacks = true;
-    for (const SlotStatus& s : w.status.slots) {
-      if (s.pod != c.pod) continue;
-      for (int rank = s.index * 2; rank < s.index * 2 + 2; ++rank) {
-        r.stacks[rank].push_back(CapturedProcessStack{Stack(100 + rank, {"poll", "ncclAllReduce", "main"}), ""});
-      }
-    }
-    a->command_results[c.id] = r;
-  }
+  w.RunIntoHang();
+  const std::vector<std::string> same = {"poll", "ncclAllReduce", "main"};
+  w.AnswerCaptures({{0, same}, {1, same}, {2, same}, {3, same}});
   w.now += kSecond;
   w.Step();
   CHECK(w.status.evicted.empty());
