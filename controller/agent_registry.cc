@@ -168,7 +168,7 @@ v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, i
       break;
     case CommandKind::kRunDiagnostic: {
       v1::RunDiagnostic* d = w.mutable_run_diagnostic();
-      d->set_kind(c.diagnostic.kind);
+      d->set_kind(ToString(c.diagnostic.kind));
       for (const auto& [k, v] : c.diagnostic.params) (*d->mutable_params())[k] = v;
       d->set_timeout_ms(c.diagnostic.timeout_ms);
       break;

@@ -110,7 +110,7 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   for (const char* reason : {"machine_fault", "standby_failed"}) Series(key, evictions_, with("reason", reason));
   // Counters from what changed.
   for (const Incident& inc : after.incidents) {
-    if (inc.id >= before.next_incident_id) Series(key, incidents_, with("kind", inc.kind)).Increment();
+    if (inc.id >= before.next_incident_id) Series(key, incidents_, with("kind", ToString(inc.kind))).Increment();
     // Diagnosis stages that finished in this round (records only ever gain a finished_at).
     const Incident* old = nullptr;
     for (const Incident& b : before.incidents) {

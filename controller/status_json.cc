@@ -205,7 +205,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["ettr"] = s.ettr;
   json incidents = json::array();
   for (const Incident& i : s.incidents) {
-    incidents.push_back({{"id", i.id}, {"kind", i.kind}, {"signal", i.signal}, {"detectedAt", Time(i.detected_at)},
+    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", i.signal}, {"detectedAt", Time(i.detected_at)},
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
                          {"machines", i.machines}, {"decision", i.decision}, {"actions", i.actions},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
@@ -315,7 +315,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     for (const json& i : j.value("incidents", json::array())) {
       Incident inc;
       inc.id = i.at("id");
-      inc.kind = i.value("kind", "");
+      ReadEnum(i, "kind", ParseIncidentKind, "incidents[].kind", &inc.kind);
       inc.signal = i.value("signal", "");
       inc.detected_at = ParseTime(i, "detectedAt");
       inc.decided_at = ParseTime(i, "decidedAt");

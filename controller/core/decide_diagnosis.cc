@@ -42,7 +42,7 @@ void Decider::AdvanceDiagnosis() {
   }
   if (!lost.empty()) {
     st.diagnosis.reset();
-    inc->kind = "MachineLost";
+    inc->kind = IncidentKind::kMachineLost;
     inc->decision = "machine lost during stop-time diagnosis: evict it, activate a warm standby, restart the others in place";
     EvictAndActivate(lost, inc);
     FinishRecovery(inc, false);
@@ -73,7 +73,7 @@ void Decider::AdvanceDiagnosis() {
     const DiagnosisStageRecord& r = inc->diagnosis.back();
     inc->decision = absl::StrFormat("stop-time diagnosis: %s failed on %s: evict, activate a warm standby, restart the others in place",
                                     r.stage, absl::StrJoin(r.failed_machines, ", "));
-    if (was_replay) inc->kind = "SilentDataCorruption";
+    if (was_replay) inc->kind = IncidentKind::kSilentDataCorruption;
     EvictAndActivate(step.failed_slots, inc);
     FinishRecovery(inc, false);
     return;

@@ -15,6 +15,23 @@
 #include "controller/core/stop_time_diagnosis.h"
 
 namespace peregrine::decision_internal {
+namespace {
+
+// A NaN / Inf loss or a loss spike: the numeric incidents.
+bool IsNumeric(IncidentKind kind) { return kind == IncidentKind::kNaNLoss || kind == IncidentKind::kLossSpike; }
+
+// The incident a stack investigation opens or evicts for.
+IncidentKind IncidentKindOf(InvestigationKind kind) {
+  switch (kind) {
+    case InvestigationKind::kHang:
+      return IncidentKind::kHang;
+    case InvestigationKind::kMfuDrop:
+      return IncidentKind::kMfuDrop;
+  }
+  return IncidentKind::kHang;  // unreachable: the switch covers every value
+}
+
+}  // namespace
 
 void Decider::TrackProgress() {
   JobStatus& st = plan_.status;
@@ -62,7 +79,7 @@ void Decider::TrackProgress() {
   // After a NaN / spike incident a step only counts once its loss was found healthy (folded
   // into the loss reference): the ranks complete numerically bad steps too.
   const Incident* last = st.incidents.empty() ? nullptr : &st.incidents.back();
-  const bool numeric_last = last != nullptr && (last->kind == "NaNLoss" || last->kind == "LossSpike");
+  const bool numeric_last = last != nullptr && IsNumeric(last->kind);
   if ((st.reattempts > 0 || st.rollbacks > 0) && OpenIncident() == nullptr && last != nullptr &&
       min_step > last->step_at_failure && (!numeric_last || st.loss_reference.step > last->step_at_failure)) {
     st.reattempts = 0;
@@ -82,7 +99,7 @@ void Decider::DetectAndTriage() {
   std::vector<int> lost_slots;
   std::vector<std::string> signals;
   std::vector<std::string> user_errors;
-  std::string lost_kind = "MachineLost";
+  IncidentKind lost_kind = IncidentKind::kMachineLost;
   bool process_failed = false;
   auto machine_at_fault = [&](const SlotStatus& slot, const std::string& reason) {
     lost_slots.push_back(slot.index);
@@ -100,7 +117,7 @@ void Decider::DetectAndTriage() {
     // Machine-attributed inspection faults (fatal Xid, GPU lost, ECC, disk): evict now.
     if (std::optional<std::string> fault = MachineAttributedFault(*a)) {
       machine_at_fault(slot, absl::StrCat("inspection ", *fault));
-      lost_kind = "MachineFault";
+      lost_kind = IncidentKind::kMachineFault;
       continue;
     }
     // Network alarms: tolerated until the Nth within the window on the same machine.
@@ -113,7 +130,7 @@ void Decider::DetectAndTriage() {
         machine_at_fault(slot, absl::StrFormat("%d network alarms within %d s (latest: %s)", recent,
                                                ft.network_alarm_window_seconds,
                                                st.network_alarms.empty() ? "" : st.network_alarms.back().summary));
-        if (lost_kind == "MachineLost") lost_kind = "NetworkAlarms";
+        if (lost_kind == IncidentKind::kMachineLost) lost_kind = IncidentKind::kNetworkAlarms;
         continue;
       }
       if (added > 0) {
@@ -169,7 +186,7 @@ void Decider::DetectAndTriage() {
       if (std::find(lost_slots.begin(), lost_slots.end(), index) != lost_slots.end()) continue;
       machine_at_fault(st.slots[index], "in the group stack aggregation over-evicts");
     }
-    if (lost_kind == "MachineLost") lost_kind = ToString(hang.kind);
+    if (lost_kind == IncidentKind::kMachineLost) lost_kind = IncidentKindOf(hang.kind);
   } else if (hang.verdict == HangVerdict::kReattempt) {  // no outlier: the no-culprit ladder
     process_failed = true;
     signals.push_back(hang.reason);
@@ -194,7 +211,7 @@ void Decider::DetectAndTriage() {
   if (failure && st.triage_deadline == 0) {
     Incident inc;
     inc.id = st.next_incident_id++;
-    inc.kind = !lost_slots.empty() ? lost_kind : (numeric && !process_failed ? numeric->kind : "ProcessCrash");
+    inc.kind = !lost_slots.empty() ? lost_kind : (numeric && !process_failed ? numeric->kind : IncidentKind::kProcessCrash);
     inc.signal = absl::StrJoin(signals, "; ");
     inc.detected_at = now_;
     inc.step_at_failure = st.max_completed_step;
@@ -202,7 +219,7 @@ void Decider::DetectAndTriage() {
     TrimFront(st.incidents, config_.max_incidents);
     st.triage_deadline = now_ + config_.triage_window_ns;
     st.phase = JobPhase::kRecovering;
-    Event(JobEventType::kWarning, inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+    Event(JobEventType::kWarning, ToString(inc.kind), absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
     plan_.requeue_after_ns = config_.triage_window_ns;
     return;
   }
@@ -228,10 +245,10 @@ void Decider::DetectAndTriage() {
     inc->decision = hang.verdict == HangVerdict::kEvict
                         ? absl::StrCat(hang.reason, "; activate warm standbys, restart the others in place")
                         : "evict the machine, activate a warm standby, restart the others in place";
-  } else if (process_failed || inc->kind == "NaNLoss" || inc->kind == "LossSpike") {
+  } else if (process_failed || IsNumeric(inc->kind)) {
     const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
     if (!user_errors.empty() && target) {
-      inc->kind = "UserCodeError";
+      inc->kind = IncidentKind::kUserCodeError;
       inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
       inc->decision = "user-code error: roll back the code version";
       Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
@@ -239,7 +256,7 @@ void Decider::DetectAndTriage() {
     } else if (!user_errors.empty()) {
       // A deterministic error of the user's code and no earlier version: no machine is
       // at fault (no diagnosis, never a replay); one reattempt in place, then give up.
-      inc->kind = "UserCodeError";
+      inc->kind = IncidentKind::kUserCodeError;
       inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
       if (st.reattempts > 0) {
         FailJob(inc, "UserCodeError",
@@ -253,7 +270,7 @@ void Decider::DetectAndTriage() {
     } else {
       // No culprit: stop training and diagnose (stop_time_diagnosis.h).
       inc->decided_at = 0;
-      const bool numeric_incident = inc->kind == "NaNLoss" || inc->kind == "LossSpike";
+      const bool numeric_incident = IsNumeric(inc->kind);
       st.diagnosis = BeginStopTimeDiagnosis(inc->id, numeric_incident, obs_.candidate_master_port, now_);
       inc->actions.push_back(absl::StrFormat("stop training on %d machines for stop-time diagnosis (%s)",
                                              st.slots.size(),
@@ -297,7 +314,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
     case HangVerdict::kHangDetected: {
       Incident inc;
       inc.id = st.next_incident_id++;
-      inc.kind = ToString(d.kind);
+      inc.kind = IncidentKindOf(d.kind);
       inc.signal = d.signal;
       inc.detected_at = now_;
       inc.step_at_failure = st.max_completed_step;
@@ -313,7 +330,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
       if (!st.stack_diagnosis.investigations.empty()) st.stack_diagnosis.investigations.back().incident_id = inc.id;
       st.triage_deadline = d.hold_until + config_.triage_window_ns;  // the verdict comes by hold_until
       st.phase = JobPhase::kRecovering;
-      Event(JobEventType::kWarning, inc.kind, absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
+      Event(JobEventType::kWarning, ToString(inc.kind), absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
       break;
     }
     case HangVerdict::kEvict:
@@ -323,7 +340,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
       break;
     case HangVerdict::kAbandoned:
       st.triage_deadline = std::min(st.triage_deadline, now_ + config_.triage_window_ns);
-      if (Incident* inc = OpenIncident(); inc != nullptr && inc->kind == "Hang") inc->kind = "ProcessCrash";
+      if (Incident* inc = OpenIncident(); inc != nullptr && inc->kind == IncidentKind::kHang) inc->kind = IncidentKind::kProcessCrash;
       break;
     case HangVerdict::kNone:
       break;

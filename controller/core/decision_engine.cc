@@ -196,7 +196,7 @@ void Decider::UpdateConditions() {
                absl::StrFormat("phase %s, attempt %d, step %d", JobPhaseName(st.phase), st.attempt, st.last_completed_step),
                gen, now_);
   const Incident* open = OpenIncident();
-  SetCondition(st, "Degraded", open != nullptr, open ? open->kind : "NoIncident",
+  SetCondition(st, "Degraded", open != nullptr, open ? ToString(open->kind) : "NoIncident",
                open ? absl::StrCat("incident ", open->id, ": ", open->signal) : "no open incident", gen, now_);
   const bool terminal = st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed;
   SetCondition(st, "StandbyReady", terminal || st.standby_ready >= st.standby_desired,

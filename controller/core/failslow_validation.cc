@@ -239,7 +239,7 @@ class Validator {
         ValidationCommand c;
         c.kind = ValidationCommand::Kind::kRunDiagnostic;
         c.id = absl::StrCat(prefix_, "gemm", pass, "-", a->pod);
-        c.diagnostic = "gemm";
+        c.diagnostic = DiagnosticKind::kGemm;
         c.params = {{"dtype", options_.gemm_dtype}};
         if (options_.gemm_size > 0) c.params["size"] = absl::StrCat(options_.gemm_size);
         if (options_.gemm_iterations > 0) c.params["iterations"] = absl::StrCat(options_.gemm_iterations);
@@ -322,7 +322,7 @@ class Validator {
         ValidationCommand c;
         c.kind = ValidationCommand::Kind::kRunDiagnostic;
         c.id = absl::StrCat(prefix_, "links", pass, "-", a->pod);
-        c.diagnostic = "p2p_rounds";
+        c.diagnostic = DiagnosticKind::kP2pRounds;
         c.params = {{"master_addr", v().master_addr},
                     {"master_port", absl::StrCat(v().master_port)},
                     {"ranks", absl::StrCat(in_.layout->world_size())},

@@ -94,7 +94,7 @@ struct ValidationCommand {
   std::string id;
   bool profiling = false;  // kSetNcclMode
   bool trap = false;       // kSetNcclMode
-  std::string diagnostic;  // kRunDiagnostic: gemm | p2p_rounds
+  DiagnosticKind diagnostic = DiagnosticKind::kGemm;  // kRunDiagnostic: kGemm | kP2pRounds
   std::map<std::string, std::string> params;
   uint32_t timeout_ms = 0;
 };

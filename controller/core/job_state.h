@@ -61,7 +61,7 @@ struct DiagnosisStageRecord {
 // One incident: a failure signal, what was decided and what it cost.
 struct Incident {
   uint64_t id = 0;
-  std::string kind;    // MachineLost, ProcessCrash, ...
+  IncidentKind kind = IncidentKind::kProcessCrash;
   std::string signal;  // human-readable evidence
   int64_t detected_at = 0;
   int64_t decided_at = 0;   // 0 while triaging
@@ -285,7 +285,9 @@ struct RankExit {
 // One machine-inspection result as the agent reported it (agent/inspection): the latest
 // per component (heartbeat) or an alarm (a threshold crossing).
 struct InspectionObservation {
-  std::string kind;       // gpu, xid, network, rdma, host
+  // gpu, xid, network, rdma, host, ...: the agent's label, kept as sent (a newer agent may
+  // report kinds this controller does not know; they are shown, never dropped).
+  std::string kind;
   std::string component;  // gpu0, PCI:0000:3b:00, eth0, /data
   InspectionStatus status = InspectionStatus::kUnknown;
   std::string summary;
@@ -323,7 +325,7 @@ struct CommProfileObservation {
 
 // The plain form of peregrine.v1.DiagnosticResult (every field of the proto).
 struct DiagnosticOutcome {
-  std::string kind;
+  std::string kind;  // as the agent reported it; results are matched by command id, not kind
   bool passed = false;
   std::string detail;
   std::map<std::string, double> figures;
@@ -435,10 +437,10 @@ enum class CommandKind {
 };
 const char* CommandKindName(CommandKind kind);
 
-// peregrine.v1.RunDiagnostic: kind (eud, all_to_all, all_gather, alignment, replay, gemm,
-// p2p_rounds), string params (agent/diagnostics/README.md) and a timeout (0: the kind's default).
+// peregrine.v1.RunDiagnostic: kind, string params (agent/diagnostics/README.md) and a
+// timeout (0: the kind's default).
 struct DiagnosticRequest {
-  std::string kind;
+  DiagnosticKind kind = DiagnosticKind::kEud;
   std::map<std::string, std::string> params;
   uint32_t timeout_ms = 0;
   bool operator==(const DiagnosticRequest&) const = default;

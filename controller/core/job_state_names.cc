@@ -52,6 +52,17 @@ constexpr Names<FailSlowKind> kFailSlowKind[] = {{FailSlowKind::kUnlocalized, ""
                                                  {FailSlowKind::kComputeAndCommunication, "compute+communication"}};
 constexpr Names<FailSlowTier> kFailSlowTier[] = {
     {FailSlowTier::kMonitor, "monitor"}, {FailSlowTier::kMitigate, "mitigate"}, {FailSlowTier::kReplace, "replace"}};
+constexpr Names<IncidentKind> kIncidentKind[] = {
+    {IncidentKind::kMachineLost, "MachineLost"},     {IncidentKind::kMachineFault, "MachineFault"},
+    {IncidentKind::kNetworkAlarms, "NetworkAlarms"}, {IncidentKind::kProcessCrash, "ProcessCrash"},
+    {IncidentKind::kUserCodeError, "UserCodeError"}, {IncidentKind::kNaNLoss, "NaNLoss"},
+    {IncidentKind::kLossSpike, "LossSpike"},         {IncidentKind::kSilentDataCorruption, "SilentDataCorruption"},
+    {IncidentKind::kHang, "Hang"},                   {IncidentKind::kMfuDrop, "MfuDrop"}};
+constexpr Names<DiagnosticKind> kDiagnosticKind[] = {
+    {DiagnosticKind::kEud, "eud"},         {DiagnosticKind::kAllToAll, "all_to_all"},
+    {DiagnosticKind::kAllGather, "all_gather"}, {DiagnosticKind::kAlignment, "alignment"},
+    {DiagnosticKind::kReplay, "replay"},   {DiagnosticKind::kGemm, "gemm"},
+    {DiagnosticKind::kP2pRounds, "p2p_rounds"}};
 constexpr Names<InvestigationKind> kInvestigationKind[] = {{InvestigationKind::kHang, "Hang"},
                                                            {InvestigationKind::kMfuDrop, "MfuDrop"}};
 constexpr Names<InvestigationState> kInvestigationState[] = {
@@ -79,6 +90,8 @@ PEREGRINE_NAMES(ValidationVerdict, kValidationVerdict)
 PEREGRINE_NAMES(FailSlowState, kFailSlowState)
 PEREGRINE_NAMES(FailSlowKind, kFailSlowKind)
 PEREGRINE_NAMES(FailSlowTier, kFailSlowTier)
+PEREGRINE_NAMES(IncidentKind, kIncidentKind)
+PEREGRINE_NAMES(DiagnosticKind, kDiagnosticKind)
 PEREGRINE_NAMES(InvestigationKind, kInvestigationKind)
 PEREGRINE_NAMES(InvestigationState, kInvestigationState)
 PEREGRINE_NAMES(InspectionStatus, kInspectionStatus)

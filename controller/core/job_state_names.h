@@ -54,6 +54,31 @@ enum class FailSlowTier { kMonitor, kMitigate, kReplace };
 const char* ToString(FailSlowTier value);
 std::optional<FailSlowTier> ParseFailSlowTier(std::string_view name);
 
+// Incident::kind, the class of trouble: "MachineLost", "MachineFault", "NetworkAlarms",
+// "ProcessCrash", "UserCodeError", "NaNLoss", "LossSpike", "SilentDataCorruption", "Hang",
+// "MfuDrop". The string is also the Warning event's reason and the Degraded condition's.
+enum class IncidentKind {
+  kMachineLost,
+  kMachineFault,
+  kNetworkAlarms,
+  kProcessCrash,
+  kUserCodeError,
+  kNaNLoss,
+  kLossSpike,
+  kSilentDataCorruption,
+  kHang,
+  kMfuDrop,
+};
+const char* ToString(IncidentKind value);
+std::optional<IncidentKind> ParseIncidentKind(std::string_view name);
+
+// DiagnosticRequest::kind, the diagnostics the controller asks an agent to run
+// (agent/diagnostics/README.md): "eud", "all_to_all", "all_gather", "alignment", "replay",
+// "gemm", "p2p_rounds".
+enum class DiagnosticKind { kEud, kAllToAll, kAllGather, kAlignment, kReplay, kGemm, kP2pRounds };
+const char* ToString(DiagnosticKind value);
+std::optional<DiagnosticKind> ParseDiagnosticKind(std::string_view name);
+
 // StackInvestigation::kind: "Hang", "MfuDrop".
 enum class InvestigationKind { kHang, kMfuDrop };
 const char* ToString(InvestigationKind value);

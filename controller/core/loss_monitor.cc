@@ -42,7 +42,7 @@ std::optional<LossVerdict> CheckLosses(const std::map<int, RankLossObservation>&
   }
   if (!nan_ranks.empty()) {
     LossVerdict v;
-    v.kind = "NaNLoss";
+    v.kind = IncidentKind::kNaNLoss;
     v.ranks = nan_ranks;
     v.step = nan_step;
     v.signal = absl::StrFormat("non-finite loss or grad-norm on %d rank(s): %s%s", nan_ranks.size(),
@@ -71,7 +71,7 @@ std::optional<LossVerdict> CheckLosses(const std::map<int, RankLossObservation>&
   }
   if (!spike_ranks.empty()) {
     LossVerdict v;
-    v.kind = "LossSpike";
+    v.kind = IncidentKind::kLossSpike;
     v.ranks = spike_ranks;
     v.step = spike_step;
     v.signal = absl::StrFormat("loss spike on %d rank(s): %s", spike_ranks.size(), first);

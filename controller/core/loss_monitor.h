@@ -32,7 +32,7 @@ inline constexpr size_t kLossWindow = 16;
 inline constexpr size_t kLossWarmupSteps = 5;
 
 struct LossVerdict {
-  std::string kind;    // NaNLoss | LossSpike
+  IncidentKind kind = IncidentKind::kNaNLoss;  // kNaNLoss | kLossSpike
   std::string signal;  // human-readable evidence (ranks, values, reference)
   std::vector<int> ranks;
   uint64_t step = 0;

@@ -161,7 +161,9 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
   if (stage == "eud" || stage == "all_to_all" || stage == "alignment") {
     for (const DiagnosisMachine& m : ctx.machines) {
       Task t{m.slot, m.slot, CommandKind::kRunDiagnostic, {}};
-      t.request.kind = stage;
+      t.request.kind = stage == "eud"          ? DiagnosticKind::kEud
+                       : stage == "all_to_all" ? DiagnosticKind::kAllToAll
+                                               : DiagnosticKind::kAlignment;
       t.request.timeout_ms = TimeoutOf(stage);
       if (stage == "eud") t.request.params = {{"level", "1"}};
       if (stage == "all_to_all") t.request.params = {{"bytes", kBytes}};
@@ -181,7 +183,7 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
       int index = 0;
       for (int slot : {p.first, p.second}) {
         Task t{slot, p.index, CommandKind::kRunDiagnostic, {}};
-        t.request.kind = "all_gather";
+        t.request.kind = DiagnosticKind::kAllGather;
         t.request.timeout_ms = kAllGatherTimeoutMs;
         t.request.params = {{"master_addr", ctx.machines[static_cast<size_t>(p.first)].address},
                             {"master_port", absl::StrCat(st.port_base + 1 + static_cast<uint32_t>(p.index))},
@@ -207,7 +209,7 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
     for (const ReplayGroup& g : groups) {
       for (size_t j = 0; j < g.machines.size(); ++j) {
         Task t{g.machines[j], g.index, CommandKind::kRunDiagnostic, {}};
-        t.request.kind = "replay";
+        t.request.kind = DiagnosticKind::kReplay;
         t.request.timeout_ms = kReplayTimeoutMs;
         t.request.params = {{"master_addr", ctx.machines[static_cast<size_t>(g.machines[0])].address},
                             {"master_port", absl::StrCat(st.port_base + offset + static_cast<uint32_t>(g.index))},

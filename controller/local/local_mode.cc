@@ -197,7 +197,7 @@ std::string FormatTimeline(const std::vector<TimelineEntry>& timeline, const Job
   }
   out += "== incidents ==\n";
   for (const Incident& inc : st.incidents) {
-    absl::StrAppendFormat(&out, "  #%d %s: %s\n", inc.id, inc.kind, inc.signal);
+    absl::StrAppendFormat(&out, "  #%d %s: %s\n", inc.id, ToString(inc.kind), inc.signal);
     absl::StrAppendFormat(&out, "     detected +%.2fs, decided +%.2fs (%s), training resumed +%.2fs\n",
                           static_cast<double>(inc.detected_at - origin) / 1e9,
                           static_cast<double>(inc.decided_at - origin) / 1e9, inc.decision,

@@ -51,7 +51,7 @@ TEST_CASE("Every command kind translates to its wire form", "[unit]") {
   CHECK(w.capture_stacks().include_native());
 
   c.kind = CommandKind::kRunDiagnostic;
-  c.diagnostic.kind = "all_gather";
+  c.diagnostic.kind = DiagnosticKind::kAllGather;
   c.diagnostic.params = {{"master_addr", "10.0.0.1"}, {"master_port", "29600"}, {"machines", "2"}};
   c.diagnostic.timeout_ms = 30000;
   w = CommandToWire(c, spec, 1);
@@ -179,7 +179,7 @@ TEST_CASE("A sent diagnostic is pending until its result, which the observation 
   c.pod = "j-m0";
   c.id = "default/j/incident-1/eud/j-m0";
   c.kind = CommandKind::kRunDiagnostic;
-  c.diagnostic.kind = "eud";
+  c.diagnostic.kind = DiagnosticKind::kEud;
   reg.registry.Send("default/j", c, 5);
   REQUIRE(reg.sink->sent.size() == 1);
   CHECK(reg.sink->sent[0].command().run_diagnostic().kind() == "eud");

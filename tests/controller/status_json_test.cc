@@ -33,7 +33,7 @@ TEST_CASE("JobStatus survives a JSON round trip (what a restarted controller res
   s.triage_deadline = 1'795'000'003'000'000'000;
   Incident inc;
   inc.id = 4;
-  inc.kind = "MachineLost";
+  inc.kind = IncidentKind::kMachineLost;
   inc.detected_at = 1'795'000'002'500'000'000;
   inc.machines = {"2"};
   inc.actions = {"evict machine 2"};

@@ -26,7 +26,7 @@ TEST_CASE("Diagnosis state, stage records, loss reference and rollbacks round-tr
   s.diagnosis = d;
   Incident inc;
   inc.id = 7;
-  inc.kind = "NaNLoss";
+  inc.kind = IncidentKind::kNaNLoss;
   inc.detected_at = 1'700'000'000'000'000'000;
   DiagnosisStageRecord r;
   r.stage = "alignment";

@@ -82,7 +82,7 @@ JobStatus Populated() {
   s.ettr = 0.93;
   Incident closed;
   closed.id = 1;
-  closed.kind = "ProcessCrash";
+  closed.kind = IncidentKind::kProcessCrash;
   closed.signal = "rank 3 exited with code 1";
   closed.detected_at = kT0 + 100 * kSecond;
   closed.decided_at = kT0 + 101 * kSecond;
@@ -95,7 +95,7 @@ JobStatus Populated() {
   closed.training_time_lost_seconds = 42;
   Incident open;
   open.id = 2;
-  open.kind = "MachineFault";
+  open.kind = IncidentKind::kMachineFault;
   open.signal = "Xid 79 on node-7";
   open.detected_at = kT0 + 600 * kSecond;
   open.decided_at = kT0 + 601 * kSecond;
@@ -184,7 +184,7 @@ TEST_CASE("a fresh job's status (every time unset, written as \"\") is valid", "
   s.standby_desired = 1;
   Incident triaging;  // an incident still triaging: decidedAt and resumedAt unset
   triaging.id = 1;
-  triaging.kind = "MachineLost";
+  triaging.kind = IncidentKind::kMachineLost;
   triaging.detected_at = kT0;
   s.incidents = {triaging};
   s.evicted = {{"node-7", "", "NotReady", 0}};

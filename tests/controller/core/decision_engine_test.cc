@@ -36,10 +36,10 @@ struct World : testing::PlanWorld {
     replay_groups.clear();
     pairs.clear();
     for (const CommandToSend& c : plan.commands) {
-      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == "replay") {
+      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == DiagnosticKind::kReplay) {
         replay_groups[c.diagnostic.params.at("group")].insert(Agent(c.pod)->machine_id);
       }
-      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == "all_gather") {
+      if (c.kind == CommandKind::kRunDiagnostic && c.diagnostic.kind == DiagnosticKind::kAllGather) {
         pairs[c.diagnostic.params.at("master_port")].insert(Agent(c.pod)->machine_id);
       }
     }
@@ -52,7 +52,7 @@ struct World : testing::PlanWorld {
       return true;
     }
     DiagnosticOutcome d;
-    d.kind = c.diagnostic.kind;
+    d.kind = ToString(c.diagnostic.kind);
     d.passed = true;
     d.machine_id = a.machine_id;
     if (d.kind == "alignment") d.digest = "good";
@@ -131,7 +131,7 @@ TEST_CASE("A lost machine is evicted, a standby takes its slot and the others re
   plan = w.Step();
   REQUIRE(w.status.incidents.size() == 1);  // one incident, not one per exit
   const Incident& inc = w.status.incidents.back();
-  CHECK(inc.kind == "MachineLost");
+  CHECK(inc.kind == IncidentKind::kMachineLost);
   CHECK(inc.machines == std::vector<std::string>{victim_machine});
   CHECK(w.status.slots[2].pod == standby);
   CHECK(w.status.attempt == 2);
@@ -251,7 +251,7 @@ TEST_CASE("A crash with no machine at fault is reattempted in place", "[unit]") 
   w.Step();
   w.now += 2 * kSecond;
   JobPlan plan = w.Settle();
-  CHECK(w.status.incidents.back().kind == "ProcessCrash");
+  CHECK(w.status.incidents.back().kind == IncidentKind::kProcessCrash);
   CHECK(w.status.incidents.back().decision.find("reattempt") != std::string::npos);
   CHECK(w.status.evicted.empty());
   CHECK(plan.commands.size() == 4);
@@ -388,7 +388,7 @@ TEST_CASE("Inspection results: only machine-attributed faults evict, the others 
       Triage(w);
       if (c.evicts) {
         REQUIRE(w.status.incidents.size() == 1);
-        CHECK(w.status.incidents.back().kind == "MachineFault");
+        CHECK(w.status.incidents.back().kind == IncidentKind::kMachineFault);
         CHECK(w.status.incidents.back().machines == std::vector<std::string>{before[1]});
         REQUIRE(w.status.evicted.size() == 1);
         CHECK(w.status.evicted[0].machine_id == before[1]);
@@ -440,7 +440,7 @@ TEST_CASE("Network alarms are tolerated until the second within the window on on
         w.now += 2 * kSecond;
         w.Step();
         REQUIRE(w.status.incidents.size() == 1);
-        CHECK(w.status.incidents[0].kind == "NetworkAlarms");
+        CHECK(w.status.incidents[0].kind == IncidentKind::kNetworkAlarms);
         CHECK(w.status.incidents[0].machines == std::vector<std::string>{before[c.evicted_slot]});
         REQUIRE(w.status.evicted.size() == 1);
         CHECK(w.status.evicted[0].machine_id == before[c.evicted_slot]);
@@ -550,7 +550,7 @@ TEST_CASE("A user-code error rolls back at once when an earlier version exists",
                        {"Traceback (most recent call last):", "  File \"train.py\", line 3, in <module>",
                         "    model(x, y, z)", "TypeError: forward() takes 2 positional arguments but 4 were given"}}};
   Triage(w);
-  CHECK(w.status.incidents.back().kind == "UserCodeError");
+  CHECK(w.status.incidents.back().kind == IncidentKind::kUserCodeError);
   CHECK(w.status.code.revision == "");
   CHECK(w.status.evicted.empty());
 }
@@ -627,12 +627,12 @@ TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a
       const Incident& inc = w.status.incidents[i];
       INFO("incident " << i << ": " << inc.decision);
       CHECK_THAT(inc.decision, Catch::Contains(row.decisions[i]));
-      if (inc.kind == "UserCodeError") CHECK(inc.diagnosis.empty());
+      if (inc.kind == IncidentKind::kUserCodeError) CHECK(inc.diagnosis.empty());
     }
     const bool all_user_errors =
         std::all_of(row.failures.begin(), row.failures.end(), [](const Failure& f) { return f.user_error; });
     if (all_user_errors) {
-      for (const CommandToSend& c : w.diagnostics_seen) CHECK(c.diagnostic.kind != "replay");
+      for (const CommandToSend& c : w.diagnostics_seen) CHECK(c.diagnostic.kind != DiagnosticKind::kReplay);
       CHECK(w.diagnostics_seen.empty());
     }
     CHECK(w.status.evicted.empty());
@@ -647,7 +647,7 @@ TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a
       CHECK(failed->reason == "UserCodeError");
       CHECK_THAT(failed->message, Catch::Contains("TypeError: forward()"));
       CHECK(w.status.version_history.back().outcome == VersionOutcome::kFailed);
-      CHECK(w.status.incidents.back().kind == "UserCodeError");
+      CHECK(w.status.incidents.back().kind == IncidentKind::kUserCodeError);
       CHECK(w.status.finished_at == w.now);
       // Deciding again changes nothing: no restart, no new incident.
       const uint64_t attempt = w.status.attempt;
@@ -768,7 +768,7 @@ TEST_CASE("A NaN loss runs the alignment test first and isolates the machine wit
   w.rigged[bad + "/alignment"] = odd;
   w.Step();
   REQUIRE(w.status.incidents.size() == 1);
-  CHECK(w.status.incidents[0].kind == "NaNLoss");
+  CHECK(w.status.incidents[0].kind == IncidentKind::kNaNLoss);
   CHECK_THAT(w.status.incidents[0].signal, Catch::Contains("non-finite loss"));
   w.now += 2 * kSecond;
   w.Settle();
@@ -817,7 +817,7 @@ TEST_CASE("Escalation: reattempt, then roll back the update, then dual-phase rep
   Crash(w, 0);  // and again on the old version
   Triage(w);
   const Incident& inc = w.status.incidents.back();
-  CHECK(inc.kind == "SilentDataCorruption");
+  CHECK(inc.kind == IncidentKind::kSilentDataCorruption);
   CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather", "replay"});
   CHECK_THAT(inc.diagnosis.back().note, Catch::Contains("intersect in slot 2"));
   CHECK(inc.machines == std::vector<std::string>{corrupt});
@@ -826,7 +826,7 @@ TEST_CASE("Escalation: reattempt, then roll back the update, then dual-phase rep
   // Replay commands: one rendezvous per group at its first machine, a distinct port per group.
   std::set<std::string> ports;
   for (const CommandToSend& c : w.diagnostics_seen) {
-    if (c.diagnostic.kind != "replay") continue;
+    if (c.diagnostic.kind != DiagnosticKind::kReplay) continue;
     CHECK(c.diagnostic.params.at("tp") == "2");
     CHECK(c.diagnostic.params.at("pp") == "2");
     ports.insert(c.diagnostic.params.at("master_port"));
@@ -855,7 +855,7 @@ TEST_CASE("Dual-phase replay in the 4-machine demo layout: two matching groups n
         CHECK(StageNames(inc) == std::vector<std::string>{"stop", "eud", "all_to_all", "all_gather", "replay"});
         if (!same_bad) {
           // Healthy groups share "good" (2 of 4); the two failing groups intersect in the machine.
-          CHECK(inc.kind == "SilentDataCorruption");
+          CHECK(inc.kind == IncidentKind::kSilentDataCorruption);
           CHECK_THAT(inc.diagnosis.back().note, Catch::Contains(absl::StrCat("intersect in slot ", slot)));
           CHECK(inc.machines == std::vector<std::string>{corrupt});
           REQUIRE(w.status.evicted.size() == 1);
@@ -890,7 +890,7 @@ TEST_CASE("After a loss spike, steps that spike again do not end the escalation 
   report(31, 40.0);
   Triage(w);
   REQUIRE(w.status.incidents.size() == 1);
-  CHECK(w.status.incidents[0].kind == "LossSpike");
+  CHECK(w.status.incidents[0].kind == IncidentKind::kLossSpike);
   CHECK_THAT(w.status.incidents[0].decision, Catch::Contains("reattempt"));
   CHECK(w.status.reattempts == 1);
   // The reattempt completes steps past the failure step, but their grad-norm spikes again.
@@ -1009,7 +1009,7 @@ TEST_CASE("A loss spike against the running reference opens a LossSpike incident
   w.now += kSecond;
   w.Step();
   REQUIRE(w.status.incidents.size() == 1);
-  CHECK(w.status.incidents[0].kind == "LossSpike");
+  CHECK(w.status.incidents[0].kind == IncidentKind::kLossSpike);
   CHECK_THAT(w.status.incidents[0].signal, Catch::Contains("rank 2 step 31 loss 11"));
 }
 

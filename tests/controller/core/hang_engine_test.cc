@@ -136,7 +136,7 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
   w.now += kSecond;  // 20 s without a step while every process runs
   JobPlan plan = w.Step();
   REQUIRE(w.status.incidents.size() == 1);
-  CHECK(w.status.incidents[0].kind == "Hang");
+  CHECK(w.status.incidents[0].kind == IncidentKind::kHang);
   CHECK(w.status.phase == JobPhase::kRecovering);
   CHECK(w.captures.size() == 4);
   for (const CommandToSend& c : w.captures) CHECK(c.kind == CommandKind::kCaptureStacks);
@@ -156,7 +156,7 @@ TEST_CASE("A hang: stacks from every pod, the outliers' pipeline group evicted o
   w.now += kSecond;
   plan = w.Step();
   const Incident inc = w.status.incidents[0];
-  CHECK(inc.kind == "Hang");
+  CHECK(inc.kind == IncidentKind::kHang);
   CHECK(inc.decided_at == w.now);
   CHECK(std::set<std::string>(inc.machines.begin(), inc.machines.end()) ==
         std::set<std::string>{machines[0], machines[2]});

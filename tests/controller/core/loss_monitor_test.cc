@@ -19,7 +19,7 @@ TEST_CASE("A NaN or Inf loss or grad-norm on any rank is a NaNLoss at once, even
   losses[3].loss = std::numeric_limits<double>::quiet_NaN();
   auto v = CheckLosses(losses, 5.0, &ref);
   REQUIRE(v.has_value());
-  CHECK(v->kind == "NaNLoss");
+  CHECK(v->kind == IncidentKind::kNaNLoss);
   CHECK(v->ranks == std::vector<int>{3});
   CHECK_THAT(v->signal, Catch::Contains("rank 3 step 1 loss=nan"));
   CHECK(ref.losses.empty());  // not folded in
@@ -28,7 +28,7 @@ TEST_CASE("A NaN or Inf loss or grad-norm on any rank is a NaNLoss at once, even
   losses[0].grad_norm = std::numeric_limits<double>::infinity();
   v = CheckLosses(losses, 5.0, &ref);
   REQUIRE(v.has_value());
-  CHECK(v->kind == "NaNLoss");
+  CHECK(v->kind == IncidentKind::kNaNLoss);
   CHECK(v->ranks == std::vector<int>{0});
 }
 
@@ -49,7 +49,7 @@ TEST_CASE("A loss 5x the running reference is a spike after warm-up; slow drift 
   spike[2].loss = reference * 5.0;
   auto v = CheckLosses(spike, 5.0, &ref);
   REQUIRE(v.has_value());
-  CHECK(v->kind == "LossSpike");
+  CHECK(v->kind == IncidentKind::kLossSpike);
   CHECK(v->ranks == std::vector<int>{2});
   CHECK(v->step == 42);
   CHECK(ref.step == 41);  // the spiking step was not folded in
@@ -63,7 +63,7 @@ TEST_CASE("A grad-norm jump is a spike too; a single outlier step barely moves t
   CHECK(LossReferenceValue(ref.grad_norms) == 2.0);
   auto v = CheckLosses(AllRanks(12, 1.0, 10.0), 5.0, &ref);
   REQUIRE(v.has_value());
-  CHECK(v->kind == "LossSpike");
+  CHECK(v->kind == IncidentKind::kLossSpike);
   CHECK_THAT(v->signal, Catch::Contains("grad-norm 10"));
 }
 

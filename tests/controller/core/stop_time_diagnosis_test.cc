@@ -102,9 +102,9 @@ struct Harness {
         r.ok = true;
         if (c.kind == CommandKind::kRunDiagnostic) {
           DiagnosticOutcome d;
-          d.kind = c.diagnostic.kind;
+          d.kind = ToString(c.diagnostic.kind);
           d.passed = true;
-          if (c.diagnostic.kind == "all_to_all" || c.diagnostic.kind == "all_gather") {
+          if (c.diagnostic.kind == DiagnosticKind::kAllToAll || c.diagnostic.kind == DiagnosticKind::kAllGather) {
             d.figures["busbw_gbps"] = busbw_by_pod.at(a.pod);
             d.figures["algbw_gbps"] = busbw_by_pod.at(a.pod) * 2;
           }

@@ -216,7 +216,7 @@ TEST_CASE("a pod dies and a standby takes its slot, the other pods untouched", "
   CHECK(st.slots[1].pod == standby);
   CHECK(st.slots[0].pod == "swap-m0");
   CHECK(st.slots[2].pod == "swap-m2");
-  CHECK(st.incidents[0].kind == "MachineLost");
+  CHECK(st.incidents[0].kind == IncidentKind::kMachineLost);
   REQUIRE(st.evicted.size() == 1);
   CHECK(st.evicted[0].pod == "swap-m1");
   CHECK(env.Uid("pods", "swap-m0") == uid0);

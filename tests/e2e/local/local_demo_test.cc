@@ -36,7 +36,7 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
   CHECK(st.last_completed_step == 80);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "MachineLost");
+  CHECK(inc.kind == IncidentKind::kMachineLost);
   CHECK(inc.machines == std::vector<std::string>{victim_machine});
   CHECK(inc.resumed_at > inc.decided_at);
   CHECK(inc.resume_step >= 20);

@@ -43,7 +43,7 @@ TEST_CASE("A hang on one pipeline stage over-evicts that pipeline group and the 
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "Hang");
+  CHECK(inc.kind == IncidentKind::kHang);
   CHECK_THAT(inc.signal, Catch::Contains("completed no step"));
   CHECK(std::set<std::string>(inc.machines.begin(), inc.machines.end()) == group);
   CHECK(inc.machines.size() == 2);

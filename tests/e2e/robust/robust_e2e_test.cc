@@ -25,7 +25,7 @@ TEST_CASE("A fatal Xid on one machine evicts exactly that machine and the job co
   const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
-  CHECK(st.incidents[0].kind == "MachineFault");
+  CHECK(st.incidents[0].kind == IncidentKind::kMachineFault);
   CHECK_THAT(st.incidents[0].signal, Catch::Contains("Xid 79"));
   CHECK(st.incidents[0].machines == std::vector<std::string>{victim});
   CheckOnlyEvicted(before, st, {1});
@@ -78,7 +78,7 @@ TEST_CASE("Scenario nic-flap-twice: one flap is tolerated, a second within the w
 
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
-  CHECK(st.incidents[0].kind == "NetworkAlarms");
+  CHECK(st.incidents[0].kind == IncidentKind::kNetworkAlarms);
   CHECK(st.incidents[0].machines == std::vector<std::string>{victim});
   CheckOnlyEvicted(before, st, {2});
   CHECK(st.last_completed_step >= 600);
@@ -106,7 +106,7 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
 
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
-  CHECK(st.incidents[0].kind == "ProcessCrash");
+  CHECK(st.incidents[0].kind == IncidentKind::kProcessCrash);
   CHECK_THAT(st.incidents[0].decision, Catch::Contains("reattempt"));
   CHECK_THAT(st.incidents[1].decision, Catch::Contains("roll back"));
   for (const Incident& inc : st.incidents) {

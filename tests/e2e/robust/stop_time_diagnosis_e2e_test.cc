@@ -49,7 +49,7 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "ProcessCrash");
+  CHECK(inc.kind == IncidentKind::kProcessCrash);
   CHECK_THAT(inc.signal, Catch::Contains("rank 2"));
   for (const DiagnosisStageRecord& r : inc.diagnosis) {
     // A loaded test machine may make a pair's all-gather fail; that is recorded, never a
@@ -91,7 +91,7 @@ TEST_CASE("A crash after a code update: diagnosis, reattempt, then rollback rest
   const JobStatus st = WaitFinished(*mode);
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
-  CHECK(st.incidents[0].kind == "ProcessCrash");
+  CHECK(st.incidents[0].kind == IncidentKind::kProcessCrash);
   CHECK_THAT(st.incidents[0].decision, Catch::Contains("reattempt"));
   CHECK_THAT(st.incidents[1].decision, Catch::Contains("roll back"));
   for (const Incident& inc : st.incidents) {
@@ -124,7 +124,7 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "NaNLoss");
+  CHECK(inc.kind == IncidentKind::kNaNLoss);
   CHECK_THAT(inc.signal, Catch::Contains("non-finite loss"));
   REQUIRE(inc.diagnosis.size() == 2);
   CHECK(inc.diagnosis[0].stage == "stop");
@@ -167,7 +167,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
   const Incident& first = st.incidents[0];
-  CHECK(first.kind == "LossSpike");
+  CHECK(first.kind == IncidentKind::kLossSpike);
   CHECK_THAT(first.decision, Catch::Contains("reattempt"));
   CHECK(first.machines.empty());
   for (const DiagnosisStageRecord& r : first.diagnosis) {
@@ -176,7 +176,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   }
   CHECK(StagesOf(first) == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
   const Incident& second = st.incidents[1];
-  CHECK(second.kind == "SilentDataCorruption");
+  CHECK(second.kind == IncidentKind::kSilentDataCorruption);
   REQUIRE_FALSE(second.diagnosis.empty());
   const DiagnosisStageRecord& replay = second.diagnosis.back();
   CHECK(replay.stage == "replay");
@@ -209,7 +209,7 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE_FALSE(st.incidents.empty());
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "ProcessCrash");
+  CHECK(inc.kind == IncidentKind::kProcessCrash);
   std::vector<std::string> want = {"stop", "eud", "all_to_all", "all_gather"};
   want.erase(std::find(want.begin(), want.end(), deciding_stage) + 1, want.end());
   CHECK(StagesOf(inc) == want);
@@ -265,7 +265,7 @@ TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 1);
   const Incident& inc = st.incidents[0];
-  CHECK(inc.kind == "ProcessCrash");
+  CHECK(inc.kind == IncidentKind::kProcessCrash);
   REQUIRE(inc.diagnosis.size() == 2);
   CHECK(inc.diagnosis[0].stage == "stop");
   const DiagnosisStageRecord& eud = inc.diagnosis[1];
