@@ -6,14 +6,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/testing/layout.h"
+
 namespace peregrine {
 namespace {
 
-ParallelLayout Layout(int tp, int pp, int dp, int g) {
-  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(tp, pp, dp, g);
-  REQUIRE(layout.ok());
-  return *layout;
-}
+using testing::Layout;
 
 int GroupOf(const std::vector<ReplayGroup>& groups, int machine) {
   int found = -1;

@@ -2,14 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/testing/layout.h"
+
 namespace peregrine {
 namespace {
 
-ParallelLayout Layout(int tp, int pp, int dp, int g) {
-  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(tp, pp, dp, g);
-  REQUIRE(layout.ok());
-  return *layout;
-}
+using testing::Layout;
 
 TEST_CASE("mfu rounds: the group with the most suspect machines is flagged", "[unit]") {
   const ParallelLayout layout = Layout(2, 4, 4, 2);

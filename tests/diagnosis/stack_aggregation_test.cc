@@ -1,28 +1,16 @@
 #include "diagnosis/stack_aggregation.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <catch2/catch.hpp>
 
+#include "tests/diagnosis/stack_fixtures.h"
+#include "tests/testing/layout.h"
+
 namespace peregrine {
 namespace {
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(PEREGRINE_SOURCE_DIR) + "/tests/diagnosis/testdata/stacks/" +
-                   name);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-ParallelLayout Layout(int tp, int pp, int dp, int g) {
-  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(tp, pp, dp, g);
-  REQUIRE(layout.ok());
-  return *layout;
-}
+using testing::Layout;
 
 // A one-process, one-thread rank whose main thread is in the given frames (innermost
 // first); addresses and ids vary per rank, as they do in real captures.
@@ -74,7 +62,7 @@ TEST_CASE("stack aggregation: real gdb and eu-stack captures find the hung rank"
     INFO(tool);
     std::vector<RankStacks> ranks;
     for (int r = 0; r < 4; ++r) {
-      const std::string text = Fixture(std::string(tool) + "_rank" + std::to_string(r) + ".txt");
+      const std::string text = StackFixture(std::string(tool) + "_rank" + std::to_string(r) + ".txt");
       absl::StatusOr<std::vector<ProcessStack>> parsed =
           ParseStackText(std::string(tool) == "gdb" ? StackTool::kGdb : StackTool::kEuStack, text);
       REQUIRE(parsed.ok());
@@ -135,9 +123,18 @@ TEST_CASE("stack aggregation: a hung pipeline evicts that pipeline group", "[uni
 
 TEST_CASE("stack aggregation: one rank in a different frame evicts its smallest group",
           "[unit]") {
-  {
-    // Two GPUs per machine = one TP group per machine: the rank's machine alone.
-    const ParallelLayout layout = Layout(2, 4, 4, 2);
+  struct Case {
+    const char* name;
+    int gpus_per_machine;
+    std::vector<int> machines_to_evict;
+  };
+  const Case cases[] = {
+      {"two GPUs per machine = one TP group per machine: the rank's machine alone", 2, {6}},
+      {"one GPU per machine: the TP group (2 machines) is smaller than PP or DP (4)", 1, {12, 13}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const ParallelLayout layout = Layout(2, 4, 4, c.gpus_per_machine);
     std::vector<RankStacks> ranks;
     for (int r = 0; r < layout.world_size(); ++r) {
       ranks.push_back(Synthetic(r, r == 13 ? std::vector<std::string>{"nan_check", "step", "train"}
@@ -148,20 +145,7 @@ TEST_CASE("stack aggregation: one rank in a different frame evicts its smallest 
     CHECK(agg->suspect_ranks == std::vector<int>{13});
     REQUIRE(agg->chosen_group.has_value());
     CHECK(agg->chosen_group->kind == GroupKind::kTensor);
-    CHECK(agg->machines_to_evict == std::vector<int>{6});
-  }
-  {
-    // One GPU per machine: the TP group (2 machines) is smaller than PP or DP (4).
-    const ParallelLayout layout = Layout(2, 4, 4, 1);
-    std::vector<RankStacks> ranks;
-    for (int r = 0; r < layout.world_size(); ++r) {
-      ranks.push_back(Synthetic(r, r == 13 ? std::vector<std::string>{"nan_check", "step", "train"}
-                                           : kHealthy));
-    }
-    absl::StatusOr<StackAggregation> agg = AggregateStacks(layout, ranks);
-    REQUIRE(agg.ok());
-    CHECK(agg->chosen_group->kind == GroupKind::kTensor);
-    CHECK(agg->machines_to_evict == std::vector<int>{12, 13});
+    CHECK(agg->machines_to_evict == c.machines_to_evict);
   }
 }
 
@@ -224,7 +208,7 @@ TEST_CASE("stack aggregation: no healthy majority, union fallback, missing ranks
 
 TEST_CASE("stack aggregation: thread selection and line numbers", "[unit]") {
   // py-spy capture: a helper thread active on one rank, idle on the other.
-  absl::StatusOr<std::vector<ProcessStack>> dump = ParsePySpyDump(Fixture("pyspy_dump_rank5.txt"));
+  absl::StatusOr<std::vector<ProcessStack>> dump = ParsePySpyDump(StackFixture("pyspy_dump_rank5.txt"));
   REQUIRE(dump.ok());
   RankStacks a{0, *dump};
   RankStacks b{1, *dump};

@@ -1,26 +1,16 @@
 #include "diagnosis/stack_parse.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <catch2/catch.hpp>
 
+#include "tests/diagnosis/stack_fixtures.h"
+
 namespace peregrine {
 namespace {
 
-// Fixtures: see tests/diagnosis/testdata/stacks/README.md for how each was captured.
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(PEREGRINE_SOURCE_DIR) + "/tests/diagnosis/testdata/stacks/" +
-                   name);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST_CASE("stack parse: real gdb 'thread apply all bt' capture", "[unit]") {
-  absl::StatusOr<ProcessStack> p = ParseGdbBacktrace(Fixture("gdb_rank0.txt"));
+  absl::StatusOr<ProcessStack> p = ParseGdbBacktrace(StackFixture("gdb_rank0.txt"));
   REQUIRE(p.ok());
   CHECK(p->tool == "gdb");
   CHECK(p->pid == 6099);
@@ -52,7 +42,7 @@ TEST_CASE("stack parse: real gdb 'thread apply all bt' capture", "[unit]") {
 }
 
 TEST_CASE("stack parse: real eu-stack captures, plain and with -m -s", "[unit]") {
-  absl::StatusOr<std::vector<ProcessStack>> plain = ParseEuStack(Fixture("eustack_rank3.txt"));
+  absl::StatusOr<std::vector<ProcessStack>> plain = ParseEuStack(StackFixture("eustack_rank3.txt"));
   REQUIRE(plain.ok());
   REQUIRE(plain->size() == 1);
   const ProcessStack& p = (*plain)[0];
@@ -66,7 +56,7 @@ TEST_CASE("stack parse: real eu-stack captures, plain and with -m -s", "[unit]")
   CHECK(p.threads[0].frames[1].address == 0x00005620c228231bULL);
   CHECK(p.threads[1].frames[9].function == "??");  // address only
 
-  absl::StatusOr<std::vector<ProcessStack>> ms = ParseEuStack(Fixture("eustack_ms_p2p.txt"));
+  absl::StatusOr<std::vector<ProcessStack>> ms = ParseEuStack(StackFixture("eustack_ms_p2p.txt"));
   REQUIRE(ms.ok());
   const ThreadStack& t = (*ms)[0].threads[0];
   CHECK(t.frames[0].module == "/usr/lib/x86_64-linux-gnu/libc.so.6");
@@ -85,7 +75,7 @@ TEST_CASE("stack parse: real eu-stack captures, plain and with -m -s", "[unit]")
 }
 
 TEST_CASE("stack parse: py-spy dump with --locals and --subprocesses", "[unit]") {
-  absl::StatusOr<std::vector<ProcessStack>> dump = ParsePySpyDump(Fixture("pyspy_dump_rank5.txt"));
+  absl::StatusOr<std::vector<ProcessStack>> dump = ParsePySpyDump(StackFixture("pyspy_dump_rank5.txt"));
   REQUIRE(dump.ok());
   REQUIRE(dump->size() == 2);
   const ProcessStack& trainer = (*dump)[0];
@@ -150,12 +140,12 @@ TEST_CASE("stack parse: garbage and truncated input are rejected with the line",
   CHECK(s.message().find("line 3") != std::string::npos);
 
   // Truncated real capture: cutting a real file mid-line still parses or fails cleanly.
-  const std::string real = Fixture("gdb_rank3.txt");
+  const std::string real = StackFixture("gdb_rank3.txt");
   for (size_t cut = 0; cut < real.size(); cut += 97) {
     absl::StatusOr<ProcessStack> p = ParseGdbBacktrace(real.substr(0, cut));
     if (!p.ok()) CHECK(p.status().code() == absl::StatusCode::kInvalidArgument);
   }
-  const std::string eu = Fixture("eustack_ms_p2p.txt");
+  const std::string eu = StackFixture("eustack_ms_p2p.txt");
   for (size_t cut = 0; cut < eu.size(); cut += 89) {
     absl::StatusOr<std::vector<ProcessStack>> p = ParseEuStack(eu.substr(0, cut));
     if (!p.ok()) CHECK(p.status().code() == absl::StatusCode::kInvalidArgument);
@@ -165,7 +155,7 @@ TEST_CASE("stack parse: garbage and truncated input are rejected with the line",
 TEST_CASE("stack parse: dispatch by tool", "[unit]") {
   CHECK(std::string(StackToolName(StackTool::kEuStack)) == "eu-stack");
   absl::StatusOr<std::vector<ProcessStack>> gdb =
-      ParseStackText(StackTool::kGdb, Fixture("gdb_rank1.txt"));
+      ParseStackText(StackTool::kGdb, StackFixture("gdb_rank1.txt"));
   REQUIRE(gdb.ok());
   REQUIRE(gdb->size() == 1);
   CHECK((*gdb)[0].pid == 6100);

@@ -1,12 +1,10 @@
-// Fixtures of the fail-slow decision tests (failslow_policy_test.cc, failslow_p2p_test.cc,
-// failslow_validation_test.cc): a parallel layout, one connected agent per machine slot of
-// job "j" at attempt 1 (pod "j-m<slot>", machine "<10 + slot>"), the policy's input for
-// them, and an agent's report of a verified slowdown of one rank. Header-only; a layout
-// that cannot be built fails the test (Catch2 REQUIRE).
+// Fixtures of the fail-slow policy tests (failslow_policy_test.cc, failslow_p2p_test.cc):
+// one connected agent per machine slot of job "j" at attempt 1 (pod "j-m<slot>", machine
+// "<10 + slot>"), the policy's input for them, and an agent's report of a verified
+// slowdown of one rank. Header-only; layouts come from the kit (tests/testing/layout.h).
 #ifndef PEREGRINE_TESTS_CONTROLLER_CORE_FAILSLOW_FIXTURES_H_
 #define PEREGRINE_TESTS_CONTROLLER_CORE_FAILSLOW_FIXTURES_H_
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,18 +12,12 @@
 #include <vector>
 
 #include "controller/core/failslow_policy.h"
+#include "tests/testing/layout.h"
 
-namespace peregrine::failslow_test {
+namespace peregrine {
 
 inline constexpr int64_t kMs = 1'000'000;
 inline constexpr int64_t kNow = 1'700'000'000'000'000'000;
-
-// TP=`t` PP=`p` DP=`d` on machines of `g` GPUs; by default the demo job's layout.
-inline ParallelLayout Layout(int t = 2, int p = 2, int d = 2, int g = 2) {
-  auto l = ParallelLayout::Create(t, p, d, g);
-  REQUIRE(l.ok());
-  return *l;
-}
 
 // One connected agent per machine slot (pod "j-m<slot>", machine "<10 + slot>"), attempt 1.
 inline std::vector<AgentObservation> Agents(const ParallelLayout& layout) {
@@ -65,6 +57,6 @@ inline void MarkSlow(std::vector<AgentObservation>& agents, const ParallelLayout
   fs.after_seconds = 0.1 * (1 + severity);
 }
 
-}  // namespace peregrine::failslow_test
+}  // namespace peregrine
 
 #endif  // PEREGRINE_TESTS_CONTROLLER_CORE_FAILSLOW_FIXTURES_H_

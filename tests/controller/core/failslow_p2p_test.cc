@@ -14,12 +14,7 @@
 namespace peregrine {
 namespace {
 
-using failslow_test::Agents;
-using failslow_test::Input;
-using failslow_test::kMs;
-using failslow_test::kNow;
-using failslow_test::Layout;
-using failslow_test::MarkSlow;
+using testing::Layout;
 
 struct Profiles {
   // (global rank, comm id) -> profile

@@ -11,12 +11,7 @@
 namespace peregrine {
 namespace {
 
-using failslow_test::Agents;
-using failslow_test::Input;
-using failslow_test::kMs;
-using failslow_test::kNow;
-using failslow_test::Layout;
-using failslow_test::MarkSlow;
+using testing::Layout;
 
 // Profiles of `n` collectives on every TP/PP/DP group and the world: members enter at
 // the same time except `late_rank` (late by 5 ms); transfers take 1 ms, or 5 ms in
@@ -60,15 +55,20 @@ void AddProfiles(std::vector<AgentObservation>& agents, const ParallelLayout& la
   AddProfiles(agents, layout, n, late_rank >= 0 ? std::set<int>{late_rank} : std::set<int>{}, slow_group);
 }
 
+// The policy's input with ranks `slow` (rank -> severity) reported slow.
+FailSlowPolicyInput SlowInput(const ParallelLayout& layout, const std::map<int, double>& slow) {
+  auto agents = Agents(layout);
+  for (const auto& [rank, severity] : slow) MarkSlow(agents, layout, rank, severity);
+  return Input(layout, agents);
+}
+
 // Ranks `slow` (rank -> severity) open a finding; then 12 collectives of every group are
 // profiled with `late_ranks` late and `slow_group` congested, and the policy decides 1 ms
 // later: the decision that localizes (or not).
 FailSlowDecision LocalizeAfterProfiles(const ParallelLayout& layout, const std::map<int, double>& slow,
                                        const std::set<int>& late_ranks,
                                        std::optional<std::pair<GroupKind, int>> slow_group) {
-  auto agents = Agents(layout);
-  for (const auto& [rank, severity] : slow) MarkSlow(agents, layout, rank, severity);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, slow);
   const FailSlowDecision opened = DecideFailSlow(in, kNow);
   REQUIRE(opened.findings.size() == 1);
   in.findings = opened.findings;
@@ -144,9 +144,7 @@ TEST_CASE("FailSlowPolicy: GUARD tiers", "[unit]") {
 
 TEST_CASE("FailSlowPolicy: profiles localize a slow compute rank to its machine", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, {{3, 0.8}});
   FailSlowDecision opened = DecideFailSlow(in, kNow);
   REQUIRE(opened.findings.size() == 1);
 
@@ -226,9 +224,7 @@ TEST_CASE("FailSlowPolicy: a slow rank and a congested group at once are both na
 
 TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, {{3, 0.8}});
   FailSlowDecision opened = DecideFailSlow(in, kNow);
   // Rank 3 reports the end; the agents have profiling on.
   for (AgentObservation& a : in.agents) {
@@ -259,9 +255,7 @@ TEST_CASE("FailSlowPolicy: recovery ends the finding and switches profiling off"
 
 TEST_CASE("FailSlowPolicy: disabled, stale attempts, standbys and disconnected agents are ignored", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, {{3, 0.8}});
   SECTION("disabled") {
     in.spec.enabled = false;
     CHECK(DecideFailSlow(in, kNow).findings.empty());
@@ -278,9 +272,7 @@ TEST_CASE("FailSlowPolicy: disabled, stale attempts, standbys and disconnected a
 
 TEST_CASE("FailSlowPolicy: garbage profiles neither crash nor localize", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, {{3, 0.8}});
   in.findings = DecideFailSlow(in, kNow).findings;
   for (int r = 0; r < layout.world_size(); ++r) {
     CommProfileObservation p;
@@ -303,9 +295,7 @@ TEST_CASE("FailSlowPolicy: garbage profiles neither crash nor localize", "[unit]
 
 TEST_CASE("FailSlowPolicy: findings are bounded", "[unit]") {
   const ParallelLayout layout = Layout();
-  auto agents = Agents(layout);
-  MarkSlow(agents, layout, 3, 0.8);
-  FailSlowPolicyInput in = Input(layout, agents);
+  FailSlowPolicyInput in = SlowInput(layout, {{3, 0.8}});
   for (uint64_t i = 1; i <= kMaxFailSlowFindings; ++i) {
     FailSlowFinding f;
     f.id = i;

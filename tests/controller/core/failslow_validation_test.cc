@@ -11,12 +11,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tests/controller/core/failslow_fixtures.h"
+#include "tests/testing/layout.h"
 
 namespace peregrine {
 namespace {
 
-using failslow_test::Layout;
+using testing::Layout;
 
 constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kT0 = 1'700'000'000'000'000'000;

@@ -6,17 +6,15 @@
 #include <functional>
 #include <set>
 
+#include "tests/testing/layout.h"
+
 namespace peregrine {
 namespace {
 
+using testing::Layout;  // the demo's by default: TP=2 PP=2 DP=2 on 4 machines x 2 GPUs
+
 constexpr int64_t kSecond = 1'000'000'000;
 constexpr int64_t kT0 = 1'700'000'000 * kSecond;
-
-ParallelLayout Layout() {  // the demo: TP=2 PP=2 DP=2 on 4 machines x 2 GPUs
-  auto l = ParallelLayout::Create(2, 2, 2, 2);
-  REQUIRE(l.ok());
-  return *l;
-}
 
 ProcessStack Stack(int pid, std::vector<std::string> innermost_first) {
   ProcessStack p;
@@ -564,9 +562,8 @@ TEST_CASE("MakeHangPolicyInput reads slots, liveness, replies and pending ids fr
   obs.agents[1].command_results["default/demo/demo-m1/stacks-1-1"] = result;
   obs.agents[1].command_results["default/demo/demo-m1/attempt-3"] = CommandResultObservation{};
 
-  auto layout = ParallelLayout::Create(2, 1, 2, 2);
-  REQUIRE(layout.ok());
-  HangPolicyInput in = MakeHangPolicyInput(job, st, obs, &*layout, true, false);
+  const ParallelLayout layout = Layout(2, 1, 2, 2);
+  HangPolicyInput in = MakeHangPolicyInput(job, st, obs, &layout, true, false);
   CHECK(in.command_prefix == "default/demo");
   CHECK(in.hang_timeout_seconds == 7);
   REQUIRE(in.slots.size() == 2);

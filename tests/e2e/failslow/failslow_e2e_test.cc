@@ -23,11 +23,13 @@
 #include "diagnosis/parallel_layout.h"
 #include "sim/fault/fault_control.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/testing/layout.h"
 #include "tests/testing/unix_time.h"
 
 namespace peregrine::e2e {
 namespace {
 
+using testing::Layout;
 using testing::UnixNanos;
 
 TrainingJob FailSlowJob() {
@@ -41,12 +43,6 @@ TrainingJob FailSlowJob() {
   job->spec.standby.max = 0;
   job->spec.fault_tolerance.restart_grace_seconds = 2;
   return *job;
-}
-
-ParallelLayout DemoLayout() {
-  auto layout = ParallelLayout::Create(2, 2, 2, 2);
-  REQUIRE(layout.ok());
-  return *layout;
 }
 
 const FailSlowFinding* Latest(const JobStatus& s) { return s.fail_slows.empty() ? nullptr : &s.fail_slows.back(); }
@@ -174,7 +170,7 @@ Injected InjectAndLocalize(LocalMode& mode, const std::vector<FaultRequest>& fau
 TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its recovery", "[e2e]") {
   TempDir dir;
   ModeGuard mode = StartMode(FailSlowJob(), Options(dir.path()));
-  const ParallelLayout layout = DemoLayout();
+  const ParallelLayout layout = Layout();  // the demo job's
   const int slot = 1, local_rank = 1;
   const int slow_rank = layout.RanksOfMachine(slot)[local_rank];
   const Injected in = InjectAndLocalize(*mode, {SlowGpu(slot, local_rank)});
@@ -226,7 +222,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   TempDir dir;
   ModeGuard mode = StartMode(FailSlowJob(), Options(dir.path()));
   // The two machines of DP group 0: their link carries only data-parallel traffic.
-  const ParallelLayout layout = DemoLayout();
+  const ParallelLayout layout = Layout();  // the demo job's
   const std::vector<int> slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
   REQUIRE(slots.size() == 2);
   for (const CommGroup& g : layout.Groups(GroupKind::kPipeline)) {
@@ -264,7 +260,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
 TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
   TempDir dir;
   ModeGuard mode = StartMode(FailSlowJob(), Options(dir.path()));
-  const ParallelLayout layout = DemoLayout();
+  const ParallelLayout layout = Layout();  // the demo job's
   // The link between the machines of DP group 0 (slots 0 and 1), and a GPU of slot 2 that
   // belongs to none of the groups crossing it.
   const std::vector<int> link_slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
@@ -298,7 +294,7 @@ TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
 TEST_CASE("Two GPUs computing 3x slower on different machines are both named", "[e2e]") {
   TempDir dir;
   ModeGuard mode = StartMode(FailSlowJob(), Options(dir.path()));
-  const ParallelLayout layout = DemoLayout();
+  const ParallelLayout layout = Layout();  // the demo job's
   // Ranks 3 (slot 1) and 4 (slot 2): no TP, PP or DP group in common.
   const FaultRequest a = SlowGpu(1, 1);
   const FaultRequest b = SlowGpu(2, 0);
