@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/analyze/analysis_args.h"
 #include "cli/analyze/ring_file.h"
 
 namespace peregrine {
@@ -68,42 +69,6 @@ constexpr char kUsage[] =
     "  TP fastest, then DP, then PP; machine m holds ranks m*G .. m*G+G-1).\n"
     "\n"
     "--json prints one JSON object instead of text. Exit status: 0 ok, 1 bad input, 2 usage.\n";
-
-struct Parsed {
-  std::string command;
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  bool json = false;
-  bool help = false;
-};
-
-std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Parsed* p) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    const std::string& s = in[i];
-    if (s == "--help" || s == "-h") {
-      p->help = true;
-    } else if (s == "--json") {
-      p->json = true;
-    } else if (s.rfind("--", 0) == 0 && s.size() > 2) {
-      std::string name = s.substr(2), value;
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      } else {
-        if (i + 1 >= in.size()) return absl::StrCat(s, ": needs a value");
-        value = in[++i];
-      }
-      p->flags[name] = value;
-    } else {
-      p->positional.push_back(s);
-    }
-  }
-  if (!p->positional.empty()) {
-    p->command = p->positional[0];
-    p->positional.erase(p->positional.begin());
-  }
-  return std::nullopt;
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
@@ -181,92 +146,53 @@ void PrintChanges(const std::string& who, const ChangeAnalysis& c, const std::st
   }
 }
 
-int RunSteps(const Parsed& p, std::ostream& out, std::ostream& err) {
-  if (p.positional.size() != 1) {
-    err << "peregrinectl analyze steps: needs exactly one FILE\n" << kUsage;
-    return 2;
-  }
+// Prints an input that could not be read or parsed; the exit code 1.
+int InputError(const absl::Status& status, std::ostream& err) {
+  err << "peregrinectl analyze: " << status.message() << "\n";
+  return 1;
+}
+
+// Writes `report` on `source` with `json` under --json, else with `text`; the exit code 0.
+template <typename Report>
+int Render(const AnalyzeArgs& args, const Report& report, const std::string& source, std::ostream& out,
+           void (*json)(const Report&, const std::string&, std::ostream&),
+           void (*text)(const Report&, const std::string&, std::ostream&)) {
+  (args.json ? json : text)(report, source, out);
+  return 0;
+}
+
+int RunSteps(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
   StepTableFormat format = StepTableFormat::kAuto;
   StepsOptions options;
-  for (const auto& [flag, value] : p.flags) {
-    if (flag == "format") {
-      if (value == "long") {
-        format = StepTableFormat::kLong;
-      } else if (value == "wide") {
-        format = StepTableFormat::kWide;
-      } else if (value != "auto") {
-        err << "peregrinectl analyze steps: --format must be auto, long or wide, got '" << value << "'\n";
-        return 2;
-      }
-    } else if (flag == "verify" || flag == "prob") {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v)) {
-        err << "peregrinectl analyze steps: --" << flag << ": not a number: " << value << "\n";
-        return 2;
-      }
-      (flag == "verify" ? options.change.verify_threshold : options.change.report_threshold) = v;
-    } else {
-      err << "peregrinectl analyze steps: unknown flag --" << flag << "\n" << kUsage;
-      return 2;
-    }
-  }
-  const std::string& path = p.positional[0];
+  const FlagTable flags = {
+      {"format", ChoiceFlag<StepTableFormat>(
+                     &format, {{"auto", StepTableFormat::kAuto}, {"long", StepTableFormat::kLong}, {"wide", StepTableFormat::kWide}})},
+      {"verify", NumberFlag(&options.change.verify_threshold)},
+      {"prob", NumberFlag(&options.change.report_threshold)}};
+  if (!ApplyAnalysisArgs(args, "steps", "FILE", flags, kUsage, err)) return 2;
+  const std::string& path = args.operands[0];
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) {
-    err << "peregrinectl analyze: " << text.status().message() << "\n";
-    return 1;
-  }
+  if (!text.ok()) return InputError(text.status(), err);
   absl::StatusOr<StepTimesTable> table = ParseStepTimesCsv(*text, path, format);
-  if (!table.ok()) {
-    err << "peregrinectl analyze: " << table.status().message() << "\n";
-    return 1;
-  }
+  if (!table.ok()) return InputError(table.status(), err);
   absl::StatusOr<StepsReport> report = AnalyzeStepTimes(*table, options);
   if (!report.ok()) {
     err << "peregrinectl analyze steps: " << report.status().message() << "\n";
     return 2;
   }
-  if (p.json) {
-    RenderStepsJson(*report, path, out);
-  } else {
-    RenderStepsText(*report, path, out);
-  }
-  return 0;
+  return Render(args, *report, path, out, RenderStepsJson, RenderStepsText);
 }
 
-int RunNccl(const Parsed& p, std::ostream& out, std::ostream& err) {
-  if (p.positional.size() != 1) {
-    err << "peregrinectl analyze nccl: needs exactly one FILE\n" << kUsage;
-    return 2;
-  }
+int RunNccl(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
   std::optional<int> rank;
   ChangeOptions options;
-  for (const auto& [flag, value] : p.flags) {
-    if (flag == "rank") {
-      int r = 0;
-      if (!absl::SimpleAtoi(value, &r) || r < 0) {
-        err << "peregrinectl analyze nccl: --rank: not a rank: " << value << "\n";
-        return 2;
-      }
-      rank = r;
-    } else if (flag == "verify" || flag == "prob") {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v)) {
-        err << "peregrinectl analyze nccl: --" << flag << ": not a number: " << value << "\n";
-        return 2;
-      }
-      (flag == "verify" ? options.verify_threshold : options.report_threshold) = v;
-    } else {
-      err << "peregrinectl analyze nccl: unknown flag --" << flag << "\n" << kUsage;
-      return 2;
-    }
-  }
-  const std::string& path = p.positional[0];
+  const FlagTable flags = {{"rank", IntegerFlag(&rank, 0, "rank")},
+                           {"verify", NumberFlag(&options.verify_threshold)},
+                           {"prob", NumberFlag(&options.report_threshold)}};
+  if (!ApplyAnalysisArgs(args, "nccl", "FILE", flags, kUsage, err)) return 2;
+  const std::string& path = args.operands[0];
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) {
-    err << "peregrinectl analyze: " << text.status().message() << "\n";
-    return 1;
-  }
+  if (!text.ok()) return InputError(text.status(), err);
   absl::StatusOr<NcclTrace> trace;
   if (LooksLikeNcclRing(*text)) {
     trace = ReadNcclRingFile(*text, path);
@@ -277,48 +203,22 @@ int RunNccl(const Parsed& p, std::ostream& out, std::ostream& err) {
   } else {
     trace = ParseNcclTrace(*text, path);
   }
-  if (!trace.ok()) {
-    err << "peregrinectl analyze: " << trace.status().message() << "\n";
-    return 1;
-  }
+  if (!trace.ok()) return InputError(trace.status(), err);
   absl::StatusOr<NcclReport> report = AnalyzeNcclTrace(*trace, rank, options);
   if (!report.ok()) {
     err << "peregrinectl analyze nccl: " << path << ": " << report.status().message() << "\n";
     return report.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
   }
-  if (p.json) {
-    RenderNcclJson(*report, path, out);
-  } else {
-    RenderNcclText(*report, path, out);
-  }
-  return 0;
+  return Render(args, *report, path, out, RenderNcclJson, RenderNcclText);
 }
 
-int RunStacks(const Parsed& p, std::ostream& out, std::ostream& err) {
-  if (p.positional.size() != 1) {
-    err << "peregrinectl analyze stacks: needs exactly one DIR\n" << kUsage;
-    return 2;
-  }
+int RunStacks(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
   std::map<std::string, int> sizes = {{"tp", 0}, {"pp", 0}, {"dp", 0}, {"gpus-per-machine", 0}};
   StackAggregationOptions options;
-  for (const auto& [flag, value] : p.flags) {
-    if (auto it = sizes.find(flag); it != sizes.end()) {
-      if (!absl::SimpleAtoi(value, &it->second) || it->second < 1) {
-        err << "peregrinectl analyze stacks: --" << flag << ": not a positive integer: " << value << "\n";
-        return 2;
-      }
-    } else if (flag == "threads") {
-      if (value == "main") {
-        options.threads = ThreadSelection::kMainThread;
-      } else if (value != "all") {
-        err << "peregrinectl analyze stacks: --threads must be all or main, got '" << value << "'\n";
-        return 2;
-      }
-    } else {
-      err << "peregrinectl analyze stacks: unknown flag --" << flag << "\n" << kUsage;
-      return 2;
-    }
-  }
+  FlagTable flags = {{"threads", ChoiceFlag<ThreadSelection>(&options.threads, {{"all", ThreadSelection::kAllThreads},
+                                                                               {"main", ThreadSelection::kMainThread}})}};
+  for (auto& [flag, size] : sizes) flags[flag] = IntegerFlag(&size, 1, "positive integer");
+  if (!ApplyAnalysisArgs(args, "stacks", "DIR", flags, kUsage, err)) return 2;
   for (const auto& [flag, v] : sizes) {
     if (v == 0) {
       err << "peregrinectl analyze stacks: --" << flag << " is required\n" << kUsage;
@@ -331,23 +231,12 @@ int RunStacks(const Parsed& p, std::ostream& out, std::ostream& err) {
     err << "peregrinectl analyze stacks: " << layout.status().message() << "\n";
     return 2;
   }
-  const std::string& dir = p.positional[0];
+  const std::string& dir = args.operands[0];
   absl::StatusOr<std::vector<RankStackFile>> files = LoadStackDirectory(dir);
-  if (!files.ok()) {
-    err << "peregrinectl analyze: " << files.status().message() << "\n";
-    return 1;
-  }
+  if (!files.ok()) return InputError(files.status(), err);
   absl::StatusOr<StacksReport> report = AnalyzeStacks(*layout, *files, options);
-  if (!report.ok()) {
-    err << "peregrinectl analyze: " << report.status().message() << "\n";
-    return 1;
-  }
-  if (p.json) {
-    RenderStacksJson(*report, dir, out);
-  } else {
-    RenderStacksText(*report, dir, out);
-  }
-  return 0;
+  if (!report.ok()) return InputError(report.status(), err);
+  return Render(args, *report, dir, out, RenderStacksJson, RenderStacksText);
 }
 
 }  // namespace
@@ -552,8 +441,8 @@ void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostrea
 }
 
 int RunAnalyze(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  Parsed p;
-  if (auto e = ParseArgs(args, &p)) {
+  AnalyzeArgs p;
+  if (auto e = ParseAnalyzeArgs(args, &p)) {
     err << "peregrinectl analyze: " << *e << "\n" << kUsage;
     return 2;
   }

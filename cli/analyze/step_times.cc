@@ -181,6 +181,20 @@ void SortByStep(WorkerStepTimes& w) {
   w = std::move(sorted);
 }
 
+// A data row's fields; an error when it cannot be split or has not as many fields as the
+// header.
+absl::StatusOr<std::vector<std::string>> SplitRow(const Header& header, const TextLine& row, char delimiter,
+                                                  absl::string_view source) {
+  absl::StatusOr<std::vector<std::string>> fields = SplitRecord(row.text, delimiter, source, row.number);
+  if (!fields.ok()) return fields.status();
+  if (fields->size() != header.names.size()) {
+    return LineError(source, row.number,
+                     absl::StrCat("expected ", header.names.size(), " fields as in the header, found ",
+                                  fields->size(), ": ", Excerpt(row.text)));
+  }
+  return fields;
+}
+
 absl::StatusOr<StepTimesTable> ParseLong(const Header& header, const std::vector<TextLine>& rows,
                                          char delimiter, absl::string_view source) {
   int worker_col = -1, step_col = -1, time_col = -1;
@@ -215,14 +229,8 @@ absl::StatusOr<StepTimesTable> ParseLong(const Header& header, const std::vector
   std::map<std::string, size_t> index;
   std::map<std::pair<size_t, int64_t>, int> seen;  // (worker, step) -> line
   for (const TextLine& row : rows) {
-    absl::StatusOr<std::vector<std::string>> fields =
-        SplitRecord(row.text, delimiter, source, row.number);
+    absl::StatusOr<std::vector<std::string>> fields = SplitRow(header, row, delimiter, source);
     if (!fields.ok()) return fields.status();
-    if (fields->size() != header.names.size()) {
-      return LineError(source, row.number,
-                       absl::StrCat("expected ", header.names.size(), " fields as in the header, found ",
-                                    fields->size(), ": ", Excerpt(row.text)));
-    }
     const std::string& worker = (*fields)[worker_col];
     if (worker.empty()) {
       return LineError(source, row.number,
@@ -285,14 +293,8 @@ absl::StatusOr<StepTimesTable> ParseWide(const Header& header, const std::vector
   std::map<int64_t, int> seen_steps;
   int64_t next_step = 0;
   for (const TextLine& row : rows) {
-    absl::StatusOr<std::vector<std::string>> fields =
-        SplitRecord(row.text, delimiter, source, row.number);
+    absl::StatusOr<std::vector<std::string>> fields = SplitRow(header, row, delimiter, source);
     if (!fields.ok()) return fields.status();
-    if (fields->size() != header.names.size()) {
-      return LineError(source, row.number,
-                       absl::StrCat("expected ", header.names.size(), " fields as in the header, found ",
-                                    fields->size(), ": ", Excerpt(row.text)));
-    }
     int64_t step = next_step++;
     if (step_col >= 0) {
       absl::StatusOr<int64_t> s =
