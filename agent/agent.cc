@@ -89,7 +89,7 @@ class Agent::Impl {
   explicit Impl(AgentOptions options)
       : options_(std::move(options)),
         heartbeat_interval_(absl::Milliseconds(options_.heartbeat_ms == 0 ? 1000 : options_.heartbeat_ms)),
-        start_time_(absl::Now()),
+        start_time_(options_.clock->Now()),
         commands_(CommandOptionsFor(options_)) {}
 
   ~Impl() {
@@ -114,7 +114,9 @@ class Agent::Impl {
     absl::StatusOr<int> signal_fd = InstallSignalPipe(signals);
     if (!signal_fd.ok()) return signal_fd.status();
     signal_fd_ = *signal_fd;
-    supervisor_ = std::make_unique<Supervisor>();
+    Supervisor::Options supervisor_options;
+    supervisor_options.clock = options_.clock;
+    supervisor_ = std::make_unique<Supervisor>(supervisor_options);
     absl::StatusOr<std::unique_ptr<FailSlowMonitor>> failslow = CreateFailSlowMonitor(options_);
     if (!failslow.ok()) return failslow.status();
     failslow_ = std::move(*failslow);
@@ -136,6 +138,7 @@ class Agent::Impl {
     link_options.tls_ca_file = options_.tls_ca_file;
     link_options.backoff_initial = options_.backoff_initial;
     link_options.backoff_max = options_.backoff_max;
+    link_options.clock = options_.clock;
     link_options.seed = static_cast<uint64_t>(UnixNanos(start_time_)) ^ static_cast<uint64_t>(::getpid());
     ControllerLink::Callbacks callbacks;
     callbacks.on_stream_open = [this](uint64_t session) { Post([this, session] { OnStreamOpen(session); }); };
@@ -185,7 +188,7 @@ class Agent::Impl {
       fds.push_back(pollfd{wake_fd_, POLLIN, 0});
       fds.push_back(pollfd{signal_fd_, POLLIN, 0});
       for (int fd : supervisor_->OutputFds()) fds.push_back(pollfd{fd, POLLIN, 0});
-      absl::Time now = absl::Now();
+      absl::Time now = Now();
       absl::Time wake = now + absl::Milliseconds(100);
       if (registered_) wake = std::min(wake, next_heartbeat_);
       if (auto deadline = supervisor_->NextDeadline()) wake = std::min(wake, *deadline);
@@ -212,7 +215,7 @@ class Agent::Impl {
       PollFailSlow();
       PollInspections();
       RunQueuedWork();
-      if (registered_ && absl::Now() >= next_heartbeat_) SendHeartbeat();
+      if (registered_ && Now() >= next_heartbeat_) SendHeartbeat();
       if (commands_.shutting_down() && supervisor_->Idle() && !supervisor_->stopping()) {
         if (registered_) SendHeartbeat();
         finished_ = true;
@@ -231,8 +234,8 @@ class Agent::Impl {
   }
 
   void PollSupervisor(bool sweep) {
-    PollResult result = supervisor_->Poll(absl::Now(), sweep);
-    const absl::Time now = absl::Now();
+    PollResult result = supervisor_->Poll(Now(), sweep);
+    const absl::Time now = Now();
     for (const OutputLine& line : result.lines) {
       if (std::optional<ProgressRecord> record = ParseProgressLine(line.text)) {
         progress_[line.global_rank].Observe(*record, now);
@@ -256,7 +259,7 @@ class Agent::Impl {
   // Machine inspections: alarms go out as events at once, results with the heartbeat.
   void PollInspections() {
     if (!inspections_ || commands_.shutting_down()) return;
-    const absl::Time now = absl::Now();
+    const absl::Time now = Now();
     InspectionRunner::Outcome outcome = inspections_->Poll(now);
     for (v1::InspectionResult& alarm : outcome.alarms) {
       v1::Event event;
@@ -270,9 +273,12 @@ class Agent::Impl {
   // events at once. A trap command waits here until the rings show training paused.
   void PollFailSlow() {
     if (!failslow_ || commands_.shutting_down()) return;
-    const absl::Time now = absl::Now();
+    const absl::Time now = Now();
     if (now < next_failslow_poll_) return;
     next_failslow_poll_ = now + absl::Milliseconds(100);
+    // The hook stamps ring records with the host's CLOCK_MONOTONIC (the rings' time base,
+    // shared with the training processes, not a time the agent chooses); this reading
+    // next to the clock's Unix time lets the monitor map them.
     timespec mono{};
     ::clock_gettime(CLOCK_MONOTONIC, &mono);
     const int64_t mono_ns = static_cast<int64_t>(mono.tv_sec) * 1'000'000'000 + mono.tv_nsec;
@@ -291,6 +297,8 @@ class Agent::Impl {
                              ") runs without a ring, so that rank is not tracked for fail-slow: ", f.reason));
     }
   }
+
+  absl::Time Now() const { return options_.clock->Now(); }
 
   // ---- state -----------------------------------------------------------------
 
@@ -339,7 +347,7 @@ class Agent::Impl {
       SelfCheckOutcome check = RunSelfCheck(options_.log_dir);
       reg->mutable_self_check()->set_passed(check.passed);
       reg->mutable_self_check()->set_detail(check.detail);
-      reg->mutable_self_check()->set_checked_at(UnixNanos(absl::Now()));
+      reg->mutable_self_check()->set_checked_at(UnixNanos(Now()));
     }
     link_->Send(session, message);  // a failed write ends the stream; the link reconnects
   }
@@ -361,7 +369,7 @@ class Agent::Impl {
         break;
       case v1::ControllerMessage::kCommand:
         if (registered_) {
-          Execute(commands_.OnCommand(CommandFromProto(message.command()), View(), absl::Now()));
+          Execute(commands_.OnCommand(CommandFromProto(message.command()), View(), Now()));
           RunQueuedWork();
         }
         break;
@@ -392,11 +400,11 @@ class Agent::Impl {
   // ---- sending ---------------------------------------------------------------
 
   void SendHeartbeat() {
-    next_heartbeat_ = absl::Now() + heartbeat_interval_;
+    next_heartbeat_ = Now() + heartbeat_interval_;
     if (!registered_) return;
     v1::AgentMessage message;
     v1::Heartbeat* hb = message.mutable_heartbeat();
-    hb->set_sent_at(UnixNanos(absl::Now()));
+    hb->set_sent_at(UnixNanos(Now()));
     *hb->mutable_training() = State();
     for (auto& [rank, progress] : progress_) {
       if (!progress.Current().has_progress) continue;
@@ -422,7 +430,7 @@ class Agent::Impl {
   void ReportLog(const std::string& text) {
     std::fprintf(stderr, "peregrine-agent: %s\n", text.c_str());
     v1::Event event;
-    event.set_at(UnixNanos(absl::Now()));
+    event.set_at(UnixNanos(Now()));
     event.set_log(text);
     SendEvent(std::move(event));
   }
@@ -447,7 +455,7 @@ class Agent::Impl {
     }
   }
 
-  void Run(const StopAction& stop) { supervisor_->BeginStop(stop.grace, absl::Now()); }
+  void Run(const StopAction& stop) { supervisor_->BeginStop(stop.grace, Now()); }
 
   void Run(const StartAction& start) {
     absl::Status status = Launch(start.assignment);
@@ -456,7 +464,7 @@ class Agent::Impl {
       progress_.clear();
       const TrainingAssignment& a = start.assignment;
       v1::Event event;
-      event.set_at(UnixNanos(absl::Now()));
+      event.set_at(UnixNanos(Now()));
       event.set_training_started(absl::StrCat("attempt ", a.attempt, ": ", a.ranks.size(), " process(es) of \"",
                                               absl::StrJoin(a.code.command, " "), "\" resume_step ",
                                               a.resume_step));
@@ -489,6 +497,7 @@ class Agent::Impl {
     workers_.emplace_back([this, id, roots, include_native] {
       StackCaptureOptions capture_options;
       capture_options.include_native = include_native;
+      capture_options.clock = options_.clock;
       // Parsed here, off the control loop, so the controller gets frames, not text to parse.
       v1::StackCapture stacks = StacksToProto(CaptureStacks(WithDescendants(roots), capture_options));
       Post([this, id, stacks = std::move(stacks)] { FinishWith(id, v1::Status(), &stacks); });
@@ -523,7 +532,7 @@ class Agent::Impl {
     v1::CommandResult result;
     result.set_command_id(id);
     *result.mutable_status() = status;
-    result.set_finished_at(UnixNanos(absl::Now()));
+    result.set_finished_at(UnixNanos(Now()));
     if (stacks != nullptr) *result.mutable_stacks() = *stacks;
     if (diagnostic != nullptr) *result.mutable_diagnostic() = *diagnostic;
     commands_.RecordResult(id, result.SerializeAsString());

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace peregrine {
 
@@ -53,6 +54,9 @@ struct AgentOptions {
   // (standbys; 0: the param "gpus", else 1).
   std::string diagnose_binary;
   int gpus_per_machine = 0;
+  // The time of everything the agent does: its loop, heartbeats, events, supervisor
+  // deadlines, diagnostics and reconnect backoff. Must outlive the agent.
+  Clock* clock = RealClock();
 };
 
 class Agent {

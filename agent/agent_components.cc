@@ -48,7 +48,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
   for (char** e = environ; *e != nullptr; ++e) context.agent_env.emplace_back(*e);
   context.machine_id = options.machine_id;
   context.log_dir = options.log_dir;
-  context.started_at = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
+  context.started_at = absl::FormatTime(absl::RFC3339_sec, options.clock->Now(), absl::UTCTimeZone());
   absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(AssignmentToProto(assignment), context);
   if (!plan.ok()) return plan.status();
   if (failslow != nullptr) {
@@ -86,8 +86,10 @@ DiagnosticRunnerOptions DiagnosticRunnerOptionsFor(const AgentOptions& options) 
   }
   diag.scratch_dir = options.log_dir.empty() ? absl::StrCat("/tmp/peregrine-diagnostics-", options.pod_name)
                                              : absl::StrCat(options.log_dir, "/diagnostics");
-  diag.spawn = [](const std::vector<std::string>& argv, absl::Duration timeout) -> absl::StatusOr<HelperRun> {
-    absl::StatusOr<ToolRun> run = RunTool(argv, timeout, 1 << 20);
+  diag.clock = options.clock;
+  diag.spawn = [clock = options.clock](const std::vector<std::string>& argv,
+                                       absl::Duration timeout) -> absl::StatusOr<HelperRun> {
+    absl::StatusOr<ToolRun> run = RunTool(argv, timeout, 1 << 20, clock);
     if (!run.ok()) return run.status();
     return HelperRun{run->exit_code, run->signal, run->timed_out, std::move(run->output)};
   };

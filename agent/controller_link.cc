@@ -60,6 +60,7 @@ void ControllerLink::Stop() {
   {
     absl::MutexLock lock(&state_mu_);
     stopping_ = true;
+    stop_cv_.SignalAll();
     if (context_ != nullptr) context_->TryCancel();
   }
   if (thread_.joinable()) thread_.join();
@@ -156,8 +157,9 @@ void ControllerLink::Run() {
       if (registered_ && session == session_) backoff.Reset();
       registered_ = false;
       delay = backoff.Next(uniform(rng));
-      auto stop_requested = [this]() ABSL_SHARED_LOCKS_REQUIRED(state_mu_) { return stopping_; };
-      state_mu_.AwaitWithTimeout(absl::Condition(&stop_requested), delay);
+      const absl::Time deadline = options_.clock->Now() + delay;
+      while (!stopping_ && !options_.clock->WaitWithDeadline(stop_cv_, state_mu_, deadline)) {
+      }
       if (stopping_) return;
     }
   }

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 
 namespace peregrine {
@@ -46,6 +47,7 @@ struct ControllerLinkOptions {
   absl::Duration backoff_max = absl::Seconds(5);
   absl::Duration keepalive = absl::Minutes(5);
   uint64_t seed = 0;        // jitter seed
+  Clock* clock = RealClock();  // the backoff waits' time (must outlive the link)
 };
 
 class ControllerLink {
@@ -76,6 +78,7 @@ class ControllerLink {
   std::thread thread_;
 
   absl::Mutex state_mu_;
+  absl::CondVar stop_cv_;  // signalled (with state_mu_) when stopping_ is set
   bool stopping_ ABSL_GUARDED_BY(state_mu_) = false;
   bool registered_ ABSL_GUARDED_BY(state_mu_) = false;
   uint64_t session_ ABSL_GUARDED_BY(state_mu_) = 0;

@@ -137,7 +137,7 @@ CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const St
   }
   std::string failures;
   for (const auto& [tool, argv] : plan) {
-    absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, options.max_raw_bytes);
+    absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, options.max_raw_bytes, options.clock);
     captured.tool = tool;
     if (!run.ok()) {
       absl::StrAppend(&failures, tool, ": ", run.status().ToString(), "\n");

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace peregrine {
 
@@ -50,6 +51,7 @@ struct StackCaptureOptions {
   size_t max_raw_bytes = 64 * 1024;
   bool include_native = false;
   int max_parallel = 8;  // processes captured at the same time
+  Clock* clock = RealClock();  // the tools' timeouts (must outlive the call)
 };
 
 // `roots` plus all their live descendants, roots first, no duplicates.

@@ -496,20 +496,21 @@ void Supervisor::KillAllAndWait(absl::Duration limit) {
   killed_ = true;
   SignalAll(SIGCONT);
   SignalAll(SIGKILL);
-  const absl::Time deadline = absl::Now() + limit;
-  while (!Idle() && absl::Now() < deadline) {
+  Clock* clock = options_.clock;
+  const absl::Time deadline = clock->Now() + limit;
+  while (!Idle() && clock->Now() < deadline) {
     std::vector<int> fds = OutputFds();
     std::vector<pollfd> pfds;
     for (int fd : fds) pfds.push_back(pollfd{fd, POLLIN, 0});
     ::poll(pfds.data(), pfds.size(), 5);
-    Poll(absl::Now(), /*sweep_orphans=*/true);
+    Poll(clock->Now(), /*sweep_orphans=*/true);
     SignalAll(SIGKILL);
   }
   stopping_ = false;
 }
 
 absl::StatusOr<ToolRun> RunTool(const std::vector<std::string>& argv, absl::Duration timeout,
-                                size_t max_output) {
+                                size_t max_output, Clock* clock) {
   if (argv.empty()) return absl::InvalidArgumentError("RunTool: empty argv");
   const char* path_env = std::getenv("PATH");
   absl::StatusOr<std::string> path =
@@ -538,11 +539,11 @@ absl::StatusOr<ToolRun> RunTool(const std::vector<std::string>& argv, absl::Dura
     ForeignChildren().insert(pid);
   }
   ToolRun run;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock->Now() + timeout;
   bool truncated = false;
   char buffer[16384];
   while (true) {
-    absl::Duration left = deadline - absl::Now();
+    absl::Duration left = deadline - clock->Now();
     if (left <= absl::ZeroDuration()) {
       run.timed_out = true;
       break;
@@ -564,11 +565,11 @@ absl::StatusOr<ToolRun> RunTool(const std::vector<std::string>& argv, absl::Dura
   ::close(out[0]);
   if (run.timed_out) ::kill(-pid, SIGKILL);
   int status = 0;
-  const absl::Time wait_deadline = absl::Now() + (run.timed_out ? absl::Seconds(10) : timeout + absl::Seconds(1));
+  const absl::Time wait_deadline = clock->Now() + (run.timed_out ? absl::Seconds(10) : timeout + absl::Seconds(1));
   while (true) {
     pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid || (r < 0 && errno != EINTR)) break;
-    if (absl::Now() > wait_deadline) {
+    if (clock->Now() > wait_deadline) {
       // Closed its output but still running past the timeout: kill it.
       run.timed_out = true;
       ::kill(-pid, SIGKILL);

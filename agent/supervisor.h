@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace peregrine {
 
@@ -81,6 +82,7 @@ class Supervisor {
     // shutdown lines); worst case tail_lines x max_line_bytes per process (~1 MB).
     size_t tail_lines = 120;
     size_t max_line_bytes = 8192;
+    Clock* clock = RealClock();  // KillAllAndWait's limit (must outlive the supervisor)
   };
 
   Supervisor();
@@ -145,10 +147,10 @@ struct ToolRun {
 };
 
 // Runs argv (argv[0] resolved on the agent's PATH) with stdin from /dev/null to
-// completion, killing its process group after `timeout`. NotFound when the tool
-// is missing, Internal when it cannot be started.
+// completion, killing its process group after `timeout` (on `clock`'s time). NotFound
+// when the tool is missing, Internal when it cannot be started.
 absl::StatusOr<ToolRun> RunTool(const std::vector<std::string>& argv, absl::Duration timeout,
-                                size_t max_output);
+                                size_t max_output, Clock* clock = RealClock());
 
 }  // namespace peregrine
 

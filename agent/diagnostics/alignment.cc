@@ -64,7 +64,7 @@ DiagnosticResultOr RunAlignment(const DiagnosticInvocation& inv) {
   }
   absl::StatusOr<int> port = PickFreePort();
   if (!port.ok()) return port.status();
-  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  const int64_t left_ms = NcclTimeoutMs(inv, inv.clock->Now());
   absl::StatusOr<DiagnosticProcessesOutcome> run =
       RunRanks(inv, {0, inv.gpus, "127.0.0.1", *port}, left_ms,
                {*trainer, "--reference-step", "--seed", absl::StrCat(o->seed), "--steps", absl::StrCat(o->steps),

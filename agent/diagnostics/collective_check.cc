@@ -61,7 +61,7 @@ DiagnosticResultOr RunCheck(const DiagnosticInvocation& inv, const CheckPlan& pl
     result.set_detail(absl::StrCat(where, ": ", tool.status().message()));
     return result;
   }
-  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  const int64_t left_ms = NcclTimeoutMs(inv, inv.clock->Now());
   absl::StatusOr<DiagnosticProcessesOutcome> run =
       RunRanks(inv, {plan.comm_rank_base, plan.world, plan.master_addr, plan.master_port}, left_ms,
                {*tool, "--op", plan.op, "--bytes", absl::StrCat(plan.bytes), "--repeats", "5", "--init-timeout-s",

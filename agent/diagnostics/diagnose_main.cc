@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   if (inv.kind.empty()) return Invalid("--kind is required");
   if (!pid_file.empty()) std::ofstream(pid_file) << ::getpid() << "\n";
   inv.timeout = DiagnosticTimeout(inv.kind, inv.params, static_cast<uint32_t>(timeout_ms));
-  const absl::Time start = absl::Now();
+  const absl::Time start = inv.clock->Now();
   inv.deadline = start + inv.timeout;
   DiagnosticResultOr result = RunDiagnosticKind(inv);
   if (!result.ok()) {
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   }
   result->set_kind(inv.kind);
   result->set_machine_id(inv.machine_id);
-  result->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  result->set_seconds(absl::ToDoubleSeconds(inv.clock->Now() - start));
   google::protobuf::TextFormat::Printer printer;
   printer.SetSingleLineMode(true);
   std::string text;

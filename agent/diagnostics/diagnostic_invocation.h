@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/diagnostics/diagnostic_params.h"
+#include "base/clock.h"
 #include "peregrine/v1/agent.pb.h"
 
 namespace peregrine {
@@ -26,6 +27,7 @@ struct DiagnosticInvocation {
   DiagnosticParamMap params;
   absl::Duration timeout = absl::Minutes(1);
   absl::Time deadline = absl::InfiniteFuture();
+  Clock* clock = RealClock();  // the time of `deadline` and of every wait (must outlive the run)
   std::string machine_id;
   int gpus = 1;
   int rank_base = 0;

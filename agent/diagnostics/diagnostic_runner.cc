@@ -167,11 +167,11 @@ void DiagnosticRunner::Work() {
     }
     const DiagnosticRequest& request = item.first;
     const absl::Duration timeout = DiagnosticTimeout(request.kind, request.params, request.timeout_ms);
-    const absl::Time start = absl::Now();
+    const absl::Time start = options_.clock->Now();
     absl::StatusOr<HelperRun> run =
         options_.spawn(DiagnoseHelperArgv(options_.helper_binary, request, timeout, pid_file),
                        timeout + options_.backstop_margin);
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const double seconds = absl::ToDoubleSeconds(options_.clock->Now() - start);
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_pid_file_.clear();

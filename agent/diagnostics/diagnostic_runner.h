@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/diagnostics/diagnostic_params.h"
+#include "base/clock.h"
 #include "peregrine/v1/agent.pb.h"
 
 namespace peregrine {
@@ -73,6 +74,7 @@ struct DiagnosticRunnerOptions {
   std::string scratch_dir;    // pid files; created if missing
   HelperSpawner spawn;
   absl::Duration backstop_margin = absl::Seconds(20);
+  Clock* clock = RealClock();  // how long a helper ran (must outlive the runner)
 };
 
 // The helper's command line for `request` (pure).

@@ -36,7 +36,8 @@ struct GpuSelfTest {
 
 // One stand-in GPU: the fixed GEMM in fp32, passed through the stand-in device's model of
 // this GPU, compared bit for bit with the exact integer answer.
-GpuSelfTest RunStandInSelfTest(const StandInDevice& device, int machine, int gpu, absl::Time deadline) {
+GpuSelfTest RunStandInSelfTest(const StandInDevice& device, int machine, int gpu, absl::Time deadline,
+                               Clock* clock) {
   GpuSelfTest out;
   PeregrineStandInGpu fault = device.Gpu(machine, gpu);
   out.compute_slowdown = fault.compute_slowdown;
@@ -46,7 +47,7 @@ GpuSelfTest RunStandInSelfTest(const StandInDevice& device, int machine, int gpu
     return out;
   }
   while (fault.hang) {  // a hung kernel: wait until the fault clears or the deadline
-    if (absl::Now() >= deadline) {
+    if (clock->Now() >= deadline) {
       out.passed = false;
       out.detail = absl::StrCat("gpu", gpu, ": self-test hung");
       return out;
@@ -100,6 +101,7 @@ DiagnosticResultOr RunDcgmi(const DiagnosticInvocation& inv, const std::string& 
   p.env = FlattenEnv(inv.env);
   RunProcessesOptions options;
   options.deadline = inv.deadline;
+  options.clock = inv.clock;
   absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses({p}, options);
   if (!run.ok()) {
     result.set_passed(false);
@@ -162,7 +164,7 @@ DiagnosticResultOr RunEud(const DiagnosticInvocation& inv) {
   {
     std::vector<std::thread> threads;
     for (int g = 0; g < inv.gpus; ++g) {
-      threads.emplace_back([&, g] { tests[g] = RunStandInSelfTest(*device, machine, g, inv.deadline); });
+      threads.emplace_back([&, g] { tests[g] = RunStandInSelfTest(*device, machine, g, inv.deadline, inv.clock); });
     }
     for (std::thread& t : threads) t.join();
   }

@@ -64,6 +64,7 @@ DiagnosticResultOr RunGemm(const DiagnosticInvocation& inv) {
     }
     RunProcessesOptions options;
     options.deadline = inv.deadline;
+    options.clock = inv.clock;
     absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses({DiagnosticProcess{g, argv, FlattenEnv(env)}},
                                                                   options);
     if (!run.ok()) return run.status();

@@ -25,7 +25,7 @@ DiagnosticResultOr RunP2pRounds(const DiagnosticInvocation& inv) {
     result.set_detail(absl::StrCat("p2p_rounds: ", tool.status().message()));
     return result;
   }
-  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  const int64_t left_ms = NcclTimeoutMs(inv, inv.clock->Now());
   absl::StatusOr<DiagnosticProcessesOutcome> run =
       RunRanks(inv, {o->rank_base, o->ranks, o->master_addr, o->master_port}, left_ms,
                {*tool, "--plan", o->rounds, "--bytes", absl::StrCat(o->bytes), "--all-ranks", "--init-timeout-s",

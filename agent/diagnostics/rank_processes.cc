@@ -19,7 +19,9 @@ std::string DiagnosticProcessOutcome::Describe() const {
 
 absl::StatusOr<DiagnosticProcessesOutcome> RunProcesses(const std::vector<DiagnosticProcess>& processes,
                                                         const RunProcessesOptions& options) {
-  Supervisor supervisor;
+  Supervisor::Options supervisor_options;
+  supervisor_options.clock = options.clock;
+  Supervisor supervisor(supervisor_options);
   std::vector<ProcessSpec> specs;
   for (const DiagnosticProcess& p : processes) {
     ProcessSpec spec;
@@ -43,7 +45,7 @@ absl::StatusOr<DiagnosticProcessesOutcome> RunProcesses(const std::vector<Diagno
     std::vector<pollfd> fds;
     for (int fd : supervisor.OutputFds()) fds.push_back(pollfd{fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), 20);
-    PollResult r = supervisor.Poll(absl::Now(), /*sweep_orphans=*/true);
+    PollResult r = supervisor.Poll(options.clock->Now(), /*sweep_orphans=*/true);
     for (OutputLine& line : r.lines) {
       auto it = slot.find(line.global_rank);
       if (it == slot.end()) continue;
@@ -58,14 +60,14 @@ absl::StatusOr<DiagnosticProcessesOutcome> RunProcesses(const std::vector<Diagno
       o.signal = e.signal;
       o.killed = killing;
       if ((e.exit_code != 0 || e.signal != 0) && !killing) {
-        kill_at = std::min(kill_at, absl::Now() + options.failure_grace);
+        kill_at = std::min(kill_at, options.clock->Now() + options.failure_grace);
       }
     }
     if (supervisor.Idle()) break;
-    if (absl::Now() >= kill_at && !killing) {
+    if (options.clock->Now() >= kill_at && !killing) {
       killing = true;
       if (kill_at == options.deadline) outcome.timed_out = true;
-      supervisor.BeginStop(absl::ZeroDuration(), absl::Now());
+      supervisor.BeginStop(absl::ZeroDuration(), options.clock->Now());
     }
   }
   return outcome;
@@ -79,6 +81,7 @@ absl::StatusOr<DiagnosticProcessesOutcome> RunRanks(const DiagnosticInvocation& 
   }
   RunProcessesOptions options;
   options.deadline = inv.deadline;
+  options.clock = inv.clock;
   return RunProcesses(processes, options);
 }
 

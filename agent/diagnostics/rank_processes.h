@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/diagnostics/diagnostic_invocation.h"
+#include "base/clock.h"
 
 namespace peregrine {
 
@@ -46,6 +47,7 @@ struct RunProcessesOptions {
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration failure_grace = absl::Seconds(10);
   size_t max_lines = 20000;
+  Clock* clock = RealClock();  // the time of `deadline` (must outlive the call)
 };
 
 // An error when a process cannot be started (nothing is left running then).

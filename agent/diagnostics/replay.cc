@@ -70,7 +70,7 @@ DiagnosticResultOr RunReplay(const DiagnosticInvocation& inv) {
     return absl::FailedPreconditionError("replay: this agent holds no assignment with a training command");
   }
   v1::DiagnosticResult result = NewResult(inv);
-  const int64_t left_ms = NcclTimeoutMs(inv, absl::Now());
+  const int64_t left_ms = NcclTimeoutMs(inv, inv.clock->Now());
   std::vector<DiagnosticProcess> processes;
   for (int g = 0; g < inv.gpus; ++g) {
     std::map<std::string, std::string> env = RankEnvironment(
@@ -98,6 +98,7 @@ DiagnosticResultOr RunReplay(const DiagnosticInvocation& inv) {
   }
   RunProcessesOptions options;
   options.deadline = inv.deadline;
+  options.clock = inv.clock;
   absl::StatusOr<DiagnosticProcessesOutcome> run = RunProcesses(processes, options);
   const std::string where = absl::StrCat("replay (machine_index ", o->group.machine_index, " of ", o->group.machines,
                                          ", tp ", o->tp, " pp ", o->pp, " dp ", o->dp, ")");
