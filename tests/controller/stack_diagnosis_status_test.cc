@@ -5,77 +5,55 @@
 
 #include "controller/core/job_state.h"
 #include "controller/status_json.h"
+#include "tests/testing/status_samples.h"
 
 namespace peregrine {
 namespace {
 
-constexpr int64_t kT0 = 1'735'787'045'123'456'000;
-constexpr int64_t kSecond = 1'000'000'000;
-
 TEST_CASE("status.stackDiagnosis survives a JSON round trip", "[unit]") {
-  JobStatus s;
-  s.phase = JobPhase::kRecovering;
-  StackDiagnosisStatus& d = s.stack_diagnosis;
-  d.progress_attempt = 4;
-  d.progress_step = 77;
-  d.progress_at = kT0;
-  d.healthy_iteration_seconds = 0.25;
-  d.degraded_since = kT0 + kSecond;
-  d.next_id = 9;
-  StackInvestigation inv;
-  inv.id = 8;
-  inv.kind = InvestigationKind::kMfuDrop;
-  inv.state = InvestigationState::kDecided;
-  inv.attempt = 4;
-  inv.incident_id = 12;
-  inv.signal = "iteration time 0.600 s is 2.4 x the healthy 0.250 s";
-  inv.started_at = kT0 + 2 * kSecond;
-  inv.ended_at = 0;
-  inv.rounds_planned = 5;
-  inv.next_round_at = kT0 + 12 * kSecond;
-  StackRound r;
-  r.started_at = kT0 + 2 * kSecond;
-  r.finished_at = kT0 + 3 * kSecond;
-  r.groups = {"ranks 0,1,4,5,6,7 (healthy): poll", "ranks 2,3: sgemm"};
-  r.suspect_ranks = {2, 3};
-  r.unanswered_slots = {1};
-  r.flagged_kind = "tp";
-  r.flagged_index = 1;
-  r.explanation = "tp 1";
-  inv.rounds = {r, r};
-  inv.chosen_group = "tp 1";
-  inv.slots = {1};
-  inv.machines = {"node-b"};
-  inv.explanation = "tp 1 flagged in 5 of 5 rounds";
-  d.investigations.push_back(inv);
+  // A hang investigation that evicted, an MFU-drop one waiting with a finished and a
+  // capturing round (tests/testing/status_samples.h).
+  const JobStatus s = testing::PopulatedStatus();
+  const StackDiagnosisStatus& d = s.stack_diagnosis;
 
   const std::string json = JobStatusToJson(s);
   auto back = JobStatusFromJson(json);
   REQUIRE(back.ok());
   CHECK(JobStatusToJson(*back) == json);
   const StackDiagnosisStatus& b = back->stack_diagnosis;
-  CHECK(b.progress_attempt == 4);
-  CHECK(b.progress_step == 77);
-  CHECK(b.progress_at == kT0);
-  CHECK(b.healthy_iteration_seconds == 0.25);
-  CHECK(b.degraded_since == kT0 + kSecond);
-  CHECK(b.next_id == 9);
-  REQUIRE(b.investigations.size() == 1);
-  const StackInvestigation& i = b.investigations[0];
-  CHECK(i.id == 8);
-  CHECK(i.kind == InvestigationKind::kMfuDrop);
-  CHECK(i.state == InvestigationState::kDecided);
-  CHECK(i.incident_id == 12);
-  CHECK(i.rounds_planned == 5);
-  CHECK(i.next_round_at == kT0 + 12 * kSecond);
-  REQUIRE(i.rounds.size() == 2);
-  CHECK(i.rounds[1].groups == r.groups);
-  CHECK(i.rounds[1].suspect_ranks == std::vector<int>{2, 3});
-  CHECK(i.rounds[1].unanswered_slots == std::vector<int>{1});
-  CHECK(i.rounds[1].flagged_kind == "tp");
-  CHECK(i.rounds[1].flagged_index == 1);
-  CHECK(i.slots == std::vector<int>{1});
-  CHECK(i.machines == std::vector<std::string>{"node-b"});
+  CHECK(b.progress_attempt == d.progress_attempt);
+  CHECK(b.progress_step == d.progress_step);
+  CHECK(b.progress_at == d.progress_at);
+  CHECK(b.healthy_iteration_seconds == d.healthy_iteration_seconds);
+  CHECK(b.degraded_since == d.degraded_since);
+  CHECK(b.next_id == d.next_id);
+  REQUIRE(b.investigations.size() == 2);
+  for (size_t k = 0; k < d.investigations.size(); ++k) {
+    const StackInvestigation& want = d.investigations[k];
+    const StackInvestigation& i = b.investigations[k];
+    INFO("investigation " << want.id);
+    CHECK(i.id == want.id);
+    CHECK(i.kind == want.kind);
+    CHECK(i.state == want.state);
+    CHECK(i.incident_id == want.incident_id);
+    CHECK(i.rounds_planned == want.rounds_planned);
+    CHECK(i.next_round_at == want.next_round_at);
+    REQUIRE(i.rounds.size() == want.rounds.size());
+    for (size_t r = 0; r < want.rounds.size(); ++r) {
+      CHECK(i.rounds[r].groups == want.rounds[r].groups);
+      CHECK(i.rounds[r].suspect_ranks == want.rounds[r].suspect_ranks);
+      CHECK(i.rounds[r].unanswered_slots == want.rounds[r].unanswered_slots);
+      CHECK(i.rounds[r].flagged_kind == want.rounds[r].flagged_kind);
+      CHECK(i.rounds[r].flagged_index == want.rounds[r].flagged_index);
+    }
+    CHECK(i.slots == want.slots);
+    CHECK(i.machines == want.machines);
+  }
+  // Not vacuous: the sample holds values other than the defaults.
+  CHECK(b.investigations[1].kind == InvestigationKind::kMfuDrop);
+  CHECK(b.investigations[1].rounds[0].flagged_kind == "tp");
+  CHECK(b.investigations[1].rounds_planned == 5);
+  CHECK(b.investigations[0].slots == std::vector<int>{0, 2});
 
   // A status written before stack diagnosis existed loads with the defaults.
   auto old = JobStatusFromJson(R"({"phase": "Running"})");

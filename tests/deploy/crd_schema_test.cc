@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "controller/core/job_spec.h"
 #include "tests/deploy/openapi_validator.h"
+#include "tests/deploy/trainingjob_crd.h"
 
 namespace peregrine {
 namespace {
@@ -25,28 +26,18 @@ namespace fs = std::filesystem;
 
 const fs::path kSourceDir = PEREGRINE_SOURCE_DIR;
 
-YAML::Node LoadCrd() { return YAML::LoadFile((kSourceDir / "crds/peregrine.dev_trainingjobs.yaml").string()); }
-
-YAML::Node SchemaOf(const YAML::Node& crd) {
-  for (const YAML::Node& v : crd["spec"]["versions"]) {
-    if (v["name"].Scalar() == "v1alpha1") return v["schema"]["openAPIV3Schema"];
-  }
-  FAIL("no v1alpha1 version in the CRD");
-  return {};
-}
-
 YAML::Node Demo() { return YAML::LoadFile((kSourceDir / "examples/local-demo.yaml").string()); }
 
 std::string Joined(const std::vector<std::string>& errors) { return absl::StrJoin(errors, "\n"); }
 
 // Validates `doc` and returns all errors joined by newlines.
 std::string Errors(YAML::Node doc) {
-  const YAML::Node schema = SchemaOf(LoadCrd());
+  const YAML::Node schema = TrainingJobSchema();
   return Joined(ValidateAgainstSchema(schema, doc));
 }
 
 TEST_CASE("CRD names, scope, subresources and printer columns", "[unit]") {
-  const YAML::Node crd = LoadCrd();
+  const YAML::Node crd = LoadTrainingJobCrd();
   CHECK(crd["apiVersion"].Scalar() == "apiextensions.k8s.io/v1");
   CHECK(crd["kind"].Scalar() == "CustomResourceDefinition");
   CHECK(crd["metadata"]["name"].Scalar() == "trainingjobs.peregrine.dev");
@@ -74,7 +65,7 @@ TEST_CASE("CRD names, scope, subresources and printer columns", "[unit]") {
 }
 
 TEST_CASE("CRD schema is structural, documented, and its defaults are valid", "[unit]") {
-  const std::vector<std::string> errors = CheckStructuralSchema(SchemaOf(LoadCrd()));
+  const std::vector<std::string> errors = CheckStructuralSchema(TrainingJobSchema());
   INFO(Joined(errors));
   CHECK(errors.empty());
 }
@@ -100,7 +91,7 @@ std::string Num(double v) {
 }
 
 TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_spec.h", "[unit]") {
-  const YAML::Node spec_schema = SchemaOf(LoadCrd())["properties"]["spec"];
+  const YAML::Node spec_schema = TrainingJobSchema()["properties"]["spec"];
   std::set<std::string> paths, defaults;
   Walk(spec_schema, "", paths, defaults);
   const std::set<std::string> expected_paths = {

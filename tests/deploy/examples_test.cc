@@ -8,8 +8,6 @@
 
 #include <filesystem>
 #include <functional>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +20,7 @@
 #include "controller/job_parser.h"
 #include "controller/kube/kube_cluster.h"
 #include "tests/deploy/openapi_validator.h"
+#include "tests/deploy/trainingjob_crd.h"
 
 namespace peregrine {
 namespace {
@@ -30,23 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kSourceDir = PEREGRINE_SOURCE_DIR;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-YAML::Node Schema() {
-  const YAML::Node crd = YAML::LoadFile((kSourceDir / "crds/peregrine.dev_trainingjobs.yaml").string());
-  for (const YAML::Node& v : crd["spec"]["versions"]) {
-    if (v["name"].Scalar() == "v1alpha1") return v["schema"]["openAPIV3Schema"];
-  }
-  FAIL("no v1alpha1 version in the CRD");
-  return {};
-}
 
 KubeClusterOptions Options() {
   KubeClusterOptions o;
@@ -65,14 +47,14 @@ long long GpuLimit(const json& pod) {
 }
 
 TEST_CASE("every example TrainingJob validates against the CRD then parses then builds pods with its GPUs", "[unit]") {
-  const YAML::Node schema = Schema();
+  const YAML::Node schema = TrainingJobSchema();
   int jobs = 0;
   bool has_cluster_example = false;
   for (const fs::directory_entry& e : fs::directory_iterator(kSourceDir / "examples")) {
     const std::string ext = e.path().extension().string();
     if (ext != ".yaml" && ext != ".yml") continue;
     std::vector<YAML::Node> docs;
-    REQUIRE_NOTHROW(docs = YAML::LoadAll(ReadFile(e.path())));
+    REQUIRE_NOTHROW(docs = YAML::LoadAll(ReadText(e.path())));
     int index = 0;
     for (YAML::Node& doc : docs) {
       ++index;
