@@ -38,9 +38,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "diagnosis/link_rounds.h"
+#include "diagnosis/tools/collective_tool.h"
 #include "diagnosis/tools/device_memory.h"
-#include "nccl.h"
 #include "diagnosis/tools/nccl_world.h"
+#include "nccl.h"
 
 namespace peregrine {
 namespace {
@@ -86,54 +87,35 @@ bool ParsePlan(const std::string& text, int world, ValidationRounds* rounds, std
   return true;
 }
 
-int Usage(const std::string& error) {
-  std::fprintf(stderr,
-               "peregrine-linkcheck: %s\nusage: RANK=r WORLD_SIZE=n MASTER_ADDR=a MASTER_PORT=p peregrine-linkcheck "
-               "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n"
-               "       [--plan r0:s>d,...;r1:...] [--all-ranks] [--device-buffers auto|on|off]\n",
-               error.c_str());
-  return 2;
-}
+constexpr CollectiveTool kTool(
+    "peregrine-linkcheck",
+    "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n"
+    "       [--plan r0:s>d,...;r1:...] [--all-ranks] [--device-buffers auto|on|off]");
 
-#define NCCL_CHECK(expr)                                                                   \
-  do {                                                                                     \
-    ncclResult_t r_ = (expr);                                                              \
-    if (r_ != ncclSuccess) {                                                               \
-      std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s failed: %s\n", o.w.rank, #expr, \
-                   ncclGetErrorString(r_));                                                \
-      return 3;                                                                            \
-    }                                                                                      \
-  } while (0)
+#define NCCL_CHECK(call) PEREGRINE_NCCL_CHECK(kTool, o.w.rank, call)
 
 int Run(const Options& o) {
   // The plan, identical on every rank.
   ValidationRounds rounds;
   if (!o.plan.empty()) {
     std::string error;
-    if (!ParsePlan(o.plan, o.w.world, &rounds, &error)) return Usage(error);
+    if (!ParsePlan(o.plan, o.w.world, &rounds, &error)) return kTool.Usage(error);
   } else if (o.topology == "ring") {
     auto r = RingValidationRounds(o.w.world);
-    if (!r.ok()) return Usage(std::string(r.status().message()));
+    if (!r.ok()) return kTool.Usage(r.status().message());
     rounds = *r;
   } else {
     const std::vector<int> parents = HeapBinaryTreeParents(o.w.world);
     for (TreeDirection dir : {TreeDirection::kChildToParent, TreeDirection::kParentToChild}) {
       auto r = TreeValidationRounds(parents, dir);
-      if (!r.ok()) return Usage(std::string(r.status().message()));
+      if (!r.ok()) return kTool.Usage(r.status().message());
       rounds.insert(rounds.end(), r->begin(), r->end());
     }
   }
 
-  std::string memory_error;
-  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.w.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
-                                                           &memory_error);
-  if (mem == nullptr) return Usage(memory_error);
-  absl::StatusOr<ncclComm_t> joined = JoinNcclWorld(o.w, o.init_timeout_ms);
-  if (!joined.ok()) {
-    std::fprintf(stderr, "peregrine-linkcheck: rank %d: %s\n", o.w.rank, joined.status().ToString().c_str());
-    return 3;
-  }
-  ncclComm_t comm = *joined;
+  std::unique_ptr<DeviceMemory> mem;
+  ncclComm_t comm = nullptr;
+  if (int rc = kTool.Join(o.w, o.device_buffers, o.init_timeout_ms, &mem, &comm); rc != 0) return rc;
 
   const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
   const std::vector<float> ones(count, 1.0f);
@@ -144,8 +126,7 @@ int Run(const Options& o) {
   auto* ack = static_cast<float*>(mem->Alloc(sizeof(float)));
   if (send == nullptr || recv == nullptr || token == nullptr || ack == nullptr ||
       !mem->ToDevice(send, ones.data(), count * sizeof(float))) {
-    std::fprintf(stderr, "peregrine-linkcheck: rank %d: cannot allocate buffers\n", o.w.rank);
-    return 3;
+    return kTool.RankError(o.w.rank, "cannot allocate buffers");
   }
   // measured[r] = this rank's median time as the sender of round r, -1 when not one.
   std::vector<double> measured(rounds.size(), -1.0);
@@ -239,19 +220,11 @@ int Run(const Options& o) {
 int main(int argc, char** argv) {
   using namespace peregrine;
   Options o;
-  absl::StatusOr<NcclWorld> w = NcclWorldFromEnv();
-  if (!w.ok()) return Usage(std::string(w.status().message()));
-  o.w = *w;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  const int rc = kTool.ParseCommandLine(argc, argv, {"--all-ranks"}, [&o](const std::string& arg, const std::string& v) {
+    int n = 0;
     if (arg == "--all-ranks") {
       o.all_ranks = true;
-      continue;
-    }
-    if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));
-    const std::string v = argv[++i];
-    int n = 0;
-    if (arg == "--bytes" && absl::SimpleAtoi(v, &n) && n >= 4) {
+    } else if (arg == "--bytes" && absl::SimpleAtoi(v, &n) && n >= 4) {
       o.bytes = static_cast<size_t>(n);
     } else if (arg == "--repeats" && absl::SimpleAtoi(v, &n) && n >= 1) {
       o.repeats = n;
@@ -266,8 +239,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--init-timeout-s" && absl::SimpleAtoi(v, &n) && n > 0) {
       o.init_timeout_ms = n * 1000;
     } else {
-      return Usage(absl::StrCat("bad flag ", arg, " ", v));
+      return false;
     }
-  }
-  return Run(o);
+    return true;
+  }, &o.w);
+  return rc != 0 ? rc : Run(o);
 }

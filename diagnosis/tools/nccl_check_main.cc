@@ -30,9 +30,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "diagnosis/tools/collective_tool.h"
 #include "diagnosis/tools/device_memory.h"
-#include "nccl.h"
 #include "diagnosis/tools/nccl_world.h"
+#include "nccl.h"
 
 namespace peregrine {
 namespace {
@@ -48,40 +49,21 @@ struct Options {
   std::string device_buffers = "auto";
 };
 
-int Usage(const std::string& error) {
-  std::fprintf(stderr,
-               "peregrine-nccl-check: %s\nusage: RANK=r WORLD_SIZE=n MASTER_ADDR=a MASTER_PORT=p peregrine-nccl-check "
-               "[--op all_to_all|all_gather] [--bytes N] [--repeats N] [--init-timeout-s N] [--device-buffers auto|on|off]\n",
-               error.c_str());
-  return 2;
-}
+constexpr CollectiveTool kTool(
+    "peregrine-nccl-check",
+    "[--op all_to_all|all_gather] [--bytes N] [--repeats N] [--init-timeout-s N] [--device-buffers auto|on|off]");
 
 float Pattern(int sender, int receiver, size_t j) {
   const uint64_t v = (static_cast<uint64_t>(sender) * 7919 + static_cast<uint64_t>(receiver) * 104729 + j * 31) % 65521;
   return static_cast<float>(1 + v);
 }
 
-#define NCCL_CHECK(expr)                                                                    \
-  do {                                                                                      \
-    ncclResult_t r_ = (expr);                                                               \
-    if (r_ != ncclSuccess) {                                                                \
-      std::fprintf(stderr, "peregrine-nccl-check: rank %d: %s failed: %s\n", o.w.rank, #expr, \
-                   ncclGetErrorString(r_));                                                 \
-      return 3;                                                                             \
-    }                                                                                       \
-  } while (0)
+#define NCCL_CHECK(call) PEREGRINE_NCCL_CHECK(kTool, o.w.rank, call)
 
 int Run(const Options& o) {
-  std::string memory_error;
-  std::unique_ptr<DeviceMemory> mem = DeviceMemory::Open(o.device_buffers, o.w.local_rank, reinterpret_cast<const void*>(&ncclGetVersion),
-                                                           &memory_error);
-  if (mem == nullptr) return Usage(memory_error);
-  absl::StatusOr<ncclComm_t> joined = JoinNcclWorld(o.w, o.init_timeout_ms);
-  if (!joined.ok()) {
-    std::fprintf(stderr, "peregrine-nccl-check: rank %d: %s\n", o.w.rank, joined.status().ToString().c_str());
-    return 3;
-  }
-  ncclComm_t comm = *joined;
+  std::unique_ptr<DeviceMemory> mem;
+  ncclComm_t comm = nullptr;
+  if (int rc = kTool.Join(o.w, o.device_buffers, o.init_timeout_ms, &mem, &comm); rc != 0) return rc;
   const size_t count = std::max<size_t>(1, o.bytes / sizeof(float));
   const size_t n = static_cast<size_t>(o.w.world);
   const bool all_to_all = o.op == "all_to_all";
@@ -95,8 +77,7 @@ int Run(const Options& o) {
   auto* dtoken = static_cast<float*>(mem->Alloc(sizeof(float)));
   if (dsend == nullptr || drecv == nullptr || dtoken == nullptr ||
       !mem->ToDevice(dsend, send.data(), send.size() * sizeof(float))) {
-    std::fprintf(stderr, "peregrine-nccl-check: rank %d: cannot allocate or fill buffers\n", o.w.rank);
-    return 3;
+    return kTool.RankError(o.w.rank, "cannot allocate or fill buffers");
   }
   std::set<int> bad, nan;
   std::vector<double> times;
@@ -116,8 +97,7 @@ int Run(const Options& o) {
       NCCL_CHECK(ncclAllGather(dsend, drecv, count, ncclFloat32, comm, nullptr));
     }
     if (!mem->Synchronize()) {
-      std::fprintf(stderr, "peregrine-nccl-check: rank %d: device synchronize failed\n", o.w.rank);
-      return 3;
+      return kTool.RankError(o.w.rank, "device synchronize failed");
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (!mem->ToHost(recv.data(), drecv, recv.size() * sizeof(float))) return 3;
@@ -161,13 +141,7 @@ int Run(const Options& o) {
 int main(int argc, char** argv) {
   using namespace peregrine;
   Options o;
-  absl::StatusOr<NcclWorld> w = NcclWorldFromEnv();
-  if (!w.ok()) return Usage(std::string(w.status().message()));
-  o.w = *w;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) return Usage(absl::StrCat(arg, " needs a value"));
-    const std::string v = argv[++i];
+  const int rc = kTool.ParseCommandLine(argc, argv, {}, [&o](const std::string& arg, const std::string& v) {
     int64_t n = 0;
     if (arg == "--op" && (v == "all_to_all" || v == "all_gather")) {
       o.op = v;
@@ -180,8 +154,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--init-timeout-s" && absl::SimpleAtoi(v, &n) && n > 0 && n <= 86400) {
       o.init_timeout_ms = static_cast<int>(n * 1000);
     } else {
-      return Usage(absl::StrCat("bad flag ", arg, " ", v));
+      return false;
     }
-  }
-  return Run(o);
+    return true;
+  }, &o.w);
+  return rc != 0 ? rc : Run(o);
 }

@@ -58,11 +58,12 @@ bool WaitFor(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-bool ReadAll(int fd, void* buf, size_t n, Clock::time_point deadline) {
-  char* p = static_cast<char*>(buf);
+// Moves n bytes through `io` (one recv or send of at most the bytes left; <= 0 ends the
+// transfer unless interrupted). True when all moved.
+template <typename Byte, typename Io>
+bool MoveAll(Byte* p, size_t n, Io io) {
   while (n > 0) {
-    if (!WaitFor(fd, POLLIN, deadline)) return false;
-    ssize_t r = recv(fd, p, n, 0);
+    ssize_t r = io(p, n);
     if (r <= 0) {
       if (r < 0 && errno == EINTR) continue;
       return false;
@@ -73,18 +74,16 @@ bool ReadAll(int fd, void* buf, size_t n, Clock::time_point deadline) {
   return true;
 }
 
+bool ReadAll(int fd, void* buf, size_t n, Clock::time_point deadline) {
+  return MoveAll(static_cast<char*>(buf), n, [&](char* p, size_t left) -> ssize_t {
+    if (!WaitFor(fd, POLLIN, deadline)) return 0;
+    return recv(fd, p, left, 0);
+  });
+}
+
 bool WriteAll(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-    if (r <= 0) {
-      if (r < 0 && errno == EINTR) continue;
-      return false;
-    }
-    p += r;
-    n -= r;
-  }
-  return true;
+  return MoveAll(static_cast<const char*>(buf), n,
+                 [&](const char* p, size_t left) { return send(fd, p, left, MSG_NOSIGNAL); });
 }
 
 void Serve(int listen_fd, int world_size, ncclUniqueId id) {
