@@ -445,6 +445,28 @@ void RegisterComm(void* comm, uint64_t comm_id, uint64_t parent_id, int32_t rank
   pthread_mutex_unlock(&g_mutex);
 }
 
+// True when a creation call left a communicator: created, or still being created
+// (non-blocking mode).
+inline bool Created(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+// The ids of the communicator a split or shrink of `comm` creates: its parent's id, and the
+// child's, which every member derives alike from the parent's id, `salt` and the parent's
+// count of such calls (`counter`, counted even when there is no child). Zeros when `comm` is
+// not known (no ring); child 0 when `has_child` is false.
+struct ChildIds {
+  uint64_t parent = 0;
+  uint64_t child = 0;
+};
+ChildIds ChildOf(void* comm, uint64_t LocalComm::*counter, bool has_child, int32_t salt) {
+  ChildIds ids;
+  LocalComm* parent = GetRing() != nullptr ? FindComm(comm) : nullptr;
+  if (parent == nullptr) return ids;
+  ids.parent = parent->comm_id;
+  const uint64_t n = (parent->*counter)++;
+  if (has_child) ids.child = nccl_ring::SplitCommId(ids.parent, salt, n);
+  return ids;
+}
+
 void MarkDestroyed(void* comm) {
   if (comm == nullptr) return;
   pthread_mutex_lock(&g_mutex);
@@ -602,6 +624,18 @@ inline void Exit(Call* call, ncclResult_t result, void* stream = nullptr) {
   if (PEREGRINE_UNLIKELY(call->profiled)) ExitProfiled(call, result, stream);
 }
 
+// A call that moves no data: records its entry (op on `comm`, count and value as given),
+// runs `real` (the real function, and what the hook does around it) and records its exit;
+// returns the real function's result unchanged.
+template <typename RealCall>
+inline ncclResult_t RecordCall(uint8_t op, const void* comm, uint64_t count, uint64_t value, RealCall real) {
+  Call call;
+  Enter(&call, op, comm, count, 0, -1, value);
+  const ncclResult_t r = real();
+  Exit(&call, r);
+  return r;
+}
+
 void AtForkChild() {
   // The child must not write into its parent's ring: it creates its own at its first
   // NCCL call. Communicators do not survive fork either.
@@ -633,6 +667,7 @@ using peregrine::nccl_hook::Call;
 using peregrine::nccl_hook::Enter;
 using peregrine::nccl_hook::Exit;
 using peregrine::nccl_hook::Real;
+using peregrine::nccl_hook::RecordCall;
 namespace ring = peregrine::nccl_ring;
 namespace hook = peregrine::nccl_hook;
 
@@ -678,7 +713,7 @@ ncclResult_t InitRankCommon(uint8_t op, ncclComm_t* comm, int nranks, ncclUnique
   const ncclResult_t r = op == ring::kOpCommInitRank
                              ? fn_plain(comm, nranks, id, rank)
                              : fn_config(comm, nranks, id, rank, config);
-  if ((r == ncclSuccess || r == ncclInProgress) && comm != nullptr) {
+  if (hook::Created(r) && comm != nullptr) {
     hook::RegisterComm(*comm, comm_id, 0, rank, nranks, -1, -1, op);
   }
   Exit(&call, r);
@@ -713,7 +748,7 @@ PEREGRINE_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int 
         0, comm_id, myrank, nranks);
   const ncclResult_t r = real.CommInitRankScalable(newcomm, nranks, myrank, n_id, comm_ids,
                                                    config);
-  if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr) {
+  if (hook::Created(r) && newcomm != nullptr) {
     hook::RegisterComm(*newcomm, comm_id, 0, myrank, nranks, -1, -1,
                        ring::kOpCommInitRankScalable);
   }
@@ -745,21 +780,15 @@ PEREGRINE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
                                             ncclComm_t* newcomm, ncclConfig_t* config) {
   const auto& real = Real();
   if (real.CommSplit == nullptr) return ncclSystemError;
-  hook::LocalComm* parent = hook::GetRing() != nullptr ? hook::FindComm(comm) : nullptr;
-  uint64_t parent_id = 0, child_id = 0;
-  if (parent != nullptr) {
-    parent_id = parent->comm_id;
-    // Every member of the parent calls split, in the same order: the counter agrees.
-    const uint64_t n = parent->split_seq++;
-    if (color != NCCL_SPLIT_NOCOLOR) child_id = ring::SplitCommId(parent_id, color, n);
-  }
+  // Every member of the parent calls split, in the same order: the counter agrees.
+  const hook::ChildIds ids =
+      hook::ChildOf(comm, &hook::LocalComm::split_seq, color != NCCL_SPLIT_NOCOLOR, color);
   Call call;
   Enter(&call, ring::kOpCommSplit, comm, static_cast<uint64_t>(static_cast<uint32_t>(key)),
-        0, color, child_id);
+        0, color, ids.child);
   const ncclResult_t r = real.CommSplit(comm, color, key, newcomm, config);
-  if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && child_id != 0) {
-    hook::RegisterComm(*newcomm, child_id, parent_id, -1, -1, color, key,
-                       ring::kOpCommSplit);
+  if (hook::Created(r) && newcomm != nullptr && ids.child != 0) {
+    hook::RegisterComm(*newcomm, ids.child, ids.parent, -1, -1, color, key, ring::kOpCommSplit);
   }
   Exit(&call, r);
   return r;
@@ -770,27 +799,22 @@ PEREGRINE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude_ranks
                                              ncclConfig_t* config, int shrink_flags) {
   const auto& real = Real();
   if (real.CommShrink == nullptr) return ncclInvalidUsage;
-  hook::LocalComm* parent = hook::GetRing() != nullptr ? hook::FindComm(comm) : nullptr;
-  uint64_t parent_id = 0, child_id = 0;
-  if (parent != nullptr) {
-    parent_id = parent->comm_id;
-    const uint64_t n = parent->shrink_seq++;
-    // Excluded ranks do not call shrink, so shrinks get their own counter; the
-    // excluded list is the same on every caller.
-    uint64_t h = ring::HashBytes(exclude_ranks,
-                                 exclude_ranks != nullptr && exclude_count > 0
-                                     ? sizeof(int) * static_cast<size_t>(exclude_count)
-                                     : 0,
-                                 /*seed=*/0x5348u);
-    child_id = ring::SplitCommId(parent_id, static_cast<int32_t>(h), n);
-  }
+  // Excluded ranks do not call shrink, so shrinks get their own counter; the
+  // excluded list is the same on every caller.
+  const uint64_t h = ring::HashBytes(exclude_ranks,
+                                     exclude_ranks != nullptr && exclude_count > 0
+                                         ? sizeof(int) * static_cast<size_t>(exclude_count)
+                                         : 0,
+                                     /*seed=*/0x5348u);
+  const hook::ChildIds ids =
+      hook::ChildOf(comm, &hook::LocalComm::shrink_seq, /*has_child=*/true, static_cast<int32_t>(h));
   Call call;
   Enter(&call, ring::kOpCommShrink, comm, static_cast<uint64_t>(exclude_count), 0, -1,
-        child_id);
+        ids.child);
   const ncclResult_t r =
       real.CommShrink(comm, exclude_ranks, exclude_count, newcomm, config, shrink_flags);
-  if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && child_id != 0) {
-    hook::RegisterComm(*newcomm, child_id, parent_id, -1, -1, -1, -1, ring::kOpCommShrink);
+  if (hook::Created(r) && newcomm != nullptr && ids.child != 0) {
+    hook::RegisterComm(*newcomm, ids.child, ids.parent, -1, -1, -1, -1, ring::kOpCommShrink);
   }
   Exit(&call, r);
   return r;
@@ -799,33 +823,25 @@ PEREGRINE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude_ranks
 PEREGRINE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   const auto& real = Real();
   if (real.CommFinalize == nullptr) return ncclInvalidUsage;
-  Call call;
-  Enter(&call, ring::kOpCommFinalize, comm, 0, 0, -1);
-  const ncclResult_t r = real.CommFinalize(comm);
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpCommFinalize, comm, 0, 0, [&] { return real.CommFinalize(comm); });
 }
 
 PEREGRINE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   const auto& real = Real();
   if (real.CommDestroy == nullptr) return ncclSystemError;
-  Call call;
-  Enter(&call, ring::kOpCommDestroy, comm, 0, 0, -1);
-  hook::MarkDestroyed(comm);
-  const ncclResult_t r = real.CommDestroy(comm);
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpCommDestroy, comm, 0, 0, [&] {
+    hook::MarkDestroyed(comm);
+    return real.CommDestroy(comm);
+  });
 }
 
 PEREGRINE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   const auto& real = Real();
   if (real.CommAbort == nullptr) return ncclSystemError;
-  Call call;
-  Enter(&call, ring::kOpCommAbort, comm, 0, 0, -1);
-  hook::MarkDestroyed(comm);
-  const ncclResult_t r = real.CommAbort(comm);
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpCommAbort, comm, 0, 0, [&] {
+    hook::MarkDestroyed(comm);
+    return real.CommAbort(comm);
+  });
 }
 
 #define PEREGRINE_TRAFFIC(op, fn, comm, count, datatype, peer, stream, call_args) \
@@ -918,12 +934,11 @@ PEREGRINE_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataTyp
 PEREGRINE_EXPORT ncclResult_t ncclGroupStart() {
   const auto& real = Real();
   if (real.GroupStart == nullptr) return ncclSystemError;
-  Call call;
-  Enter(&call, ring::kOpGroupStart, nullptr, 0, 0, -1);
-  const ncclResult_t r = real.GroupStart();
-  if (r == ncclSuccess) ++hook::t_group_depth;
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpGroupStart, nullptr, 0, 0, [&] {
+    const ncclResult_t r = real.GroupStart();
+    if (r == ncclSuccess) ++hook::t_group_depth;
+    return r;
+  });
 }
 
 PEREGRINE_EXPORT ncclResult_t ncclGroupEnd() {
@@ -954,18 +969,16 @@ PEREGRINE_EXPORT ncclResult_t ncclGroupEnd() {
 PEREGRINE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim_info) {
   const auto& real = Real();
   if (real.GroupSimulateEnd == nullptr) return ncclInvalidUsage;
-  Call call;
-  Enter(&call, ring::kOpGroupSimulateEnd, nullptr, 0, 0, -1, /*value=*/
-        static_cast<uint64_t>(hook::t_group_depth));
-  const ncclResult_t r = real.GroupSimulateEnd(sim_info);
-  if (hook::t_group_depth > 0) --hook::t_group_depth;
-  if (hook::t_group_depth == 0 && hook::t_group_pair >= 0) {
-    hook::CudaTimingCancel(hook::t_group_pair);
-    hook::t_group_pair = -1;
-    hook::t_group_stream = nullptr;
-  }
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpGroupSimulateEnd, nullptr, 0, static_cast<uint64_t>(hook::t_group_depth), [&] {
+    const ncclResult_t r = real.GroupSimulateEnd(sim_info);
+    if (hook::t_group_depth > 0) --hook::t_group_depth;
+    if (hook::t_group_depth == 0 && hook::t_group_pair >= 0) {
+      hook::CudaTimingCancel(hook::t_group_pair);
+      hook::t_group_pair = -1;
+      hook::t_group_stream = nullptr;
+    }
+    return r;
+  });
 }
 
 // Stops the communicator's in-flight operations; the communicator stays (destroy,
@@ -973,10 +986,6 @@ PEREGRINE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim_info) {
 PEREGRINE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revoke_flags) {
   const auto& real = Real();
   if (real.CommRevoke == nullptr) return ncclInvalidUsage;
-  Call call;
-  Enter(&call, ring::kOpCommRevoke, comm, static_cast<uint64_t>(static_cast<uint32_t>(revoke_flags)),
-        0, -1);
-  const ncclResult_t r = real.CommRevoke(comm, revoke_flags);
-  Exit(&call, r);
-  return r;
+  return RecordCall(ring::kOpCommRevoke, comm, static_cast<uint64_t>(static_cast<uint32_t>(revoke_flags)), 0,
+                    [&] { return real.CommRevoke(comm, revoke_flags); });
 }
