@@ -115,10 +115,12 @@ struct Harness {
   std::vector<std::string> logs;
 };
 
-AgentCommand Cmd(std::string id, Kind kind) {
+// A command `id` of `kind`; with `attempt`, it carries Assignment(attempt).
+AgentCommand Cmd(std::string id, Kind kind, std::optional<uint64_t> attempt = std::nullopt) {
   AgentCommand c;
   c.id = std::move(id);
   c.kind = kind;
+  if (attempt.has_value()) c.assignment = Assignment(*attempt);
   return c;
 }
 
@@ -189,11 +191,9 @@ TEST_CASE("each command's transition and result", "[unit]") {
     std::vector<uint64_t> starts;
     AgentPhase phase_after;
   };
-  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace, 2);
   restart.grace_ms = 1500;
-  AgentCommand activate = Cmd("activate", Kind::kActivate);
-  activate.assignment = Assignment(2);
+  AgentCommand activate = Cmd("activate", Kind::kActivate, 2);
   AgentCommand stop = Cmd("stop", Kind::kStop);
   stop.grace_ms = 100;
   const std::vector<Case> cases = {
@@ -235,12 +235,10 @@ TEST_CASE("stops use the command's grace, convergence and activation the default
   options.default_grace = absl::Seconds(7);
   Harness h(options);
   h.Ack(AgentRole::kActive, Assignment(1));
-  AgentCommand restart = Cmd("r", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("r", Kind::kRestartInPlace, 2);
   restart.grace_ms = 250;
   h.Command(restart);
-  AgentCommand activate = Cmd("a", Kind::kActivate);
-  activate.assignment = Assignment(3);
+  AgentCommand activate = Cmd("a", Kind::kActivate, 3);
   h.Command(activate);
   h.Ack(AgentRole::kActive, Assignment(4));
   CHECK(h.stops == std::vector<absl::Duration>{absl::Milliseconds(250), absl::Seconds(7), absl::Seconds(7)});
@@ -249,8 +247,7 @@ TEST_CASE("stops use the command's grace, convergence and activation the default
 
 TEST_CASE("a repeated command id executes once and is answered from the record", "[unit]") {
   Harness h;
-  AgentCommand restart = Cmd("ns/job/pod/attempt-2", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("ns/job/pod/attempt-2", Kind::kRestartInPlace, 2);
   // In progress: the first delivery has queued its start, nothing has run yet.
   h.Apply(h.state.OnCommand(restart, h.view, kT0));
   CHECK(h.state.OnCommand(restart, h.view, kT0).empty());
@@ -300,15 +297,13 @@ TEST_CASE("a non-urgent hot update is deferred to the next start, an urgent one 
     CHECK(h.starts.empty());
     CHECK(h.stops.empty());
     CHECK(h.state.running_code() == Assignment(1).code);
-    AgentCommand restart = Cmd("restart", Kind::kRestartInPlace);
-    restart.assignment = Assignment(2);
+    AgentCommand restart = Cmd("restart", Kind::kRestartInPlace, 2);
     h.Command(restart);
     REQUIRE(h.starts.size() == 1);
     CHECK(h.starts[0].assignment.code == v2);
     CHECK(h.state.running_code() == v2);
     // Applied once: the next start runs the code it is given.
-    AgentCommand next = Cmd("restart-3", Kind::kRestartInPlace);
-    next.assignment = Assignment(3);
+    AgentCommand next = Cmd("restart-3", Kind::kRestartInPlace, 3);
     h.Command(next);
     REQUIRE(h.starts.size() == 2);
     CHECK(h.starts[1].assignment.code == Assignment(3).code);
@@ -352,8 +347,7 @@ TEST_CASE("pause and resume signal training and track the paused phase", "[unit]
   CHECK(h.signals == std::vector<bool>{true, false});
   // A restart while paused stops the paused processes and is no longer paused.
   h.Command(Cmd("pause-2", Kind::kPause));
-  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace, 2);
   h.Command(restart);
   CHECK(h.state.Phase(h.view) == AgentPhase::kRunning);
   for (const FinishAction& f : h.finishes) CHECK(f.outcome.code == absl::StatusCode::kOk);
@@ -456,8 +450,7 @@ TEST_CASE("a failed start fails its command, or is logged when convergence start
   h.Ack(AgentRole::kActive, Assignment(1));
   REQUIRE(h.logs.size() == 1);
   CHECK(h.logs[0] == "cannot start attempt 1: INVALID_ARGUMENT: assignment: no ranks");
-  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace, 2);
   h.Command(restart);
   REQUIRE(h.finishes.size() == 1);
   CHECK(h.finishes[0].outcome == CommandOutcome{absl::StatusCode::kInvalidArgument, "assignment: no ranks"});
@@ -492,8 +485,7 @@ TEST_CASE("shutdown stops training for good and drops queued work", "[unit]") {
   options.default_grace = absl::Seconds(3);
   Harness h(options);
   h.Ack(AgentRole::kActive, Assignment(1));
-  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace);
-  restart.assignment = Assignment(2);
+  AgentCommand restart = Cmd("restart", Kind::kRestartInPlace, 2);
   h.Apply(h.state.OnCommand(restart, h.view, kT0));  // queued, not yet run
   h.ClearRecord();
   h.Apply(h.state.BeginShutdown(h.view));

@@ -72,6 +72,15 @@ class TrainerRing {
   uint64_t calls_ = 0;
 };
 
+// A monitor of the rings in `ring_dir`, otherwise with `options`.
+std::unique_ptr<FailSlowMonitor> MonitorOf(const std::string& ring_dir, FailSlowMonitorOptions options = {}) {
+  options.ring_dir = ring_dir;
+  auto monitor = FailSlowMonitor::Create(options);
+  INFO(monitor.status().ToString());
+  REQUIRE(monitor.ok());
+  return *std::move(monitor);
+}
+
 // Deterministic +-1% noise.
 double Noise(int i) { return 1.0 + 0.01 * std::sin(i * 2.399963); }
 
@@ -85,10 +94,7 @@ struct Run {
 // Writes iterations with the given durations (ms) into a ring, polling every 10 iterations.
 Run Feed(const FailSlowMonitorOptions& base, const std::vector<double>& durations_ms) {
   TempDir dir;
-  FailSlowMonitorOptions options = base;
-  options.ring_dir = dir.path();
-  auto monitor = FailSlowMonitor::Create(options);
-  REQUIRE(monitor.ok());
+  const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir.path(), base);
   TrainerRing r(dir.path(), 3);
   Run run;
   int64_t t = 5'000 * kMs;
@@ -97,13 +103,13 @@ Run Feed(const FailSlowMonitorOptions& base, const std::vector<double>& duration
     r.Iteration(t);
     t += static_cast<int64_t>(durations_ms[i] * kMs);
     if (i % 10 == 9 || i + 1 == durations_ms.size()) {
-      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+      for (auto& e : monitor->Poll(t + kUnixOffset, t)) run.events.push_back(e);
     }
   }
   r.Iteration(t);  // closes the last iteration
-  for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
-  run.stats = (*monitor)->stats();
-  run.ranks = (*monitor)->Ranks();
+  for (auto& e : monitor->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+  run.stats = monitor->stats();
+  run.ranks = monitor->Ranks();
   return run;
 }
 
@@ -228,24 +234,22 @@ TEST_CASE("monitor reports each process that runs without a ring once, and owns 
   TempDir parent;
   const std::string dir = parent.path() + "/rings";
   FailSlowMonitorOptions options;
-  options.ring_dir = dir;
   options.remove_ring_dir_on_exit = true;
   {
-    auto monitor = FailSlowMonitor::Create(options);
-    REQUIRE(monitor.ok());
+    const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir, options);
     // A live process (this one) whose hook could not reserve its ring, as the hook leaves it.
     const std::string marker = dir + "/peregrine-nccl-r4-p" + std::to_string(getpid()) + ".unavailable";
     { std::ofstream(marker) << "posix_fallocate: No space left on device"; }
     TrainerRing r(dir, 1);
-    (*monitor)->Poll(kUnixOffset, 0);
-    std::vector<NcclRingFailure> failures = (*monitor)->TakeRingFailures();
+    monitor->Poll(kUnixOffset, 0);
+    std::vector<NcclRingFailure> failures = monitor->TakeRingFailures();
     REQUIRE(failures.size() == 1);
     CHECK(failures[0].global_rank == 4);
     CHECK(failures[0].pid == getpid());
     CHECK(failures[0].reason == "posix_fallocate: No space left on device");
-    CHECK((*monitor)->stats().ring_failures == 1);
-    (*monitor)->Poll(kUnixOffset, 0);
-    CHECK((*monitor)->TakeRingFailures().empty());  // once
+    CHECK(monitor->stats().ring_failures == 1);
+    monitor->Poll(kUnixOffset, 0);
+    CHECK(monitor->TakeRingFailures().empty());  // once
     CHECK(std::filesystem::exists(marker));         // the process still runs
   }
   CHECK(!std::filesystem::exists(dir));  // the monitor owned it
@@ -350,11 +354,8 @@ std::map<uint64_t, DurationMap> Durations(const FailSlowMonitor& monitor) {
 TEST_CASE("monitor attaches device times that arrive late and out of order; a group's time goes to its operations",
           "[unit]") {
   TempDir dir;
-  FailSlowMonitorOptions options;
-  options.ring_dir = dir.path();
-  auto created = FailSlowMonitor::Create(options);
-  REQUIRE(created.ok());
-  FailSlowMonitor& monitor = **created;
+  const std::unique_ptr<FailSlowMonitor> created = MonitorOf(dir.path());
+  FailSlowMonitor& monitor = *created;
   RawRing r(dir.path(), 0);
   monitor.Poll(kUnixOffset, 0);  // opens the ring
   monitor.SetMode(/*profiling=*/true, /*trap=*/false);
@@ -406,11 +407,8 @@ namespace {
 
 TEST_CASE("monitor numbers sends and recvs per peer and collectives apart from them", "[unit]") {
   TempDir dir;
-  FailSlowMonitorOptions options;
-  options.ring_dir = dir.path();
-  auto created = FailSlowMonitor::Create(options);
-  REQUIRE(created.ok());
-  FailSlowMonitor& monitor = **created;
+  const std::unique_ptr<FailSlowMonitor> created = MonitorOf(dir.path());
+  FailSlowMonitor& monitor = *created;
   RawRing r(dir.path(), 0);
   // Before profiling: counted all the same (the peer counts its calls from its start too).
   r.Call(ring::kOpSend, 9, 0, 1 * kMs);
@@ -439,10 +437,7 @@ namespace {
 // `b_ms`, polled every 10 iterations.
 Run Reconfigure(int a, int b, double b_ms, int rank) {
   TempDir dir;
-  FailSlowMonitorOptions options;
-  options.ring_dir = dir.path();
-  auto monitor = FailSlowMonitor::Create(options);
-  REQUIRE(monitor.ok());
+  const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir.path());
   TrainerRing r(dir.path(), rank);
   Run run;
   int64_t t = 5'000 * kMs;
@@ -455,13 +450,13 @@ Run Reconfigure(int a, int b, double b_ms, int rank) {
       t += static_cast<int64_t>(b_ms * Noise(i) * kMs);
     }
     if (i % 10 == 9) {
-      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+      for (auto& e : monitor->Poll(t + kUnixOffset, t)) run.events.push_back(e);
     }
   }
   r.IterationB(t);
-  for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) run.events.push_back(e);
-  run.stats = (*monitor)->stats();
-  run.ranks = (*monitor)->Ranks();
+  for (auto& e : monitor->Poll(t + kUnixOffset, t)) run.events.push_back(e);
+  run.stats = monitor->stats();
+  run.ranks = monitor->Ranks();
   return run;
 }
 
@@ -483,11 +478,8 @@ TEST_CASE("a reconfiguration that lengthens iterations is a new baseline, not a 
 
 TEST_CASE("a process without RANK is tracked but never reported as a rank", "[unit]") {
   TempDir dir;
-  FailSlowMonitorOptions options;
-  options.ring_dir = dir.path();
-  auto monitor = FailSlowMonitor::Create(options);
-  REQUIRE(monitor.ok());
-  (*monitor)->SetMode(/*profiling=*/true, /*trap=*/false);
+  const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir.path());
+  monitor->SetMode(/*profiling=*/true, /*trap=*/false);
   TrainerRing r(dir.path(), -1);
   std::vector<v1::FailSlowEvent> events;
   int64_t t = 5'000 * kMs;
@@ -495,16 +487,16 @@ TEST_CASE("a process without RANK is tracked but never reported as a rank", "[un
     r.Iteration(t);
     t += static_cast<int64_t>((i < 150 ? 100.0 : 150.0) * Noise(i) * kMs);
     if (i % 10 == 9) {
-      for (auto& e : (*monitor)->Poll(t + kUnixOffset, t)) events.push_back(e);
+      for (auto& e : monitor->Poll(t + kUnixOffset, t)) events.push_back(e);
     }
   }
   CHECK(events.empty());
-  CHECK((*monitor)->stats().unranked_events >= 1);  // the slowdown was seen, not reported
-  REQUIRE((*monitor)->Ranks().size() == 1);
-  CHECK((*monitor)->Ranks()[0].global_rank == -1);
-  CHECK((*monitor)->Ranks()[0].in_slowdown);
+  CHECK(monitor->stats().unranked_events >= 1);  // the slowdown was seen, not reported
+  REQUIRE(monitor->Ranks().size() == 1);
+  CHECK(monitor->Ranks()[0].global_rank == -1);
+  CHECK(monitor->Ranks()[0].in_slowdown);
   google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
-  (*monitor)->FillCommProfiles(&profiles);
+  monitor->FillCommProfiles(&profiles);
   CHECK(profiles.empty());
 }
 

@@ -6,20 +6,19 @@
 #include <cmath>
 #include <limits>
 
-#include "controller/job_parser.h"
+#include "tests/testing/job_fixtures.h"
 
 namespace peregrine {
 namespace {
 
 TrainingJobSpec Spec() {
-  auto job = ParseTrainingJob(R"(
+  return testing::ParsedJob(R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: j}
 spec: {machines: 2, gpusPerMachine: 2, parallelism: {tensor: 2, pipeline: 1, data: 2},
-       codeVersion: {command: [train]}})");
-  REQUIRE(job.ok());
-  return job->spec;
+       codeVersion: {command: [train]}})")
+      .spec;
 }
 
 // Records what the registry sends on one stream.

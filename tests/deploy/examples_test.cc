@@ -30,6 +30,23 @@ using nlohmann::json;
 
 const fs::path kSourceDir = PEREGRINE_SOURCE_DIR;
 
+// A pod template (spec.template as JSON) whose one container is `container`.
+std::string PodTemplateWith(const json& container) {
+  return json{{"spec", {{"containers", json::array({container})}}}}.dump();
+}
+
+// Job `name` in namespace ml, 4 GPUs a machine, running `train` in the pod template's
+// one container `container`.
+TrainingJob JobWithTrainer(const std::string& name, const json& container) {
+  TrainingJob job;
+  job.metadata.name = name;
+  job.metadata.namespace_ = "ml";
+  job.spec.gpus_per_machine = 4;
+  job.spec.code.command = {"train"};
+  job.spec.template_json = PodTemplateWith(container);
+  return job;
+}
+
 KubeClusterOptions Options() {
   KubeClusterOptions o;
   o.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
@@ -110,14 +127,9 @@ TEST_CASE("BuildPod gives the trainer gpusPerMachine GPUs and rejects a conflict
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    TrainingJob job;
-    job.metadata.name = "gpu";
-    job.metadata.namespace_ = "ml";
-    job.spec.gpus_per_machine = 4;
-    job.spec.code.command = {"train"};
     json container = {{"name", "trainer"}, {"image", "example.com/train:1"}};
     if (!c.resources.is_null()) container["resources"] = c.resources;
-    job.spec.template_json = json{{"spec", {{"containers", json::array({container})}}}}.dump();
+    const TrainingJob job = JobWithTrainer("gpu", container);
     absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"gpu-m0", PodRole::kActive, 0}, Options());
     CHECK(pod.ok() == c.ok);
     if (!pod.ok()) {
@@ -168,7 +180,7 @@ TEST_CASE("ValidateForKubernetes rejects jobs the schema admits but no cluster c
        [&](TrainingJob& j) {
          json c = trainer;
          c["resources"] = {{"limits", {{"nvidia.com/gpu", 8}}}};
-         j.spec.template_json = json{{"spec", {{"containers", json::array({c})}}}}.dump();
+         j.spec.template_json = PodTemplateWith(c);
        },
        "resources.limits.nvidia.com/gpu: 8 conflicts with spec.gpusPerMachine = 4"},
       {"template not an object", [](TrainingJob& j) { j.spec.template_json = "[1]"; }, "spec.template: not a JSON object"},
@@ -177,14 +189,9 @@ TEST_CASE("ValidateForKubernetes rejects jobs the schema admits but no cluster c
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    TrainingJob job;
-    job.metadata.name = "llm";
-    job.metadata.namespace_ = "ml";
+    TrainingJob job = JobWithTrainer("llm", trainer);
     job.spec.machines = 2;
-    job.spec.gpus_per_machine = 4;
     job.spec.code.image = "example.com/train:2";
-    job.spec.code.command = {"train"};
-    job.spec.template_json = json{{"spec", {{"containers", json::array({trainer})}}}}.dump();
     c.change(job);
     const absl::Status s = ValidateForKubernetes(job);
     if (std::string(c.expected).empty()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "diagnosis/parallel_layout.h"
+#include "tests/testing/layout.h"
 
 namespace peregrine {
 namespace {
@@ -63,10 +64,16 @@ std::vector<CollectiveTiming> Simulate(const ParallelLayout& layout, const Scena
   return out;
 }
 
-ParallelLayout Layout() {
-  auto layout = ParallelLayout::Create(/*tensor=*/2, /*pipeline=*/2, /*data=*/4, /*gpus=*/4);
-  REQUIRE(layout.ok());
-  return *layout;
+// TP=2 PP=2 DP=4 on machines of 4 GPUs.
+ParallelLayout Layout() { return testing::Layout(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*gpus_per_machine=*/4); }
+
+// Rank 6 computes slowly and DP group 2 is congested, at once.
+Scenario SlowRankAndCongestedGroup() {
+  Scenario s;
+  s.slow_rank = 6;
+  s.congested_kind = GroupKind::kData;
+  s.congested_group = 2;
+  return s;
 }
 
 TEST_CASE("CompareGroups names the slow compute rank, not its victims", "[unit]") {
@@ -114,10 +121,7 @@ TEST_CASE("CompareGroups names the congested group", "[unit]") {
 
 TEST_CASE("CompareGroups separates a slow rank and a congested group at once", "[unit]") {
   const ParallelLayout layout = Layout();
-  Scenario s;
-  s.slow_rank = 6;
-  s.congested_kind = GroupKind::kData;
-  s.congested_group = 2;
+  const Scenario s = SlowRankAndCongestedGroup();
   auto suspects = CompareGroups(Simulate(layout, s, 60, 5));
   REQUIRE(suspects.ok());
   REQUIRE(suspects->compute.size() == 1);
@@ -145,10 +149,7 @@ std::vector<CollectiveTiming> SkewClocks(std::vector<CollectiveTiming> timings, 
 
 TEST_CASE("CompareGroups uses durations only: clock offsets between hosts change nothing", "[unit]") {
   const ParallelLayout layout = Layout();
-  Scenario s;
-  s.slow_rank = 6;
-  s.congested_kind = GroupKind::kData;
-  s.congested_group = 2;
+  const Scenario s = SlowRankAndCongestedGroup();
   const std::vector<CollectiveTiming> timings = Simulate(layout, s, 60, 7);
   auto same_clock = CompareGroups(timings);
   auto skewed = CompareGroups(SkewClocks(timings, 11));

@@ -15,12 +15,25 @@ namespace {
 
 using peregrine::testing::TempDir;
 
-TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
+// A fault table just created in a temporary directory.
+struct FreshTable {
   TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
-  auto empty = ReadFaults(path);
-  REQUIRE(empty.ok());
+  std::string path = dir.Path("faults");
+  FreshTable() { REQUIRE(CreateFaultTable(path).ok()); }
+};
+
+// The table's entries now; REQUIREs that it reads.
+absl::StatusOr<FaultTableSnapshot> Read(const std::string& path) {
+  absl::StatusOr<FaultTableSnapshot> snap = ReadFaults(path);
+  INFO(snap.status().ToString());
+  REQUIRE(snap.ok());
+  return snap;
+}
+
+TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
+  const FreshTable table;
+  const std::string& path = table.path;
+  auto empty = Read(path);
   CHECK(empty->ranks.empty());
   CHECK(empty->links.empty());
 
@@ -35,8 +48,7 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   delay.bandwidth_bytes_per_s = 1e6;
   REQUIRE(SetLinkFault(path, 0, 1, delay, /*both_directions=*/true).ok());
 
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   CHECK(snap->ranks.size() == 2);
   CHECK(snap->links.size() == 2);
   const RankFault gpu1 = snap->RankFaultFor(3, 1);
@@ -54,24 +66,21 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   // A healthy fault removes the entry; one direction only.
   REQUIRE(SetRankFault(path, 3, -1, RankFault{}).ok());
   REQUIRE(SetLinkFault(path, 1, 0, LinkFault{}).ok());
-  snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  snap = Read(path);
   CHECK(snap->ranks.size() == 1);
   CHECK(snap->RankFaultFor(3, 0).compute_slowdown == 1.0);
   CHECK(snap->LinkFaultFor(0, 1) == delay);
   CHECK_FALSE(snap->LinkFaultFor(1, 0).Any());
 
   REQUIRE(ClearFaults(path).ok());
-  snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  snap = Read(path);
   CHECK(snap->ranks.empty());
   CHECK(snap->links.empty());
 }
 
 TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of -1 is every other machine", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   RankFault nvlink;
   nvlink.intra_corrupt = true;
   CHECK(nvlink.Any());
@@ -88,8 +97,7 @@ TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of
   wide_cap.bandwidth_bytes_per_s = 8e6;
   wide_cap.delay_us = 30;
   REQUIRE(SetLinkFault(path, -1, 6, wide_cap).ok());
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   const RankFault got = snap->RankFaultFor(2, 1);
   CHECK(got.intra_corrupt);
   CHECK_FALSE(got.corrupt);
@@ -113,17 +121,15 @@ TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of
   CHECK(SetLinkFault(path, -1, -1, nic).code() == absl::StatusCode::kInvalidArgument);
   CHECK(SetLinkFault(path, -2, 1, nic).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(SetLinkFault(path, 5, -1, LinkFault{}, /*both_directions=*/true).ok());
-  snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  snap = Read(path);
   CHECK_FALSE(snap->LinkFaultFor(5, 0).Any());
   CHECK_FALSE(snap->LinkFaultFor(0, 5).Any());
   CHECK(snap->LinkFaultFor(5, 6).bandwidth_bytes_per_s == 4e6);
 }
 
 TEST_CASE("fault table: ClearMachineFaults removes one GPU's or one machine's faults only", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   RankFault crash;
   crash.crash = true;
   RankFault nvlink;
@@ -136,14 +142,12 @@ TEST_CASE("fault table: ClearMachineFaults removes one GPU's or one machine's fa
   REQUIRE(SetLinkFault(path, 2, -1, nic, /*both_directions=*/true).ok());
   REQUIRE(SetLinkFault(path, 0, 1, nic).ok());
   REQUIRE(ClearMachineFaults(path, 2, 0).ok());  // GPU 0 of machine 2 only
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   CHECK_FALSE(snap->RankFaultFor(2, 0).crash);
   CHECK(snap->RankFaultFor(2, 1).crash);
   CHECK(snap->LinkFaultFor(2, 0).corrupt);
   REQUIRE(ClearMachineFaults(path, 2, -1).ok());  // the rest of machine 2, links included
-  snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  snap = Read(path);
   CHECK_FALSE(snap->RankFaultFor(2, 1).Any());
   CHECK_FALSE(snap->LinkFaultFor(2, 0).Any());
   CHECK_FALSE(snap->LinkFaultFor(3, 2).Any());
@@ -171,15 +175,13 @@ TEST_CASE("fault table: CorruptPayload flips one bit per 4 bytes and is its own 
 }
 
 TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per GPU", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   RankFault sdc;
   sdc.grad_corrupt = true;
   CHECK(sdc.Any());
   REQUIRE(SetRankFault(path, 2, -1, sdc).ok());
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   const RankFault got = snap->RankFaultFor(2, 1);
   CHECK(got.grad_corrupt);
   CHECK_FALSE(got.corrupt);
@@ -239,9 +241,8 @@ TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
 }
 
 TEST_CASE("fault table: jitter is stored, merged and validated", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   RankFault machine_wide;
   machine_wide.jitter_fraction = 0.05;
   RankFault gpu;
@@ -249,8 +250,7 @@ TEST_CASE("fault table: jitter is stored, merged and validated", "[unit]") {
   gpu.compute_slowdown = 1.5;
   REQUIRE(SetRankFault(path, 2, -1, machine_wide).ok());
   REQUIRE(SetRankFault(path, 2, 1, gpu).ok());
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   CHECK(snap->RankFaultFor(2, 0).jitter_fraction == 0.05);
   CHECK(snap->RankFaultFor(2, 0).Any());
   CHECK(snap->RankFaultFor(2, 1).jitter_fraction == 0.2);  // the largest applies
@@ -292,9 +292,8 @@ TEST_CASE("fault table: JitterFactor is uniform within 1 +- j, per seed and draw
 }
 
 TEST_CASE("fault table: a table of another version is rejected, naming both versions", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   {
     // Rewrite the header as an older build wrote it (version 1).
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -318,17 +317,15 @@ TEST_CASE("fault table: a table of another version is rejected, naming both vers
 }
 
 TEST_CASE("fault table: capacity is enforced", "[unit]") {
-  TempDir dir;
-  const std::string path = dir.Path("faults");
-  REQUIRE(CreateFaultTable(path).ok());
+  const FreshTable table;
+  const std::string& path = table.path;
   RankFault hang;
   hang.hang = true;
   for (uint32_t m = 0; m < kRankFaultCapacity; ++m) {
     REQUIRE(SetRankFault(path, static_cast<int>(m), 0, hang).ok());
   }
   CHECK(SetRankFault(path, 100000, 0, hang).code() == absl::StatusCode::kResourceExhausted);
-  auto snap = ReadFaults(path);
-  REQUIRE(snap.ok());
+  auto snap = Read(path);
   CHECK(snap->ranks.size() == kRankFaultCapacity);
 }
 

@@ -13,9 +13,8 @@ TrainingJob ParsedJob(const std::string& yaml) {
   return *job;
 }
 
-TrainingJob DemoJob() {
-  return ParsedJob(R"(
-
+std::string DemoManifest() {
+  return R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: demo}
@@ -25,8 +24,10 @@ spec:
   parallelism: {tensor: 2, pipeline: 2, data: 2}
   codeVersion: {command: ["sim-trainer"]}
   standby: {dailyFailureRate: 0.02, min: 1, max: 2}
-)");
+)";
 }
+
+TrainingJob DemoJob() { return ParsedJob(DemoManifest()); }
 
 TrainingJob LocalDemoJob() {
   auto job = LoadTrainingJobFile(PEREGRINE_SOURCE_DIR "/examples/local-demo.yaml");

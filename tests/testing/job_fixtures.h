@@ -11,6 +11,8 @@
 namespace peregrine::testing {
 
 TrainingJob DemoJob();
+// DemoJob's manifest; its last lines are the spec's fields, so a test may append more.
+std::string DemoManifest();
 // The job of the manifest `yaml`; REQUIREs that it parses (the parser's error is shown).
 TrainingJob ParsedJob(const std::string& yaml);
 TrainingJob LocalDemoJob();

@@ -34,9 +34,7 @@ TEST_CASE("all_to_all: verified and timed on healthy machines, the corrupt GPU n
     CHECK(r.diagnostic().failed_ranks_size() == 0);
   }
 
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 2, corrupt).ok());
+  cluster.InjectRankFault(1, 2, CorruptGpu());
   auto faulty = cluster.RunAll("corrupt", "all_to_all", params);
   CHECK(faulty[0].diagnostic().passed());
   CHECK_FALSE(faulty[1].diagnostic().passed());
@@ -44,9 +42,7 @@ TEST_CASE("all_to_all: verified and timed on healthy machines, the corrupt GPU n
   CHECK_THAT(faulty[1].diagnostic().detail(), Catch::Contains("contents from rank 2"));
   CHECK_THAT(faulty[1].diagnostic().detail(), Catch::Contains("arrived wrong"));
 
-  sim::RankFault nan;
-  nan.nan = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 2, nan).ok());
+  cluster.InjectRankFault(1, 2, NanGpu());
   v1::CommandResult nan_result = cluster.Run(1, "nan", "all_to_all", params.at(1));
   CHECK_FALSE(nan_result.diagnostic().passed());
   CHECK(FailedRanks(nan_result.diagnostic()) == std::vector<uint32_t>{5});
@@ -83,9 +79,7 @@ TEST_CASE("all_gather: a group of machines passes, a corrupt machine is named by
     CHECK(r.diagnostic().figures().at("busbw_gbps") > 0);
   }
 
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 2, 0, corrupt).ok());
+  cluster.InjectRankFault(2, 0, CorruptGpu());
   port = PickFreePort();
   REQUIRE(port.ok());
   auto faulty = cluster.RunAll("corrupt", "all_gather", group_params(*port));
@@ -120,12 +114,8 @@ TEST_CASE("alignment: healthy machines agree bit for bit, corrupt and NaN machin
   CHECK(other.diagnostic().passed());
   CHECK(other.diagnostic().digest() != healthy[0].diagnostic().digest());
 
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 1, corrupt).ok());
-  sim::RankFault nan;
-  nan.nan = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 2, 0, nan).ok());
+  cluster.InjectRankFault(1, 1, CorruptGpu());
+  cluster.InjectRankFault(2, 0, NanGpu());
   auto faulty = cluster.RunAll("faulty", "alignment", params);
   CHECK(faulty[0].diagnostic().passed());
   CHECK(faulty[0].diagnostic().digest() == healthy[0].diagnostic().digest());

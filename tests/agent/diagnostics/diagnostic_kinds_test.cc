@@ -195,13 +195,6 @@ TEST_CASE("the helper's command line and output become the CommandResult", "[uni
   CHECK(result.machine_id() == "7");
   CHECK(result.seconds() == 0.25);
 
-  HelperRun invalid;
-  invalid.exit_code = 2;
-  invalid.output = "peregrine-diagnose: invalid: replay: param tp: 3 GPUs do not fit\n";
-  auto [istatus, iresult] = InterpretHelperRun(invalid, request, absl::Seconds(3), 0.1);
-  CHECK(istatus.code() == 3);
-  CHECK_THAT(istatus.message(), Catch::Contains("replay: param tp"));
-
   HelperRun killed;
   killed.timed_out = true;
   killed.signal = 9;
@@ -210,12 +203,30 @@ TEST_CASE("the helper's command line and output become the CommandResult", "[uni
   CHECK_FALSE(kresult.passed());
   CHECK(kresult.detail() == "timed out after 3000 ms");
 
-  HelperRun crashed;
-  crashed.signal = 11;
-  crashed.output = "something broke\n";
-  auto [cstatus, cresult] = InterpretHelperRun(crashed, request, absl::Seconds(3), 1);
-  CHECK(cstatus.code() == 13);
-  CHECK_THAT(cstatus.message(), Catch::Contains("something broke"));
+  // A helper that refused its request (exit 2) or crashed: an error status naming why.
+  struct Failed {
+    const char* name;
+    int exit_code;
+    int signal;
+    const char* output;
+    int code;  // the status code the command's result carries
+    const char* message;
+  };
+  const Failed failed[] = {
+      {"invalid request", 2, 0, "peregrine-diagnose: invalid: replay: param tp: 3 GPUs do not fit\n", 3,
+       "replay: param tp"},
+      {"crashed", 0, 11, "something broke\n", 13, "something broke"},
+  };
+  for (const Failed& f : failed) {
+    INFO(f.name);
+    HelperRun run;
+    run.exit_code = f.exit_code;
+    run.signal = f.signal;
+    run.output = f.output;
+    const v1::Status status = InterpretHelperRun(run, request, absl::Seconds(3), 0.1).first;
+    CHECK(status.code() == f.code);
+    CHECK_THAT(status.message(), Catch::Contains(f.message));
+  }
 }
 
 }  // namespace

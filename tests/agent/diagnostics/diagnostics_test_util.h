@@ -123,6 +123,23 @@ class FakeController final : public v1::AgentService::Service {
   std::vector<v1::CommandResult> results_;
 };
 
+// Stand-in GPU faults with one symptom each (sim/fault/fault_table.h).
+inline sim::RankFault HungGpu() {
+  sim::RankFault f;
+  f.hang = true;
+  return f;
+}
+inline sim::RankFault NanGpu() {
+  sim::RankFault f;
+  f.nan = true;
+  return f;
+}
+inline sim::RankFault CorruptGpu() {
+  sim::RankFault f;
+  f.corrupt = true;
+  return f;
+}
+
 // The fake controller's server plus real agent processes ("pod-<machine>", machine id
 // "<machine>") started by one Supervisor and pumped by a thread.
 class AgentCluster {
@@ -159,6 +176,10 @@ class AgentCluster {
 
   FakeController& controller() { return controller_; }
   const std::string& faults() const { return faults_; }
+  // Puts `fault` on GPU `gpu` (-1: every GPU) of machine `machine` in the fault table.
+  void InjectRankFault(int machine, int gpu, const sim::RankFault& fault) {
+    REQUIRE(sim::SetRankFault(faults_, machine, gpu, fault).ok());
+  }
 
   // Starts one agent per machine id (integers, as the fault table keys them), once per
   // cluster (one Supervisor reaps them all); `env_by_machine` overrides an agent's

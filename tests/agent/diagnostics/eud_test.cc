@@ -35,10 +35,9 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
   }
 
   // Corrupt GPU 1 of machine 1 (slowed too): only that GPU fails.
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
+  sim::RankFault corrupt = CorruptGpu();
   corrupt.compute_slowdown = 2.5;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 1, corrupt).ok());
+  cluster.InjectRankFault(1, 1, corrupt);
   v1::CommandResult bad = cluster.Run(1, "corrupt", "eud", two_gpus);
   CHECK(bad.status().code() == 0);
   CHECK_FALSE(bad.diagnostic().passed());
@@ -57,9 +56,7 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
   CHECK_FALSE(again->diagnostic().passed());
 
   // NaN on the whole of machine 0.
-  sim::RankFault nan;
-  nan.nan = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 0, -1, nan).ok());
+  cluster.InjectRankFault(0, -1, NanGpu());
   v1::CommandResult nan_result = cluster.Run(0, "nan", "eud", {{"gpus", "2"}});
   CHECK_FALSE(nan_result.diagnostic().passed());
   CHECK(nan_result.diagnostic().detail() ==
@@ -69,9 +66,7 @@ TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty o
   REQUIRE(sim::ClearFaults(cluster.faults()).ok());
 
   // A hung GPU: the diagnostic times out; a second one sent meanwhile waits for it.
-  sim::RankFault hang;
-  hang.hang = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 0, hang).ok());
+  cluster.InjectRankFault(1, 0, HungGpu());
   REQUIRE(cluster.controller().Send(AgentCluster::Pod(1), AgentCluster::Command("hung", "eud", two_gpus, 1500)));
   REQUIRE(cluster.controller().Send(AgentCluster::Pod(1), AgentCluster::Command("after-hung", "eud", two_gpus, 0)));
   auto hung = cluster.controller().WaitResult("hung");

@@ -30,9 +30,7 @@ TEST_CASE("a timed-out diagnostic kills every process it started", "[e2e]") {
   TempDir dir;
   AgentCluster cluster(dir.path());
   cluster.StartAgents({0});
-  sim::RankFault hang;
-  hang.hang = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 0, 1, hang).ok());
+  cluster.InjectRankFault(0, 1, HungGpu());
   v1::CommandResult r = cluster.Run(0, "hung-alignment", "alignment", {{"gpus", "3"}}, 2000);
   CHECK(r.status().code() == 0);
   CHECK_FALSE(r.diagnostic().passed());
@@ -50,9 +48,7 @@ TEST_CASE("an agent shutting down mid-diagnostic takes the diagnostic's processe
   {
     AgentCluster cluster(dir.path());
     cluster.StartAgents({0});
-    sim::RankFault hang;
-    hang.hang = true;
-    REQUIRE(sim::SetRankFault(cluster.faults(), 0, 0, hang).ok());
+    cluster.InjectRankFault(0, 0, HungGpu());
     REQUIRE(cluster.controller().Send(AgentCluster::Pod(0),
                                       AgentCluster::Command("long", "alignment", {{"gpus", "2"}}, 600000)));
     REQUIRE(Eventually([] { return DescendantsRunning("--reference-step").size() == 2; }));

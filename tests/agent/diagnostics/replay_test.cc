@@ -55,18 +55,14 @@ TEST_CASE("replay: healthy groups of one shape agree, the group with a corrupt m
   CHECK(other[0].diagnostic().digest() == other[3].diagnostic().digest());
   CHECK(other[0].diagnostic().digest() != healthy[0].diagnostic().digest());
 
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 3, 1, corrupt).ok());
+  cluster.InjectRankFault(3, 1, CorruptGpu());
   auto faulty = cluster.RunAll("corrupt", "replay", TwoGroups(shape));
   CHECK(faulty[0].diagnostic().digest() == healthy[0].diagnostic().digest());
   CHECK(faulty[1].diagnostic().digest() == healthy[0].diagnostic().digest());
   CHECK(faulty[2].diagnostic().digest() != healthy[0].diagnostic().digest());
   CHECK(faulty[2].diagnostic().digest() == faulty[3].diagnostic().digest());
 
-  sim::RankFault nan;
-  nan.nan = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 3, 1, nan).ok());
+  cluster.InjectRankFault(3, 1, NanGpu());
   auto nan_run = cluster.RunAll("nan", "replay", TwoGroups(shape));
   CHECK(nan_run[0].diagnostic().passed());
   CHECK_FALSE(nan_run[2].diagnostic().passed());
@@ -93,9 +89,7 @@ TEST_CASE("replay without a training command, and failed ranks from the held ass
   CHECK_THAT(none.status().message(), Catch::Contains("no assignment"));
 
   // Machine 1 holds slot 3 of a 2-GPU-per-machine job: its GPU 1 is global rank 7.
-  sim::RankFault corrupt;
-  corrupt.corrupt = true;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 1, corrupt).ok());
+  cluster.InjectRankFault(1, 1, CorruptGpu());
   v1::CommandResult eud = cluster.Run(1, "eud", "eud");
   CHECK_FALSE(eud.diagnostic().passed());
   CHECK(FailedRanks(eud.diagnostic()) == std::vector<uint32_t>{7});

@@ -29,7 +29,7 @@ TEST_CASE("gemm: every stand-in GPU measured, the slowed GPU flagged", "[e2e]") 
 
   sim::RankFault slow;
   slow.compute_slowdown = 4;
-  REQUIRE(sim::SetRankFault(cluster.faults(), 1, 2, slow).ok());
+  cluster.InjectRankFault(1, 2, slow);
   auto faulty = cluster.RunAll("slow", "gemm", params);
   CHECK(faulty[0].diagnostic().passed());
   CHECK_FALSE(faulty[1].diagnostic().passed());

@@ -16,13 +16,8 @@ namespace {
 
 namespace ring = nccl_ring;
 using testing::Child;
+using testing::Hex;
 using testing::TempDir;
-
-std::string Hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
 
 TEST_CASE("hook over the real NCCL: same results, calls recorded", "[integration]") {
   TempDir dir;

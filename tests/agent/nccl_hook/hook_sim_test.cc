@@ -20,14 +20,9 @@ namespace {
 
 namespace ring = nccl_ring;
 using testing::Child;
+using testing::Hex;
 using testing::TempDir;
 using testing::Eventually;
-
-std::string Hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
 
 // Two probe ranks sharing a unique id through `dir`.
 struct Pair {

@@ -1,6 +1,6 @@
-// Test helpers for the nccl_hook suite: the paths of the hook and probe, and a child
-// process started with posix_spawn (own environment, stdout/stderr to a file),
-// killed and reaped on destruction if still running.
+// Test helpers for the nccl_hook suite: the paths of the hook and probe, a communicator id
+// as the probe prints it, and a child process started with posix_spawn (own environment,
+// stdout/stderr to a file), killed and reaped on destruction if still running.
 #ifndef PEREGRINE_TESTS_AGENT_NCCL_HOOK_PROBE_PROCESS_H_
 #define PEREGRINE_TESTS_AGENT_NCCL_HOOK_PROBE_PROCESS_H_
 
@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,6 +34,13 @@ inline std::string HookPath() { return std::string(PEREGRINE_BINARY_DIR) + "/lib
 inline std::string ProbePath() { return std::string(PEREGRINE_BINARY_DIR) + "/bin/nccl-hook-probe"; }
 inline std::string SimNcclDir() { return std::string(PEREGRINE_BINARY_DIR) + "/lib/sim"; }
 inline constexpr const char* kRealNcclDir = "/usr/local/cuda/lib64";
+
+// `v` as 16 lowercase hex digits (how the probe prints a unique id's hash).
+inline std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
 
 class Child {
  public:

@@ -335,6 +335,14 @@ World RunningWorld(uint64_t step) {
   return w;
 }
 
+// Runs the triage window out: the detection round, then the round that decides; returns
+// that round's plan.
+JobPlan EndTriage(World& w) {
+  w.Step();
+  w.now += 2 * kSecond;
+  return w.Step();
+}
+
 // Runs the triage window out: detection round, then the decision round.
 JobPlan Triage(World& w) {
   w.Step();
@@ -690,9 +698,7 @@ TEST_CASE("A crash with no culprit stops training and runs EUD, all-to-all and n
           "[unit]") {
   World w = RunningWorld(20);
   Crash(w, 1);
-  w.Step();
-  w.now += 2 * kSecond;
-  JobPlan first = w.Step();  // triage over: stop every machine
+  JobPlan first = EndTriage(w);  // triage over: stop every machine
   REQUIRE(w.status.diagnosis.has_value());
   CHECK(w.status.diagnosis->stage == "stop");
   int stops = 0;
@@ -907,9 +913,7 @@ TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the sa
   World w = RunningWorld(20);
   w.silent.insert(w.status.slots[1].machine_id);  // its EUD never answers: the stage waits
   Crash(w, 0);
-  w.Step();
-  w.now += 2 * kSecond;
-  w.Step();  // stop
+  EndTriage(w);  // stop
   w.now += kSecond;
   w.Step();  // eud goes out
   REQUIRE(w.status.diagnosis.has_value());
@@ -941,9 +945,7 @@ TEST_CASE("A live agent that never answers fails the stage at the deadline; a di
   w.silent.insert(gone);
   w.Agent(w.status.slots[3].pod)->connected = false;
   Crash(w, 0);
-  w.Step();
-  w.now += 2 * kSecond;
-  w.Step();
+  EndTriage(w);
   w.now += kSecond;
   w.Step();
   REQUIRE(w.status.diagnosis->stage == "eud");
@@ -966,9 +968,7 @@ TEST_CASE("Agents without the diagnostic (UNIMPLEMENTED) give no evidence: the d
           "[unit]") {
   World w = RunningWorld(20);
   Crash(w, 2);
-  w.Step();
-  w.now += 2 * kSecond;
-  JobPlan plan = w.Step();
+  JobPlan plan = EndTriage(w);
   for (int i = 0; i < 10 && w.status.diagnosis; ++i) {
     // Answer every diagnostic with an error status, as an agent without the kind does.
     for (const CommandToSend& c : plan.commands) {

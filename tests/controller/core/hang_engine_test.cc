@@ -27,18 +27,10 @@ TrainingJob HangJob() {
   return job;
 }
 
-// A one-GPU job whose manifest sets faultTolerance.hangTimeoutSeconds to `seconds`.
+// The demo job's manifest with faultTolerance.hangTimeoutSeconds set to `seconds`.
 absl::StatusOr<TrainingJob> ParseWithHangTimeout(int seconds) {
-  return ParseTrainingJob(absl::StrCat(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: demo}
-spec:
-  machines: 1
-  gpusPerMachine: 1
-  parallelism: {tensor: 1, pipeline: 1, data: 1}
-  codeVersion: {command: ["sim-trainer"]}
-  faultTolerance: {hangTimeoutSeconds: )", seconds, "}\n"));
+  return ParseTrainingJob(
+      absl::StrCat(testing::DemoManifest(), "  faultTolerance: {hangTimeoutSeconds: ", seconds, "}\n"));
 }
 
 ProcessStack Stack(int pid, const std::vector<std::string>& innermost_first) {

@@ -11,9 +11,9 @@
 #include "base/clock.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
-#include "controller/job_parser.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/job_fixtures.h"
 
 namespace peregrine {
 namespace {
@@ -29,14 +29,12 @@ struct Server {
   TrainingJob job;
 
   Server() {
-    auto parsed = ParseTrainingJob(R"(
+    job = testing::ParsedJob(R"(
 apiVersion: peregrine.dev/v1alpha1
 kind: TrainingJob
 metadata: {name: j}
 spec: {machines: 2, gpusPerMachine: 1, parallelism: {tensor: 1, pipeline: 1, data: 2},
        codeVersion: {command: [train]}})");
-    REQUIRE(parsed.ok());
-    job = *parsed;
     registry.BindJob("default/j", AgentRegistry::JobBinding{job.spec, "secret"});
     AssignmentSpec a;
     a.slot = 0;
