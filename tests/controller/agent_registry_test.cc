@@ -11,15 +11,7 @@
 namespace peregrine {
 namespace {
 
-TrainingJobSpec Spec() {
-  return testing::ParsedJob(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: j}
-spec: {machines: 2, gpusPerMachine: 2, parallelism: {tensor: 2, pipeline: 1, data: 2},
-       codeVersion: {command: [train]}})")
-      .spec;
-}
+TrainingJobSpec Spec() { return testing::TrainJob(/*machines=*/2, /*gpus_per_machine=*/2, /*tensor=*/2).spec; }
 
 // Records what the registry sends on one stream.
 class RecordingSink : public AgentStreamSink {

@@ -155,6 +155,21 @@ inline void CheckOnlyEvicted(const JobStatus& before, const JobStatus& after, co
   }
 }
 
+// A broken code update rolled back: the first incident was reattempted and the second rolled
+// the update back; the code is `job`'s again and `broken_revision` is marked rolled back.
+inline void CheckRolledBack(const JobStatus& st, const TrainingJob& job, const std::string& broken_revision) {
+  REQUIRE(st.incidents.size() >= 2);
+  CHECK_THAT(st.incidents[0].decision, Catch::Contains("reattempt"));
+  CHECK_THAT(st.incidents[1].decision, Catch::Contains("roll back"));
+  CHECK(st.code.revision == job.spec.code.revision);
+  CHECK(st.code.command == job.spec.code.command);
+  bool rolled_back = false;
+  for (const VersionRecord& v : st.version_history) {
+    rolled_back = rolled_back || (v.code.revision == broken_revision && v.outcome == VersionOutcome::kRolledBack);
+  }
+  CHECK(rolled_back);
+}
+
 // The controller's live /metrics text; REQUIREs an HTTP 200.
 inline std::string ScrapeMetrics(LocalMode& mode) {
   httplib::Client http("127.0.0.1", mode.http_port());

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
 
 namespace peregrine::testing {
@@ -28,6 +29,16 @@ spec:
 }
 
 TrainingJob DemoJob() { return ParsedJob(DemoManifest()); }
+
+TrainingJob TrainJob(int machines, int gpus_per_machine, int tensor) {
+  return ParsedJob(absl::StrCat(R"(
+apiVersion: peregrine.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: j}
+spec: {machines: )", machines, ", gpusPerMachine: ", gpus_per_machine, ", parallelism: {tensor: ", tensor,
+                                ", pipeline: 1, data: ", machines * gpus_per_machine / tensor,
+                                "}, codeVersion: {command: [train]}}\n"));
+}
 
 TrainingJob LocalDemoJob() {
   auto job = LoadTrainingJobFile(PEREGRINE_SOURCE_DIR "/examples/local-demo.yaml");

@@ -16,6 +16,9 @@ std::string DemoManifest();
 // The job of the manifest `yaml`; REQUIREs that it parses (the parser's error is shown).
 TrainingJob ParsedJob(const std::string& yaml);
 TrainingJob LocalDemoJob();
+// Job "j" running `train` on `machines` machines of `gpus_per_machine` GPUs, TP=`tensor`,
+// PP=1, DP the rest: the small job of the agent-service tests.
+TrainingJob TrainJob(int machines, int gpus_per_machine, int tensor);
 
 }  // namespace peregrine::testing
 

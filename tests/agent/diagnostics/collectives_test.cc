@@ -7,8 +7,6 @@
 namespace peregrine::diagtest {
 namespace {
 
-using ::peregrine::testing::DescendantGuard;
-
 std::map<std::string, std::string> Merge(std::map<std::string, std::string> a,
                                          const std::map<std::string, std::string>& b) {
   for (const auto& [k, v] : b) a[k] = v;
@@ -16,10 +14,8 @@ std::map<std::string, std::string> Merge(std::map<std::string, std::string> a,
 }
 
 TEST_CASE("all_to_all: verified and timed on healthy machines, the corrupt GPU named", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1});
+  RunningAgents agents({0, 1});
+  AgentCluster& cluster = agents.cluster;
   const std::map<int, std::map<std::string, std::string>> params = {
       {0, {{"gpus", "3"}, {"rank_base", "0"}, {"bytes", "65536"}}},
       {1, {{"gpus", "3"}, {"rank_base", "3"}, {"bytes", "65536"}}}};
@@ -56,10 +52,8 @@ TEST_CASE("all_to_all: verified and timed on healthy machines, the corrupt GPU n
 }
 
 TEST_CASE("all_gather: a group of machines passes, a corrupt machine is named by its own agent", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1, 2});
+  RunningAgents agents({0, 1, 2});
+  AgentCluster& cluster = agents.cluster;
   auto group_params = [](int port) {
     std::map<int, std::map<std::string, std::string>> params;
     for (int m = 0; m < 3; ++m) {
@@ -95,10 +89,8 @@ TEST_CASE("all_gather: a group of machines passes, a corrupt machine is named by
 }
 
 TEST_CASE("alignment: healthy machines agree bit for bit, corrupt and NaN machines differ", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1, 2});
+  RunningAgents agents({0, 1, 2});
+  AgentCluster& cluster = agents.cluster;
   const std::map<int, std::map<std::string, std::string>> params = {
       {0, {{"gpus", "2"}}}, {1, {{"gpus", "2"}}}, {2, {{"gpus", "2"}}}};
   auto healthy = cluster.RunAll("healthy", "alignment", params);

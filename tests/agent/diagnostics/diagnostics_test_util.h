@@ -325,6 +325,16 @@ inline std::vector<uint32_t> FailedRanks(const v1::DiagnosticResult& r) {
   return out;
 }
 
+// Agents of `machines` on a stand-in cluster in a fresh directory; every process the test
+// started is killed and reaped when it goes (the guard is built first and goes last).
+struct RunningAgents {
+  explicit RunningAgents(const std::vector<int>& machines) : cluster(dir.path()) { cluster.StartAgents(machines); }
+
+  ::peregrine::testing::DescendantGuard guard;
+  TempDir dir;
+  AgentCluster cluster;
+};
+
 }  // namespace peregrine::diagtest
 
 #endif  // PEREGRINE_TESTS_AGENT_DIAGNOSTICS_DIAGNOSTICS_TEST_UTIL_H_

@@ -11,10 +11,8 @@ namespace {
 using ::peregrine::testing::DescendantGuard;
 
 TEST_CASE("eud: stand-in self-test passes on healthy GPUs and names the faulty one", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1});
+  RunningAgents agents({0, 1});
+  AgentCluster& cluster = agents.cluster;
   const std::map<std::string, std::string> two_gpus = {{"gpus", "2"}, {"rank_base", "2"}};
 
   // Healthy.
@@ -121,10 +119,8 @@ TEST_CASE("eud: dcgmi JSON when dcgmi is installed, not_present without it or th
 }
 
 TEST_CASE("unknown kinds and malformed params are INVALID_ARGUMENT naming them", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0});
+  RunningAgents agents({0});
+  AgentCluster& cluster = agents.cluster;
   v1::CommandResult unknown = cluster.Run(0, "u", "fsck");
   CHECK(unknown.status().code() == 3);
   CHECK_THAT(unknown.status().message(), Catch::Contains("unknown diagnostic kind \"fsck\""));

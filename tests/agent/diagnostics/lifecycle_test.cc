@@ -26,10 +26,8 @@ std::vector<pid_t> DescendantsRunning(const std::string& needle) {
 }
 
 TEST_CASE("a timed-out diagnostic kills every process it started", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0});
+  RunningAgents agents({0});
+  AgentCluster& cluster = agents.cluster;
   cluster.InjectRankFault(0, 1, HungGpu());
   v1::CommandResult r = cluster.Run(0, "hung-alignment", "alignment", {{"gpus", "3"}}, 2000);
   CHECK(r.status().code() == 0);

@@ -6,13 +6,9 @@
 namespace peregrine::diagtest {
 namespace {
 
-using ::peregrine::testing::DescendantGuard;
-
 TEST_CASE("gemm: every stand-in GPU measured, the slowed GPU flagged", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1});
+  RunningAgents agents({0, 1});
+  AgentCluster& cluster = agents.cluster;
   // The stand-in's time is CPU time, so other load on the machine does not skew the ratios;
   // min_ratio 0.5 against a 4x slowdown leaves a wide margin either way.
   const std::map<int, std::map<std::string, std::string>> params = {
@@ -39,10 +35,8 @@ TEST_CASE("gemm: every stand-in GPU measured, the slowed GPU flagged", "[e2e]") 
 }
 
 TEST_CASE("p2p_rounds: each machine reports the links it received on, a capped link stands out", "[e2e]") {
-  DescendantGuard guard;
-  TempDir dir;
-  AgentCluster cluster(dir.path());
-  cluster.StartAgents({0, 1});
+  RunningAgents agents({0, 1});
+  AgentCluster& cluster = agents.cluster;
   // 4 communicator ranks: machine 0 holds 0 and 1, machine 1 holds 2 and 3; the ring's links
   // in two rounds.
   auto params = [](int port) {

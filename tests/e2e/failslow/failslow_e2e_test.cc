@@ -62,6 +62,13 @@ FaultRequest CongestedLink(int slot, int peer_slot) {
   return link;
 }
 
+// The two machines of DP group 0 (slots 0 and 1 of the demo layout).
+std::vector<int> DpGroup0Machines(const ParallelLayout& layout) {
+  const std::vector<int> slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
+  REQUIRE(slots.size() == 2);
+  return slots;
+}
+
 // The DP ring links ("dp <sender>-><receiver>", both directions) between exactly the two
 // machines `slots`.
 std::set<std::string> DpLinksBetween(const ParallelLayout& layout, const std::vector<int>& slots) {
@@ -223,8 +230,7 @@ TEST_CASE("A congested inter-machine link is named as the data-parallel groups c
   ModeGuard mode = StartMode(FailSlowJob(), Options(dir.path()));
   // The two machines of DP group 0: their link carries only data-parallel traffic.
   const ParallelLayout layout = Layout();  // the demo job's
-  const std::vector<int> slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
-  REQUIRE(slots.size() == 2);
+  const std::vector<int> slots = DpGroup0Machines(layout);
   for (const CommGroup& g : layout.Groups(GroupKind::kPipeline)) {
     std::vector<int> m = layout.MachinesOfGroup(g);
     REQUIRE(std::set<int>(m.begin(), m.end()) != std::set<int>(slots.begin(), slots.end()));
@@ -263,8 +269,7 @@ TEST_CASE("A slow GPU and a congested link at once are both named", "[e2e]") {
   const ParallelLayout layout = Layout();  // the demo job's
   // The link between the machines of DP group 0 (slots 0 and 1), and a GPU of slot 2 that
   // belongs to none of the groups crossing it.
-  const std::vector<int> link_slots = layout.MachinesOfGroup(layout.Group(GroupKind::kData, 0));
-  REQUIRE(link_slots.size() == 2);
+  const std::vector<int> link_slots = DpGroup0Machines(layout);
   const int slot = 2, local_rank = 1;
   REQUIRE(std::find(link_slots.begin(), link_slots.end(), slot) == link_slots.end());
   const int slow_rank = layout.RanksOfMachine(slot)[local_rank];

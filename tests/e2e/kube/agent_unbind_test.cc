@@ -21,13 +21,7 @@ namespace {
 using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>;
 
 TrainingJobSpec OneMachineSpec() {
-  return testing::ParsedJob(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: j}
-spec: {machines: 1, gpusPerMachine: 1, parallelism: {tensor: 1, pipeline: 1, data: 1},
-       codeVersion: {command: [train]}})")
-      .spec;
+  return testing::TrainJob(/*machines=*/1, /*gpus_per_machine=*/1, /*tensor=*/1).spec;
 }
 
 // The AgentService with two jobs of one machine each, train/doomed and train/kept.

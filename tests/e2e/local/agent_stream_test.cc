@@ -29,12 +29,7 @@ struct Server {
   TrainingJob job;
 
   Server() {
-    job = testing::ParsedJob(R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: j}
-spec: {machines: 2, gpusPerMachine: 1, parallelism: {tensor: 1, pipeline: 1, data: 2},
-       codeVersion: {command: [train]}})");
+    job = testing::TrainJob(/*machines=*/2, /*gpus_per_machine=*/1, /*tensor=*/1);
     registry.BindJob("default/j", AgentRegistry::JobBinding{job.spec, "secret"});
     AssignmentSpec a;
     a.slot = 0;

@@ -107,20 +107,12 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
   CHECK(st.phase == JobPhase::kSucceeded);
   REQUIRE(st.incidents.size() == 2);
   CHECK(st.incidents[0].kind == IncidentKind::kProcessCrash);
-  CHECK_THAT(st.incidents[0].decision, Catch::Contains("reattempt"));
-  CHECK_THAT(st.incidents[1].decision, Catch::Contains("roll back"));
   for (const Incident& inc : st.incidents) {
     CHECK(inc.machines.empty());
     CHECK(inc.resume_step >= before.last_completed_step);  // progress kept through both restarts
   }
   // The rollback restored the version that ran healthy, and the broken one is marked.
-  CHECK(st.code.revision == job.spec.code.revision);
-  CHECK(st.code.command == job.spec.code.command);
-  bool rolled_back = false;
-  for (const VersionRecord& v : st.version_history) {
-    rolled_back = rolled_back || (v.code.revision == "v1-broken" && v.outcome == VersionOutcome::kRolledBack);
-  }
-  CHECK(rolled_back);
+  CheckRolledBack(st, job, "v1-broken");
   CHECK(st.version_history.back().code.revision == job.spec.code.revision);
   CheckOnlyEvicted(before, st, {});
   CHECK(st.last_completed_step >= 120);
