@@ -1,0 +1,71 @@
+/* libperegrine_client: what a training process links (C/C++) or loads (the Python
+ * package `peregrine`, through ctypes) to report progress and keep in-memory checkpoints
+ * in the Peregrine agent's store. A stable C ABI: functions only, opaque handles, plain
+ * integer and pointer arguments; nothing here throws or aborts.
+ *
+ * Under the agent, the environment names the store: PEREGRINE_CHECKPOINT_DIR (this rank's
+ * directory), RANK, WORLD_SIZE, PEREGRINE_RESUME_STEP (the step to restore, 0: fresh),
+ * PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES (this rank's allowance). Without them (no agent),
+ * pg_available() is 0, saves are skipped with PG_NO_AGENT and loads find nothing, so a
+ * script runs unchanged anywhere.
+ *
+ * pg_save copies the segments into a shard file in the store (shared memory the agent
+ * owns; it outlives this process) and returns once the copy is published; the agent then
+ * checksums, backs up and persists it asynchronously. Never more than one save at a time
+ * per process (calls are serialised internally). The shard format is
+ * checkpoint/shard_format.h.
+ *
+ * Errors: functions return a PG_* code and, where they take one, write a one-line
+ * message naming what is wrong into err (truncated to err_len, always NUL-terminated). */
+#ifndef PEREGRINE_CLIENT_PEREGRINE_CLIENT_H_
+#define PEREGRINE_CLIENT_PEREGRINE_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PG_OK 0
+#define PG_SKIPPED 1   /* the save was skipped: over the allowance or memory short (err says
+                          which); a marker tells the agent, training goes on */
+#define PG_NO_AGENT 2  /* not running under a Peregrine agent: nothing saved or found */
+#define PG_NOT_FOUND 3 /* no shard of that step for this rank */
+#define PG_ERROR (-1)  /* bad arguments, I/O error, corrupt shard: see err */
+
+/* 1 when a store is configured (PEREGRINE_CHECKPOINT_DIR set), else 0. */
+int pg_available(void);
+/* The step the agent asks this rank to restore (PEREGRINE_RESUME_STEP; 0: fresh start). */
+uint64_t pg_resume_step(void);
+/* The ABI version of this library (1). */
+int pg_abi_version(void);
+
+/* Prints the progress line "[peregrine] step=<step>[ loss=<loss>]" plus each "key=value"
+ * of metrics (n_metrics names/values; NaN prints "nan") on stdout and flushes it. loss is
+ * omitted when has_loss is 0. Any rank may call it. */
+int pg_step(uint64_t step, int has_loss, double loss, const char* const* metric_names, const double* metric_values,
+            size_t n_metrics);
+
+/* Saves segment i = (data[i], lengths[i]) for i < n_segments as this rank's shard of `step`.
+ * At most 250 segments. Returns PG_OK, PG_SKIPPED, PG_NO_AGENT or PG_ERROR. */
+int pg_save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n_segments, char* err,
+            size_t err_len);
+
+/* A loaded shard, mapped read-only; valid until pg_shard_close. */
+typedef struct pg_shard pg_shard;
+
+/* Opens this rank's shard of `step` after verifying its checksum. PG_NOT_FOUND when there
+ * is none, PG_ERROR when it is corrupt or partial (never returned as loaded). */
+int pg_load(uint64_t step, pg_shard** out, char* err, size_t err_len);
+uint64_t pg_shard_step(const pg_shard* shard);
+uint32_t pg_shard_segment_count(const pg_shard* shard);
+/* The segment's bytes (NULL and *length 0 when i is out of range). */
+const void* pg_shard_segment(const pg_shard* shard, uint32_t i, uint64_t* length);
+void pg_shard_close(pg_shard* shard);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* PEREGRINE_CLIENT_PEREGRINE_CLIENT_H_ */
