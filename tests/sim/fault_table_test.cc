@@ -13,14 +13,8 @@
 namespace peregrine::sim {
 namespace {
 
+using peregrine::testing::FreshFaultTable;
 using peregrine::testing::TempDir;
-
-// A fault table just created in a temporary directory.
-struct FreshTable {
-  TempDir dir;
-  std::string path = dir.Path("faults");
-  FreshTable() { REQUIRE(CreateFaultTable(path).ok()); }
-};
 
 // The table's entries now; REQUIREs that it reads.
 absl::StatusOr<FaultTableSnapshot> Read(const std::string& path) {
@@ -31,7 +25,7 @@ absl::StatusOr<FaultTableSnapshot> Read(const std::string& path) {
 }
 
 TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   auto empty = Read(path);
   CHECK(empty->ranks.empty());
@@ -79,7 +73,7 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
 }
 
 TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of -1 is every other machine", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault nvlink;
   nvlink.intra_corrupt = true;
@@ -128,7 +122,7 @@ TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of
 }
 
 TEST_CASE("fault table: ClearMachineFaults removes one GPU's or one machine's faults only", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault crash;
   crash.crash = true;
@@ -175,7 +169,7 @@ TEST_CASE("fault table: CorruptPayload flips one bit per 4 bytes and is its own 
 }
 
 TEST_CASE("fault table: grad_corrupt round-trips on its own bit and merges per GPU", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault sdc;
   sdc.grad_corrupt = true;
@@ -241,7 +235,7 @@ TEST_CASE("fault table: bad arguments and bad files are errors", "[unit]") {
 }
 
 TEST_CASE("fault table: jitter is stored, merged and validated", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault machine_wide;
   machine_wide.jitter_fraction = 0.05;
@@ -292,7 +286,7 @@ TEST_CASE("fault table: JitterFactor is uniform within 1 +- j, per seed and draw
 }
 
 TEST_CASE("fault table: a table of another version is rejected, naming both versions", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   {
     // Rewrite the header as an older build wrote it (version 1).
@@ -317,7 +311,7 @@ TEST_CASE("fault table: a table of another version is rejected, naming both vers
 }
 
 TEST_CASE("fault table: capacity is enforced", "[unit]") {
-  const FreshTable table;
+  const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault hang;
   hang.hang = true;

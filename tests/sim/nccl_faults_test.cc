@@ -64,17 +64,23 @@ class ServeCluster {
   std::vector<std::unique_ptr<ChildProcess>> ranks_;
 };
 
+// The four workers reading a fault table of their own, started and ready.
+struct FaultedCluster {
+  FaultedCluster() { REQUIRE(ranks.Ready()); }
+
+  FreshFaultTable table;
+  ServeCluster ranks{table.path};
+};
+
 long long Nanos(const std::string& answer, const std::string& prefix) {
   if (answer.rfind(prefix + " ", 0) != 0) return -1;
   return std::atoll(answer.c_str() + prefix.size() + 1);
 }
 
 TEST_CASE("link delay slows transfers between the faulted machines only", "[integration]") {
-  TempDir dir;
-  const std::string faults = dir.Path("faults");
-  REQUIRE(sim::CreateFaultTable(faults).ok());
-  ServeCluster c(faults);
-  REQUIRE(c.Ready());
+  FaultedCluster cluster;
+  ServeCluster& c = cluster.ranks;
+  const std::string& faults = cluster.table.path;
   const int rounds = 10;
   const int64_t delay_us = 40000;
   LinkFault slow;
@@ -101,11 +107,9 @@ TEST_CASE("link delay slows transfers between the faulted machines only", "[inte
 }
 
 TEST_CASE("bandwidth cap paces payload between machines", "[integration]") {
-  TempDir dir;
-  const std::string faults = dir.Path("faults");
-  REQUIRE(sim::CreateFaultTable(faults).ok());
-  ServeCluster c(faults);
-  REQUIRE(c.Ready());
+  FaultedCluster cluster;
+  ServeCluster& c = cluster.ranks;
+  const std::string& faults = cluster.table.path;
   LinkFault cap;
   cap.bandwidth_bytes_per_s = 2e6;
   REQUIRE(sim::SetLinkFault(faults, 1, 0, cap).ok());  // machine 1 -> machine 0 only
@@ -125,11 +129,9 @@ TEST_CASE("bandwidth cap paces payload between machines", "[integration]") {
 }
 
 TEST_CASE("nan and corrupt faults from one GPU change results while running", "[integration]") {
-  TempDir dir;
-  const std::string faults = dir.Path("faults");
-  REQUIRE(sim::CreateFaultTable(faults).ok());
-  ServeCluster c(faults);
-  REQUIRE(c.Ready());
+  FaultedCluster cluster;
+  ServeCluster& c = cluster.ranks;
+  const std::string& faults = cluster.table.path;
   for (const auto& a : c.Run("allreduce")) CHECK(a == "allreduce exact");
   RankFault nan;
   nan.nan = true;
@@ -152,11 +154,9 @@ TEST_CASE("nan and corrupt faults from one GPU change results while running", "[
 }
 
 TEST_CASE("nvlink corrupts payloads inside the machine only, link-corrupt between machines only", "[integration]") {
-  TempDir dir;
-  const std::string faults = dir.Path("faults");
-  REQUIRE(sim::CreateFaultTable(faults).ok());
-  ServeCluster c(faults);
-  REQUIRE(c.Ready());
+  FaultedCluster cluster;
+  ServeCluster& c = cluster.ranks;
+  const std::string& faults = cluster.table.path;
   const std::string bytes = std::to_string(1 << 16);
   RankFault nvlink;
   nvlink.intra_corrupt = true;

@@ -1,5 +1,6 @@
-// Helpers shared by the sim suite: paths of the binaries under test and unique ids for
-// worker processes (temporary directories, free ports and child processes: tests/testing/).
+// Helpers shared by the sim suite: paths of the binaries under test, unique ids for worker
+// processes and a fresh fault table (temporary directories, free ports and child
+// processes: tests/testing/).
 #ifndef PEREGRINE_TESTS_SIM_SIM_TEST_UTIL_H_
 #define PEREGRINE_TESTS_SIM_SIM_TEST_UTIL_H_
 
@@ -12,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "nccl.h"
+#include "sim/fault/fault_control.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/temp_dir.h"
@@ -36,6 +40,14 @@ inline std::string NewIdHex() {
   }
   return hex;
 }
+
+// A fault table (sim/fault) just created in a temporary directory.
+struct FreshFaultTable {
+  FreshFaultTable() { REQUIRE(sim::CreateFaultTable(path).ok()); }
+
+  TempDir dir;
+  std::string path = dir.Path("faults");
+};
 
 }  // namespace peregrine::testing
 

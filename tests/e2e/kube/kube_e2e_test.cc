@@ -148,6 +148,13 @@ struct Env {
 
 bool Phase(const JobStatus& st, JobPhase p) { return st.phase == p; }
 
+// The job is Running with step `step` completed and its one standby ready.
+std::function<bool(const JobStatus&)> RunningWithStandby(uint64_t step) {
+  return [step](const JobStatus& st) {
+    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= step && st.standby_ready == 1;
+  };
+}
+
 // A live scrape of the controller's /metrics.
 std::string Scrape(KubeMode& mode) {
   httplib::Client http("127.0.0.1", mode.http_port());
@@ -202,9 +209,7 @@ TEST_CASE("a pod dies and a standby takes its slot, the other pods untouched", "
   env.StartController();
   env.StartKubelet();
   env.Submit(JobManifest("swap", 3));
-  REQUIRE(env.WaitStatus("swap", [](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 5 && st.standby_ready == 1;
-  }));
+  REQUIRE(env.WaitStatus("swap", RunningWithStandby(5)));
   const auto before = *env.Status("swap");
   const std::string standby = before.standbys.at(0).pod;
   const std::string uid0 = env.Uid("pods", "swap-m0"), uid2 = env.Uid("pods", "swap-m2");
@@ -242,9 +247,7 @@ TEST_CASE("a node going NotReady evicts exactly its machine, once, and cordons i
   KubeMode* first = env.StartController("replica-a");
   env.StartKubelet();
   env.Submit(JobManifest("nr", 3));
-  REQUIRE(env.WaitStatus("nr", [](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 5 && st.standby_ready == 1;
-  }));
+  REQUIRE(env.WaitStatus("nr", RunningWithStandby(5)));
   const auto before = *env.Status("nr");
   const std::string standby = before.standbys.at(0).pod;
   const std::string bad_node = env.kubelet->NodeOf("nr-m1");
@@ -306,9 +309,7 @@ TEST_CASE("watch streams drop mid-recovery and reconcile still converges", "[int
   env.StartController();
   env.StartKubelet();
   env.Submit(JobManifest("drop", 2));
-  REQUIRE(env.WaitStatus("drop", [](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
-  }));
+  REQUIRE(env.WaitStatus("drop", RunningWithStandby(3)));
   env.script.progress = false;
   REQUIRE(env.kubelet->KillPod("drop-m0"));
   env.server.DropWatchesForTest();
@@ -351,9 +352,7 @@ TEST_CASE("a controller restarted mid-recovery does not evict twice", "[integrat
   KubeMode* first = env.StartController("replica-a");
   env.StartKubelet();
   env.Submit(JobManifest("restart", 2));
-  REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
-  }));
+  REQUIRE(env.WaitStatus("restart", RunningWithStandby(3)));
   env.script.progress = false;  // recovery cannot complete before the restart
   REQUIRE(env.kubelet->KillPod("restart-m1"));
   REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) { return st.evicted.size() == 1; }));
@@ -599,9 +598,7 @@ TEST_CASE("kube-mode /metrics passes promtool and shows API requests and errors"
   // One status write meets a 409 Conflict: it must show as an error series.
   env.server.FailNextRequestsForTest("update", "trainingjobs.peregrine.dev/status", 1, 409);
   env.Submit(JobManifest("metrics", 2));
-  REQUIRE(env.WaitStatus("metrics", [](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= 3 && st.standby_ready == 1;
-  }));
+  REQUIRE(env.WaitStatus("metrics", RunningWithStandby(3)));
   // Two actives and one standby hold agent streams.
   REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_agents_connected 3"); }));
   const std::string scrape = Scrape(*mode);
@@ -625,7 +622,7 @@ TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]"
   KubeMode* mode = env.StartController();
   env.StartKubelet();
   env.Submit(JobManifest("gone", 2));
-  REQUIRE(env.WaitStatus("gone", [](const JobStatus& st) { return Phase(st, JobPhase::kRunning) && st.standby_ready == 1; }));
+  REQUIRE(env.WaitStatus("gone", RunningWithStandby(0)));
   // The job's metric series are live while it runs ...
   const std::string series = "job=\"gone\",namespace=\"train\"";
   REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_job_last_completed_step{" + series); }));

@@ -136,21 +136,21 @@ TEST_CASE("Malformed streams are refused without dropping the other agents", "[i
     CHECK_FALSE(bad.stream->Read(&reply));
     CHECK(bad.stream->Finish().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
-  {  // A wrong token.
-    Agent bad(server, "wrong");
-    REQUIRE(bad.stream->Write(Agent::Register("j-m1")));
+  // A registration with a wrong token, and one for an unknown pod: the stream ends.
+  struct Refused {
+    const char* token;
+    const char* pod;
+    grpc::StatusCode code;
+  };
+  for (const Refused& r : {Refused{"wrong", "j-m1", grpc::StatusCode::UNAUTHENTICATED},
+                           Refused{"secret", "not-a-pod", grpc::StatusCode::NOT_FOUND}}) {
+    INFO(r.token << " " << r.pod);
+    Agent bad(server, r.token);
+    REQUIRE(bad.stream->Write(Agent::Register(r.pod)));
     v1::ControllerMessage reply;
     while (bad.stream->Read(&reply)) {
     }
-    CHECK(bad.stream->Finish().error_code() == grpc::StatusCode::UNAUTHENTICATED);
-  }
-  {  // An unknown pod.
-    Agent bad(server, "secret");
-    REQUIRE(bad.stream->Write(Agent::Register("not-a-pod")));
-    v1::ControllerMessage reply;
-    while (bad.stream->Read(&reply)) {
-    }
-    CHECK(bad.stream->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK(bad.stream->Finish().error_code() == r.code);
   }
   {  // Bytes that are not an AgentMessage at all.
     grpc::GenericStub generic(server.Channel());
