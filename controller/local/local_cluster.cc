@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -65,6 +66,18 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 }
 
 std::string JobKeyOf(const TrainingJob& job) { return absl::StrCat(job.metadata.namespace_, "/", job.metadata.name); }
+
+// A pod's checkpoint area, as its agent lays it out: <root>/<namespace>.<job>/<pod>.
+std::string CheckpointArea(const std::string& root, const std::string& job_key, const std::string& pod) {
+  std::string dir = job_key;
+  std::replace(dir.begin(), dir.end(), '/', '.');
+  return absl::StrCat(root, "/", dir, "/", pod);
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);  // best effort: an area already gone is fine
+}
 
 std::string DescribeWait(int status) {
   if (WIFEXITED(status)) return absl::StrCat("agent exited with code ", WEXITSTATUS(status));
@@ -276,6 +289,7 @@ void LocalCluster::ReapDeleted() {
     Refresh(pod);
     if (now >= pod.delete_deadline_ns) SignalSession(pod.pid, SIGKILL);
     if (pod.exited && ProcessesInSession(pod.pid).empty()) {
+      if (!options_.checkpoint_root.empty()) RemoveTree(CheckpointArea(options_.checkpoint_root, pod.job_key, pod.name));
       it = pods_.erase(it);
       changed = true;
     } else {
@@ -446,6 +460,8 @@ absl::Status LocalCluster::KillMachine(const std::string& machine_id) {
     Refresh(pod);
     if (pod.exited) continue;
     SignalSession(pod.pid, SIGKILL);
+    // A dead machine's memory is gone: so are the checkpoints its agent held.
+    if (!options_.checkpoint_root.empty()) RemoveTree(CheckpointArea(options_.checkpoint_root, pod.job_key, pod.name));
     return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrCat("no live pod on machine ", machine_id));
@@ -476,6 +492,7 @@ void LocalCluster::TearDown(int grace_ms) {
   }
   pods_.clear();
   SavePodTable().IgnoreError();  // the table is empty; a failure leaves dead pids that Refresh drops
+  if (!options_.checkpoint_root.empty()) RemoveTree(options_.checkpoint_root);
 }
 
 }  // namespace peregrine

@@ -36,6 +36,11 @@ struct LocalClusterOptions {
   std::vector<std::string> path_prepend;       // directories put first on PATH (sim-trainer)
   std::map<std::string, std::string> pod_env;  // extra environment for every pod
   int heartbeat_ms = 500;
+  // The agents' in-memory checkpoint stores (shared memory): each pod's agent keeps its
+  // area under <checkpoint_root>/<namespace>.<job>/<pod>. A killed machine loses its area
+  // (its memory is gone), a deleted pod's area is removed once the pod is reaped, and
+  // TearDown removes the whole root. Empty: no stores.
+  std::string checkpoint_root;
 };
 
 class LocalCluster final : public Cluster {
@@ -58,7 +63,7 @@ class LocalCluster final : public Cluster {
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
   // Fault injection: kills every process of the pod that holds `machine_id` (the machine
-  // dies). kNotFound when no live pod runs there.
+  // dies, and with it the checkpoints in its memory). kNotFound when no live pod runs there.
   absl::Status KillMachine(const std::string& machine_id);
   // The pid of the pod's agent, 0 if unknown.
   pid_t AgentPid(const std::string& pod) const;

@@ -2,11 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -52,6 +54,30 @@ int LoadPersistedPort(const std::string& path) {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+// The agents' checkpoint root (LocalModeOptions::checkpoint_root), created 0700. The default
+// lives in /dev/shm, keyed by the state directory so a restarted controller finds it
+// again, and <state_dir>/shm points at it so a reader of the state dir can find it.
+absl::StatusOr<std::string> LocalCheckpointRoot(const LocalModeOptions& options) {
+  std::string root = options.checkpoint_root;
+  if (root.empty()) {
+    const std::string state = std::filesystem::weakly_canonical(options.state_dir).string();
+    if (std::filesystem::is_directory("/dev/shm")) {
+      root = absl::StrFormat("/dev/shm/peregrine-local-%d-%016x", getuid(), std::hash<std::string>()(state));
+    } else {
+      root = state + "/shm-store";
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create the checkpoint root ", root, ": ", ec.message()));
+  std::filesystem::permissions(root, std::filesystem::perms::owner_all, ec);
+  const std::string link = options.state_dir + "/shm";
+  if (root != link && !std::filesystem::exists(std::filesystem::symlink_status(link))) {
+    std::filesystem::create_directory_symlink(root, link, ec);  // a convenience only
+  }
+  return root;
 }
 
 }  // namespace
@@ -133,6 +159,15 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   const std::string sim_machines = options.state_dir + "/machines";
   copts.pod_env["PEREGRINE_SIM_MACHINE_ROOT"] = sim_machines;
   copts.heartbeat_ms = options.heartbeat_ms;
+  // In-memory checkpoints: the agents' stores in shared memory, their data channels on
+  // loopback, and the client library and Python package of this build for the ranks.
+  auto checkpoint_root = LocalCheckpointRoot(options);
+  if (!checkpoint_root.ok()) return checkpoint_root.status();
+  copts.checkpoint_root = *checkpoint_root;
+  copts.pod_env["PEREGRINE_CHECKPOINT_ROOT"] = *checkpoint_root;
+  copts.pod_env["PEREGRINE_DATA_BIND"] = options.host;
+  copts.pod_env["PEREGRINE_DATA_ADVERTISE"] = options.host;
+  copts.pod_env["PEREGRINE_CLIENT_DIR"] = std::filesystem::weakly_canonical(options.bin_dir + "/..").string();
   auto cluster = LocalCluster::Create(copts);
   if (!cluster.ok()) return cluster.status();
   impl->cluster = std::move(*cluster);

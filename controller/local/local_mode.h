@@ -29,6 +29,10 @@ struct LocalModeOptions {
   int grpc_port = 0;        // 0: reuse the persisted port, else pick one and persist it
   int http_port = 0;        // 0: pick one
   int heartbeat_ms = 500;
+  // Where the agents keep in-memory checkpoints. Empty: /dev/shm/peregrine-local-<uid>-<a
+  // hash of state_dir> (or <state_dir>/shm without /dev/shm), linked as <state_dir>/shm.
+  // Removed by Shutdown(true).
+  std::string checkpoint_root;
   Clock* clock = RealClock();  // the time source of the controller (must outlive the mode)
   DecisionConfig decision;
 };
