@@ -47,6 +47,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
   LaunchContext context;
   for (char** e = environ; *e != nullptr; ++e) context.agent_env.emplace_back(*e);
   context.machine_id = options.machine_id;
+  context.run_id = absl::StrCat(options.job_namespace, "/", options.job_name);
   context.log_dir = options.log_dir;
   context.started_at = absl::FormatTime(absl::RFC3339_sec, options.clock->Now(), absl::UTCTimeZone());
   absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(AssignmentToProto(assignment), context);

@@ -19,12 +19,17 @@ EnvMap MachineEnvironment(const peregrine::v1::Assignment& a, const LaunchContex
   }
   for (const auto& [key, value] : a.code().env()) env[key] = value;
   const auto& layout = a.layout();
-  env["WORLD_SIZE"] = absl::StrCat(a.world_size());
-  env["LOCAL_WORLD_SIZE"] = absl::StrCat(a.ranks_size());
+  const uint32_t nnodes = a.world_size() / layout.gpus_per_machine();
+  // torchrun's machine-wide variables (torch.distributed.elastic's worker environment).
+  env["GROUP_RANK"] = absl::StrCat(a.machine_index());
+  env["GROUP_WORLD_SIZE"] = absl::StrCat(nnodes);
+  env["ROLE_NAME"] = "default";
+  env["ROLE_WORLD_SIZE"] = absl::StrCat(a.world_size());
+  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(a.attempt() > 0 ? a.attempt() - 1 : 0);
+  env["TORCHELASTIC_RUN_ID"] = context.run_id;
+  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(context.max_restarts);
   env["NODE_RANK"] = absl::StrCat(a.machine_index());
-  env["NNODES"] = absl::StrCat(a.world_size() / layout.gpus_per_machine());
-  env["MASTER_ADDR"] = a.master_addr();
-  env["MASTER_PORT"] = absl::StrCat(a.master_port());
+  env["NNODES"] = absl::StrCat(nnodes);
   env["PEREGRINE_TP"] = absl::StrCat(layout.tensor());
   env["PEREGRINE_PP"] = absl::StrCat(layout.pipeline());
   env["PEREGRINE_DP"] = absl::StrCat(layout.data());
@@ -42,6 +47,15 @@ std::vector<std::string> Flatten(const EnvMap& env) {
 }
 
 }  // namespace
+
+void SetTorchrunWorker(const TorchrunWorker& worker, std::map<std::string, std::string>* env) {
+  (*env)["RANK"] = absl::StrCat(worker.rank);
+  (*env)["LOCAL_RANK"] = absl::StrCat(worker.local_rank);
+  (*env)["WORLD_SIZE"] = absl::StrCat(worker.world_size);
+  (*env)["LOCAL_WORLD_SIZE"] = absl::StrCat(worker.local_world_size);
+  (*env)["MASTER_ADDR"] = worker.master_addr;
+  (*env)["MASTER_PORT"] = absl::StrCat(worker.master_port);
+}
 
 absl::StatusOr<std::vector<ProcessSpec>> BuildLaunchPlan(const peregrine::v1::Assignment& a,
                                                          const LaunchContext& context) {
@@ -72,8 +86,10 @@ absl::StatusOr<std::vector<ProcessSpec>> BuildLaunchPlan(const peregrine::v1::As
           absl::StrCat("assignment rank ", rank.global_rank(), " is outside world_size ", a.world_size()));
     }
     EnvMap env = machine_env;
-    env["RANK"] = absl::StrCat(rank.global_rank());
-    env["LOCAL_RANK"] = absl::StrCat(rank.local_rank());
+    SetTorchrunWorker({rank.global_rank(), rank.local_rank(), a.world_size(), a.ranks_size(), a.master_addr(),
+                       a.master_port()},
+                      &env);
+    env["ROLE_RANK"] = absl::StrCat(rank.global_rank());
     env["PEREGRINE_TP_RANK"] = absl::StrCat(rank.tp());
     env["PEREGRINE_PP_RANK"] = absl::StrCat(rank.pp());
     env["PEREGRINE_DP_RANK"] = absl::StrCat(rank.dp());

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent/launch_plan.h"
 #include "agent/supervisor.h"
 #include "diagnosis/tools/standin_device.h"
 
@@ -47,12 +48,7 @@ int64_t NcclTimeoutMs(const DiagnosticInvocation& inv, absl::Time now) {
 std::map<std::string, std::string> RankEnvironment(const DiagnosticInvocation& inv, const RankWorld& world, int gpu,
                                                    int64_t nccl_timeout_ms) {
   std::map<std::string, std::string> env = TrainingEnvironment(inv);
-  env["RANK"] = absl::StrCat(world.rank_base + gpu);
-  env["WORLD_SIZE"] = absl::StrCat(world.world);
-  env["LOCAL_RANK"] = absl::StrCat(gpu);
-  env["LOCAL_WORLD_SIZE"] = absl::StrCat(inv.gpus);
-  env["MASTER_ADDR"] = world.master_addr;
-  env["MASTER_PORT"] = absl::StrCat(world.master_port);
+  SetTorchrunWorker({world.rank_base + gpu, gpu, world.world, inv.gpus, world.master_addr, world.master_port}, &env);
   env["PEREGRINE_MACHINE_ID"] = inv.machine_id;
   env["PEREGRINE_NCCL_TIMEOUT_MS"] = absl::StrCat(nccl_timeout_ms);
   return env;

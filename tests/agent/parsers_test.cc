@@ -246,6 +246,51 @@ TEST_CASE("launch plan sets the rendezvous and layout environment per rank", "[u
   CHECK(env["PEREGRINE_MACHINE_ID"] == "node-a");
 }
 
+TEST_CASE("launch plan gives every rank torchrun's worker environment", "[unit]") {
+  LaunchContext context{{"HOME=/root", "GROUP_RANK=stale"}, "node-a", "", "now", "ml/pretrain", 0};
+  auto plan = BuildLaunchPlan(TwoRankAssignment(), context);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->size() == 2);
+  // What torch.distributed.elastic's agent sets for worker 1 of node 1 (of 2 nodes x 2
+  // workers), restarted twice before this attempt, plus NODE_RANK / NNODES.
+  const std::map<std::string, std::string> want = {
+      {"RANK", "3"},           {"LOCAL_RANK", "1"},          {"WORLD_SIZE", "4"},
+      {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},        {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_RANK", "3"},      {"ROLE_WORLD_SIZE", "4"},     {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_RUN_ID", "ml/pretrain"}, {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"NODE_RANK", "1"},      {"NNODES", "2"}};
+  for (size_t i = 0; i < plan->size(); ++i) {
+    std::map<std::string, std::string> expected = want;
+    expected["RANK"] = expected["ROLE_RANK"] = std::to_string(2 + i);
+    expected["LOCAL_RANK"] = std::to_string(i);
+    auto env = EnvOf((*plan)[i]);
+    for (const auto& [key, value] : expected) {
+      INFO("local rank " << i << ": " << key);
+      CHECK(env[key] == value);
+    }
+  }
+  // The first attempt has not restarted; a limit in the context is passed through.
+  peregrine::v1::Assignment first = TwoRankAssignment();
+  first.set_attempt(1);
+  context.max_restarts = 3;
+  auto again = BuildLaunchPlan(first, context);
+  REQUIRE(again.ok());
+  CHECK(EnvOf((*again)[0])["TORCHELASTIC_RESTART_COUNT"] == "0");
+  CHECK(EnvOf((*again)[0])["TORCHELASTIC_MAX_RESTARTS"] == "3");
+  first.set_attempt(0);  // an assignment from before attempts were counted
+  CHECK(EnvOf((*BuildLaunchPlan(first, context))[0])["TORCHELASTIC_RESTART_COUNT"] == "0");
+}
+
+TEST_CASE("SetTorchrunWorker sets the rendezvous variables over an environment", "[unit]") {
+  std::map<std::string, std::string> env = {{"PATH", "/bin"}, {"RANK", "stale"}};
+  SetTorchrunWorker({5, 1, 8, 4, "10.0.0.9", 29501}, &env);
+  const std::map<std::string, std::string> want = {
+      {"PATH", "/bin"},        {"RANK", "5"},              {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"},
+      {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "29501"}};
+  CHECK(env == want);
+}
+
 TEST_CASE("launch plan refuses assignments it cannot run", "[unit]") {
   LaunchContext context;
   auto bad = [&](auto mutate) {
