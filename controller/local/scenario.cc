@@ -29,6 +29,45 @@ ScenarioStep AtStep(std::vector<FaultRequest> faults) {
   return step;
 }
 
+// A step of `faults` that waits for `trigger` instead of the scenario's step.
+ScenarioStep When(ScenarioStep::Trigger trigger, std::vector<FaultRequest> faults) {
+  ScenarioStep step = AtStep(std::move(faults));
+  step.trigger = trigger;
+  return step;
+}
+
+// A fault of `kind` on the machine in `slot`, GPU `local_rank` (-1: every GPU, or none).
+FaultRequest Fault(const char* kind, int slot, int local_rank = -1) {
+  FaultRequest fault;
+  fault.kind = kind;
+  fault.slot = slot;
+  fault.local_rank = local_rank;
+  return fault;
+}
+
+// A GPU that computes 3x slower.
+FaultRequest SlowGpu(int slot, int local_rank) {
+  FaultRequest slow = Fault("slow", slot, local_rank);
+  slow.factor = 3;
+  return slow;
+}
+
+// 20 ms per message between the machines in slot 0 and slot 1 (the machines of DP groups 0
+// and 1 in the demo layout).
+FaultRequest CongestedLink(int machines) {
+  FaultRequest link = Fault("link", 0);
+  link.peer_slot = machines > 1 ? 1 : 0;
+  link.delay_us = 20000;
+  return link;
+}
+
+// "scenario <name> step <n>: <what>: <why>", with the status' code.
+absl::Status StepError(const Scenario& scenario, size_t step_index, const std::string& what,
+                       const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrFormat("scenario %s step %d: %s: %s", scenario.name, step_index + 1,
+                                                     what, status.message()));
+}
+
 }  // namespace
 
 std::string ScenarioNames() { return absl::StrJoin(kScenarioNames, ", "); }
@@ -38,66 +77,33 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJ
   Scenario s;
   s.name = name;
   if (name == "kill-machine") {
-    FaultRequest kill;
-    kill.kind = "kill";
-    kill.slot = machines > 2 ? 2 : machines - 1;
-    s.steps.push_back(AtStep({kill}));
+    s.steps.push_back(AtStep({Fault("kill", machines > 2 ? 2 : machines - 1)}));
     return s;
   }
   if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, no restart
-    FaultRequest slow;
-    slow.kind = "slow";
-    slow.slot = machines > 1 ? 1 : 0;
-    slow.local_rank = 0;
-    slow.factor = 3;
-    s.steps.push_back(AtStep({slow}));
+    s.steps.push_back(AtStep({SlowGpu(machines > 1 ? 1 : 0, 0)}));
     s.at_step = 60;
     return s;
   }
   if (name == "failslow-congested-link") {  // 20 ms per message between the machines of DP groups 0 and 1
-    FaultRequest link;
-    link.kind = "link";
-    link.slot = 0;
-    link.peer_slot = machines > 1 ? 1 : 0;
-    link.delay_us = 20000;
-    s.steps.push_back(AtStep({link}));
+    s.steps.push_back(AtStep({CongestedLink(machines)}));
     s.at_step = 60;
     return s;
   }
   if (name == "failslow-rank-and-link") {  // a 3x slower GPU and a congested link at once: both named
-    FaultRequest slow;
-    slow.kind = "slow";
-    slow.slot = machines > 2 ? 2 : 0;
-    slow.local_rank = 1;
-    slow.factor = 3;
-    FaultRequest link;
-    link.kind = "link";
-    link.slot = 0;
-    link.peer_slot = machines > 1 ? 1 : 0;
-    link.delay_us = 20000;
-    s.steps.push_back(AtStep({slow, link}));
+    s.steps.push_back(AtStep({SlowGpu(machines > 2 ? 2 : 0, 1), CongestedLink(machines)}));
     s.at_step = 60;
     return s;
   }
   if (name == "failslow-two-slow-ranks") {  // two GPUs on different machines, sharing no group, 3x slower
-    FaultRequest first;
-    first.kind = "slow";
-    first.slot = machines > 1 ? 1 : 0;
-    first.local_rank = 1;
-    first.factor = 3;
-    FaultRequest second = first;
-    second.slot = machines > 2 ? 2 : 0;
-    second.local_rank = 0;
-    s.steps.push_back(AtStep({first, second}));
+    s.steps.push_back(AtStep({SlowGpu(machines > 1 ? 1 : 0, 1), SlowGpu(machines > 2 ? 2 : 0, 0)}));
     s.at_step = 60;
     return s;
   }
   if (name == "failslow-jitter") {  // every GPU's compute +-5% per iteration: no fail-slow may be reported
     std::vector<FaultRequest> all;
     for (int m = 0; m < machines; ++m) {
-      FaultRequest jitter;
-      jitter.kind = "jitter";
-      jitter.slot = m;
+      FaultRequest jitter = Fault("jitter", m);
       jitter.fraction = 0.05;
       all.push_back(jitter);
     }
@@ -106,10 +112,7 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJ
     return s;
   }
   if (name == "xid") {  // a fatal Xid (79, GPU fallen off the bus) on one machine's GPU 0
-    FaultRequest xid;
-    xid.kind = "xid";
-    xid.slot = machines > 1 ? 1 : 0;
-    xid.local_rank = 0;
+    FaultRequest xid = Fault("xid", machines > 1 ? 1 : 0, 0);
     xid.xid = 79;
     s.steps.push_back(AtStep({xid}));
     return s;
@@ -117,40 +120,25 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJ
   if (name == "nic-flap" || name == "nic-flap-twice") {
     // One NIC flap is tolerated; a second flap episode of the same NIC within
     // networkAlarmWindowSeconds evicts the machine.
-    FaultRequest flap;
-    flap.kind = "nic-flap";
-    flap.slot = machines > 2 ? 2 : machines - 1;
+    const FaultRequest flap = Fault("nic-flap", machines > 2 ? 2 : machines - 1);
     s.steps.push_back(AtStep({flap}));
-    if (name == "nic-flap-twice") {
-      ScenarioStep second = AtStep({flap});
-      second.trigger = ScenarioStep::Trigger::kNetworkAlarmEnded;
-      s.steps.push_back(second);
-    }
+    if (name == "nic-flap-twice") s.steps.push_back(When(ScenarioStep::Trigger::kNetworkAlarmEnded, {flap}));
     return s;
   }
   // One machine of the last pipeline stage hangs in its compute (demo layout: slot 2 holds
   // stage 1 of dp 0): its stage-0 peers wait for gradients in recv, the other pipeline waits
   // in the DP all-reduce, whatever compute the hang hits; stack aggregation evicts the pipeline group.
   if (name == "hang-pp-stage") {
-    FaultRequest hang;
-    hang.kind = "hang";
-    hang.slot = machines > 2 ? 2 : machines - 1;
-    hang.local_rank = -1;
-    s.steps.push_back(AtStep({hang}));
+    s.steps.push_back(AtStep({Fault("hang", machines > 2 ? 2 : machines - 1)}));
     return s;
   }
   if (name == "crash" || name == "crash-once") {
-    FaultRequest crash;
-    crash.kind = "crash";
-    crash.slot = machines > 1 ? 1 : 0;
-    crash.local_rank = 0;
+    const FaultRequest crash = Fault("crash", machines > 1 ? 1 : 0, 0);
     s.steps.push_back(AtStep({crash}));
     if (name == "crash-once") {  // one-off: cleared once the incident opened
       FaultRequest clear = crash;
       clear.kind = "clear";
-      ScenarioStep step = AtStep({clear});
-      step.trigger = ScenarioStep::Trigger::kIncidentOpened;
-      s.steps.push_back(step);
+      s.steps.push_back(When(ScenarioStep::Trigger::kIncidentOpened, {clear}));
     }
     return s;
   }
@@ -168,19 +156,11 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJ
     return s;
   }
   if (name == "nan") {  // one machine's GPUs contribute NaN to every collective
-    FaultRequest nan;
-    nan.kind = "nan";
-    nan.slot = machines > 1 ? 1 : 0;
-    nan.local_rank = -1;
-    s.steps.push_back(AtStep({nan}));
+    s.steps.push_back(AtStep({Fault("nan", machines > 1 ? 1 : 0)}));
     return s;
   }
   if (name == "sdc") {  // one machine's backward kernel silently corrupts gradients: replay finds it
-    FaultRequest sdc;
-    sdc.kind = "sdc";
-    sdc.slot = machines > 1 ? 1 : 0;
-    sdc.local_rank = -1;
-    s.steps.push_back(AtStep({sdc}));
+    s.steps.push_back(AtStep({Fault("sdc", machines > 1 ? 1 : 0)}));
     return s;
   }
   return absl::InvalidArgumentError(
@@ -246,19 +226,12 @@ absl::StatusOr<ScenarioRun> RunScenario(LocalMode& mode, const std::optional<Sce
           machine = f.slot >= 0 && f.slot < static_cast<int>(st.slots.size()) ? st.slots[f.slot].machine_id : f.machine;
         }
         auto result = mode.Inject(f);
-        if (!result.ok()) {
-          return absl::Status(result.status().code(), absl::StrFormat("scenario %s step %d: inject %s: %s", scenario->name,
-                                                                      next + 1, f.kind, result.status().message()));
-        }
+        if (!result.ok()) return StepError(*scenario, next, absl::StrCat("inject ", f.kind), result.status());
         done.push_back(*result);
       }
       if (step.code_update) {
         auto accepted = controller.UpdateJob(ApplyCodeUpdate(controller.job(), *step.code_update));
-        if (!accepted.ok()) {
-          return absl::Status(accepted.status().code(), absl::StrFormat("scenario %s step %d: code update: %s",
-                                                                        scenario->name, next + 1,
-                                                                        accepted.status().message()));
-        }
+        if (!accepted.ok()) return StepError(*scenario, next, "code update", accepted.status());
         done.push_back(absl::StrFormat("urgent code update to revision %s (generation %d)",
                                        step.code_update->revision, *accepted));
         controller.Note(absl::StrCat("Scenario: ", done.back()));
