@@ -155,6 +155,17 @@ std::function<bool(const JobStatus&)> RunningWithStandby(uint64_t step) {
   };
 }
 
+// Starts a controller (replica-a) and the kubelet, submits job `name` of `machines`
+// machines and waits until it runs past step `step` with its standby ready; returns the
+// controller.
+KubeMode* RunJob(Env& env, const std::string& name, int machines, uint64_t step) {
+  KubeMode* mode = env.StartController();
+  env.StartKubelet();
+  env.Submit(JobManifest(name, machines));
+  REQUIRE(env.WaitStatus(name, RunningWithStandby(step)));
+  return mode;
+}
+
 // A live scrape of the controller's /metrics.
 std::string Scrape(KubeMode& mode) {
   httplib::Client http("127.0.0.1", mode.http_port());
@@ -206,10 +217,7 @@ TEST_CASE("a TrainingJob runs from creation to completion", "[integration]") {
 
 TEST_CASE("a pod dies and a standby takes its slot, the other pods untouched", "[integration]") {
   Env env;
-  env.StartController();
-  env.StartKubelet();
-  env.Submit(JobManifest("swap", 3));
-  REQUIRE(env.WaitStatus("swap", RunningWithStandby(5)));
+  RunJob(env, "swap", 3, 5);
   const auto before = *env.Status("swap");
   const std::string standby = before.standbys.at(0).pod;
   const std::string uid0 = env.Uid("pods", "swap-m0"), uid2 = env.Uid("pods", "swap-m2");
@@ -244,10 +252,7 @@ std::vector<json> NodeEvents(Env& env, const std::string& node) {
 
 TEST_CASE("a node going NotReady evicts exactly its machine, once, and cordons it", "[integration]") {
   Env env;
-  KubeMode* first = env.StartController("replica-a");
-  env.StartKubelet();
-  env.Submit(JobManifest("nr", 3));
-  REQUIRE(env.WaitStatus("nr", RunningWithStandby(5)));
+  KubeMode* first = RunJob(env, "nr", 3, 5);
   const auto before = *env.Status("nr");
   const std::string standby = before.standbys.at(0).pod;
   const std::string bad_node = env.kubelet->NodeOf("nr-m1");
@@ -306,10 +311,7 @@ TEST_CASE("a node going NotReady evicts exactly its machine, once, and cordons i
 
 TEST_CASE("watch streams drop mid-recovery and reconcile still converges", "[integration]") {
   Env env;
-  env.StartController();
-  env.StartKubelet();
-  env.Submit(JobManifest("drop", 2));
-  REQUIRE(env.WaitStatus("drop", RunningWithStandby(3)));
+  RunJob(env, "drop", 2, 3);
   env.script.progress = false;
   REQUIRE(env.kubelet->KillPod("drop-m0"));
   env.server.DropWatchesForTest();
@@ -349,10 +351,7 @@ TEST_CASE("a stale status write is re-read and retried", "[integration]") {
 
 TEST_CASE("a controller restarted mid-recovery does not evict twice", "[integration]") {
   Env env;
-  KubeMode* first = env.StartController("replica-a");
-  env.StartKubelet();
-  env.Submit(JobManifest("restart", 2));
-  REQUIRE(env.WaitStatus("restart", RunningWithStandby(3)));
+  KubeMode* first = RunJob(env, "restart", 2, 3);
   env.script.progress = false;  // recovery cannot complete before the restart
   REQUIRE(env.kubelet->KillPod("restart-m1"));
   REQUIRE(env.WaitStatus("restart", [](const JobStatus& st) { return st.evicted.size() == 1; }));
@@ -619,10 +618,7 @@ TEST_CASE("kube-mode /metrics passes promtool and shows API requests and errors"
 
 TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]") {
   Env env;
-  KubeMode* mode = env.StartController();
-  env.StartKubelet();
-  env.Submit(JobManifest("gone", 2));
-  REQUIRE(env.WaitStatus("gone", RunningWithStandby(0)));
+  KubeMode* mode = RunJob(env, "gone", 2, 0);
   // The job's metric series are live while it runs ...
   const std::string series = "job=\"gone\",namespace=\"train\"";
   REQUIRE(Eventually([&] { return absl::StrContains(Scrape(*mode), "peregrine_job_last_completed_step{" + series); }));
