@@ -1,0 +1,55 @@
+#include "agent/checkpoint/peer_channel.h"
+
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace peregrine::checkpoint {
+
+bool TokenMatches(std::string_view presented, std::string_view expected) {
+  // Every byte of the longer string is visited, so the time does not reveal the length
+  // of a matching prefix.
+  const size_t n = std::max(presented.size(), expected.size());
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    const unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
+    diff |= static_cast<unsigned char>(a ^ b);
+  }
+  return diff == 0;
+}
+
+std::string BearerToken(const grpc::ServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  std::string value(it->second.data(), it->second.size());
+  return absl::StartsWith(value, "Bearer ") ? value.substr(7) : "";
+}
+
+std::unique_ptr<grpc::ClientContext> PeerCallContext(const std::string& token, absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  return context;
+}
+
+std::unique_ptr<peregrine::v1::CheckpointPeer::Stub> PeerStub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 * static_cast<int>(kShardChunkBytes));
+  return peregrine::v1::CheckpointPeer::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+}  // namespace peregrine::checkpoint

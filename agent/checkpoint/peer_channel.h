@@ -1,0 +1,35 @@
+// What both ends of the CheckpointPeer data channel share: the chunk size, the bearer
+// token on a call and its constant-time check, a client stub for an address, and the
+// status mapping at the RPC edge. Thread-safe (no shared state).
+#ifndef PEREGRINE_AGENT_CHECKPOINT_PEER_CHANNEL_H_
+#define PEREGRINE_AGENT_CHECKPOINT_PEER_CHANNEL_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "peregrine/v1/checkpoint.grpc.pb.h"
+
+namespace peregrine::checkpoint {
+
+inline constexpr size_t kShardChunkBytes = 1 << 20;
+
+// True when `presented` equals `expected`, in time that depends only on their lengths.
+bool TokenMatches(std::string_view presented, std::string_view expected);
+// The job token of a call ("authorization: Bearer <token>"), empty when absent.
+std::string BearerToken(const grpc::ServerContext& context);
+// A client context carrying the token (when not empty) and a deadline of `timeout`.
+std::unique_ptr<grpc::ClientContext> PeerCallContext(const std::string& token, absl::Duration timeout);
+// A stub over an insecure channel to host:port (the data channel runs inside the cluster
+// network; the job token authenticates each call).
+std::unique_ptr<peregrine::v1::CheckpointPeer::Stub> PeerStub(const std::string& address);
+
+absl::Status FromGrpc(const grpc::Status& status);
+grpc::Status ToGrpc(const absl::Status& status);
+
+}  // namespace peregrine::checkpoint
+
+#endif  // PEREGRINE_AGENT_CHECKPOINT_PEER_CHANNEL_H_
