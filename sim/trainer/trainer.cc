@@ -12,18 +12,25 @@
 
 #include "diagnosis/parallel_layout.h"
 #include "nccl.h"
-#include "sim/fault/fault_table.h"
 #include "diagnosis/tools/nccl_rendezvous.h"
+#include "sim/fault/fault_table.h"
+#include "sim/trainer/state_store.h"
+#include "sim/trainer/train_state.h"
 
 // The trainer's model and schedule.
 //
-// Model (stateless, so a resume needs no checkpoint): each pipeline stage is one
-// row-parallel linear layer a' = tanh(W a) with W (hidden x hidden) generated from the
-// seed and the stage; TP rank t holds the columns [t*H/TP, (t+1)*H/TP). Micro-batch inputs
-// and targets are generated from (seed, step, dp index, micro-batch). Weights are not
-// updated, so the loss of step n depends only on n and on the data that crossed the
-// collectives in step n: identical across runs, ranks and resumes, and changed by a
-// nan/corrupt fault anywhere on the path.
+// Model: each pipeline stage is one row-parallel linear layer a' = tanh(W a) with W
+// (hidden x hidden) initialised from the seed and the stage; TP rank t holds the columns
+// [t*H/TP, (t+1)*H/TP). The data set of DP replica d is an endless sequence of samples
+// (input, target) generated from (seed, d, sample index); micro-batch m of a step reads
+// sample data_position + m, and the data RNG (one draw per step) adds augmentation noise
+// to the inputs. After the DP gradient reduction every rank updates its weight shard by
+// SGD with momentum (train_state.h); DP replicas hold identical weights, as under DDP.
+// Everything a step depends on besides the collectives' data is in the TrainState
+// (weights, momentum, RNG, data position, step), so a state restored from a checkpoint
+// continues exactly, and a lost one (fresh weights at step k) shows in the losses and the
+// final weight digest. A step whose global loss or gradient norm is not finite (a nan
+// fault) updates nothing, so the weights stay finite once the fault is gone.
 //
 // Schedule (GPipe): per step, forward for micro-batches 0..M-1 (recv activations from the
 // previous stage, local partial matmul, TP all-reduce, tanh, send to the next stage), then
@@ -33,7 +40,9 @@
 // all-reduce of (loss, grad-norm^2) so every rank prints the same line.
 //
 // Replay (PEREGRINE_REPLAY=1, see TrainerOptions::replay) is the same loop with `layers`
-// layers split evenly over the stages (layer l's weights depend only on the seed and l).
+// layers split evenly over the stages (layer l's weights depend only on the seed and l),
+// stateless: inputs from (seed, step, global micro-batch), no weight update, no checkpoint,
+// so a replayed step's bits depend only on the step and the data path.
 //
 // Faults (sim/fault, keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied in the
 // compute: compute_slowdown stretches it, hang blocks until cleared, crash prints a
@@ -207,24 +216,47 @@ int RunTrainer(const TrainerOptions& o) {
   // (the data does not depend on the DP size).
   std::vector<uint64_t> data_index;
   for (int g = 0; g < o.micro_batches; ++g) {
-    if (!o.replay) {
-      data_index.push_back(me.dp * 1000003ull + g);
-    } else if (g % o.dp == me.dp) {
-      data_index.push_back(static_cast<uint64_t>(g));
-    }
+    if (!o.replay || g % o.dp == me.dp) data_index.push_back(static_cast<uint64_t>(g));
   }
   const int M = static_cast<int>(data_index.size());
   const float scale = 1.5f / std::sqrt(static_cast<float>(H));
   const size_t layer_count = static_cast<size_t>(H) * S;
-  std::vector<float> w(layer_count * L);
+  const StateShape shape{static_cast<uint32_t>(o.rank), static_cast<uint32_t>(o.world_size),
+                         static_cast<uint32_t>(o.tp), static_cast<uint32_t>(o.pp),
+                         static_cast<uint32_t>(o.dp), static_cast<uint32_t>(H), static_cast<uint32_t>(L),
+                         static_cast<uint32_t>(M), o.seed, layer_count * L};
+  TrainState state;
+  state.weights.resize(layer_count * L);
+  state.momentum.assign(layer_count * L, 0.0f);
+  state.rng = Mix(o.seed ^ Mix(0x5eed0000ull + me.dp));
+  state.step = static_cast<uint64_t>(o.resume_step);
   for (int l = 0; l < L; ++l) {
     const int global_layer = me.pp * L + l;
     for (int i = 0; i < H; ++i) {
       for (int jl = 0; jl < S; ++jl) {
-        w[l * layer_count + static_cast<size_t>(i) * S + jl] = scale * Uniform(o.seed, 1, global_layer, i, j0 + jl);
+        state.weights[l * layer_count + static_cast<size_t>(i) * S + jl] =
+            scale * Uniform(o.seed, 1, global_layer, i, j0 + jl);
       }
     }
   }
+  const bool store = !o.replay && CheckpointStoreAvailable();
+  if (o.resume_step > 0 && !o.replay) {
+    if (store) {
+      absl::StatusOr<TrainState> loaded = LoadTrainState(shape, static_cast<uint64_t>(o.resume_step));
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "[peregrine] rank %d: cannot resume at step %d: %s\n", o.rank, o.resume_step,
+                     loaded.status().ToString().c_str());
+        return kExitCheckpoint;
+      }
+      state = *std::move(loaded);
+    } else {
+      std::fprintf(stderr,
+                   "[peregrine] rank %d: no checkpoint store: steps %d.. start from a fresh state "
+                   "(the trained state is lost)\n",
+                   o.rank, o.resume_step + 1);
+    }
+  }
+  std::vector<float>& w = state.weights;
   // a_in[m][l]: input of layer l for micro-batch m; a_out[m][l]: its output.
   std::vector<std::vector<std::vector<float>>> a_in(M, std::vector<std::vector<float>>(L, std::vector<float>(H)));
   std::vector<std::vector<std::vector<float>>> a_out = a_in;
@@ -240,11 +272,23 @@ int RunTrainer(const TrainerOptions& o) {
     const auto step_start = Clock::now();
     std::fill(grad.begin(), grad.end(), 0.0f);
     double loss_sum = 0;
+    // This step's samples and augmentation (the same on every rank of a DP replica).
+    const uint64_t noise_key = o.replay ? 0 : NextRandom(&state.rng);
+    auto sample = [&](int m) {
+      return o.replay ? data_index[m] : state.data_position + static_cast<uint64_t>(m);
+    };
+    auto input = [&](int m, int j) {
+      if (o.replay) return Uniform(o.seed, 2, step, sample(m), j);
+      return Uniform(o.seed, 2, me.dp, sample(m), j) + 0.25f * Uniform(noise_key, 4, m, j, 0);
+    };
+    auto target = [&](int m, int i) {
+      return 0.8f * (o.replay ? Uniform(o.seed, 3, step, sample(m), i) : Uniform(o.seed, 3, me.dp, sample(m), i));
+    };
     // Forward.
     for (int m = 0; m < M; ++m) {
       std::vector<float>& x0 = a_in[m][0];
       if (first_stage) {
-        for (int j = 0; j < H; ++j) x0[j] = Uniform(o.seed, 2, step, data_index[m], j);
+        for (int j = 0; j < H; ++j) x0[j] = input(m, j);
       } else {
         NCCL_OR_DIE(ncclRecv(x0.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
       }
@@ -273,8 +317,7 @@ int RunTrainer(const TrainerOptions& o) {
       if (last_stage) {
         double l2 = 0;
         for (int i = 0; i < H; ++i) {
-          const float target = 0.8f * Uniform(o.seed, 3, step, data_index[m], i);
-          const float d = a_out[m][L - 1][i] - target;
+          const float d = a_out[m][L - 1][i] - target(m, i);
           l2 += static_cast<double>(d) * d;
           g[i] = 2.0f * d / static_cast<float>(H);
         }
@@ -338,7 +381,25 @@ int RunTrainer(const TrainerOptions& o) {
                   static_cast<unsigned long long>(loss_bits), static_cast<unsigned long long>(norm_bits));
     }
     std::fflush(stdout);
+    if (o.replay) continue;
+    // SGD with momentum on this rank's shard; a non-finite step changes nothing.
+    if (std::isfinite(loss) && std::isfinite(grad_norm)) {
+      for (size_t k = 0; k < grad_count; ++k) {
+        state.momentum[k] = kMomentum * state.momentum[k] + grad[k];
+        w[k] -= kLearningRate * state.momentum[k];
+      }
+    }
+    state.data_position += static_cast<uint64_t>(M);
+    state.step = static_cast<uint64_t>(step);
+    if (store && o.checkpoint_interval > 0 && step % o.checkpoint_interval == 0) {
+      if (absl::Status s = SaveTrainState(shape, state); !s.ok()) {
+        std::fprintf(stderr, "[peregrine] rank %d: %s\n", o.rank, s.ToString().c_str());
+      }
+    }
   }
+  std::printf("[peregrine] final step=%llu weight_digest=%s\n",
+              static_cast<unsigned long long>(o.replay ? o.steps : state.step), WeightDigest(w).c_str());
+  std::fflush(stdout);
   ncclCommDestroy(dp_comm);
   ncclCommDestroy(pp_comm);
   ncclCommDestroy(tp_comm);

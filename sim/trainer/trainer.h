@@ -3,12 +3,20 @@
 // libnccl.so.2 (sim/nccl) by default; the same binary links to any libnccl.so.2.
 //
 // RunTrainer runs steps resume_step+1 .. steps and returns the process exit code. The
-// model is stateless (a resume needs no checkpoint): the loss of step n depends only on
-// n, the seed and the data that crossed the collectives in step n, so it is identical
-// across runs, ranks and resumes and changes under a nan/corrupt fault anywhere on the
-// path. Faults from sim/fault (keyed by PEREGRINE_MACHINE_ID and LOCAL_RANK) are applied
-// in the compute. The model, the GPipe schedule and replay mode are described in
-// trainer.cc.
+// model is stateful: each rank trains its shard of the weights by SGD with momentum and
+// reads its data through an RNG and a data position, all of which are its TrainState
+// (train_state.h). With a checkpoint store (PEREGRINE_CHECKPOINT_DIR) the state is saved
+// every checkpoint_interval steps and a resume loads the state of resume_step, so losses
+// and weights continue bit-identically to an uninterrupted run of the same seed; a resume
+// without a store starts from a fresh state at resume_step+1 (the state is lost, the
+// losses and weights differ from an uninterrupted run). A resume whose checkpoint is
+// missing, corrupt or of another layout exits with kExitCheckpoint. Every rank prints at
+// the end "[peregrine] final step=<n> weight_digest=<sha256 hex of its weights>".
+// Losses are identical across ranks and change under a nan/corrupt fault anywhere on the
+// path; a step whose loss or gradient is not finite updates nothing (as a mixed-precision
+// loss scaler skips it). Faults from sim/fault (keyed by PEREGRINE_MACHINE_ID and
+// LOCAL_RANK) are applied in the compute. The model, the GPipe schedule and replay mode
+// (stateless, unchanged by checkpoints) are described in trainer.cc.
 //
 // Thread safety: RunTrainer is called once per process from main.
 #ifndef PEREGRINE_SIM_TRAINER_TRAINER_H_
@@ -31,6 +39,7 @@ struct TrainerOptions {
   int pp = 1;                // PEREGRINE_PP
   int dp = 1;                // PEREGRINE_DP
   int resume_step = 0;       // PEREGRINE_RESUME_STEP: steps resume_step+1 .. steps run
+  int checkpoint_interval = 0;  // PEREGRINE_CHECKPOINT_INTERVAL: save every N steps (0: off)
   // Flags.
   int steps = 10;            // --steps
   int micro_batches = 4;     // --micro-batches
@@ -51,6 +60,7 @@ struct TrainerOptions {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNcclError = 3;
+inline constexpr int kExitCheckpoint = 4;  // the checkpoint to resume from is missing or unusable
 
 // Runs the loop; returns the process exit code (kExitOk after the last step).
 int RunTrainer(const TrainerOptions& options);

@@ -3,6 +3,8 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // PEREGRINE_TP, PEREGRINE_PP, PEREGRINE_DP, PEREGRINE_RESUME_STEP, PEREGRINE_MACHINE_ID,
 // PEREGRINE_SIM_FAULTS (and PEREGRINE_NCCL_TIMEOUT_MS for the stand-in NCCL).
+// Checkpoints (trainer.h): PEREGRINE_CHECKPOINT_INTERVAL (save every N steps, 0: off) and
+// the store the client library reads (PEREGRINE_CHECKPOINT_DIR, ...).
 // Dual-phase replay: PEREGRINE_REPLAY=1 with PEREGRINE_REPLAY_LAYERS, PEREGRINE_REPLAY_STEPS
 // and PEREGRINE_REPLAY_SEED (each optional) override --steps/--seed, start from step 1 and
 // replay with that many layers (trainer.h).
@@ -12,7 +14,9 @@
 //        (sim/trainer/reference_step.h; uses RANK, WORLD_SIZE, MASTER_*, --seed, --steps)
 // Output: after every step, on every rank, one stdout line
 //   [peregrine] step=<n> loss=<%.9g> grad_norm=<%.9g> iter_ms=<%.3f>
-// Exit: 0 after the last step, 2 on bad configuration, 3 on any NCCL error, 143 on SIGTERM.
+// and at the end "[peregrine] final step=<n> weight_digest=<sha256 hex>".
+// Exit: 0 after the last step, 2 on bad configuration, 3 on any NCCL error, 4 when the
+// checkpoint to resume from is missing or unusable, 143 on SIGTERM.
 #include <signal.h>
 #include <unistd.h>
 
@@ -84,7 +88,8 @@ int main(int argc, char** argv) {
             EnvInt("PEREGRINE_TP", 1, 1 << 20, &o.tp, false) &&
             EnvInt("PEREGRINE_PP", 1, 1 << 20, &o.pp, false) &&
             EnvInt("PEREGRINE_DP", 1, 1 << 20, &o.dp, false) &&
-            EnvInt("PEREGRINE_RESUME_STEP", 0, 1 << 30, &o.resume_step, false);
+            EnvInt("PEREGRINE_RESUME_STEP", 0, 1 << 30, &o.resume_step, false) &&
+            EnvInt("PEREGRINE_CHECKPOINT_INTERVAL", 0, 1 << 30, &o.checkpoint_interval, false);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     o.master_addr = addr;
   }
@@ -139,6 +144,7 @@ int main(int argc, char** argv) {
   if (const char* replay = std::getenv("PEREGRINE_REPLAY"); ok && replay != nullptr && std::string(replay) == "1") {
     o.replay = true;
     o.resume_step = 0;
+    o.checkpoint_interval = 0;
     int seed = -1;
     ok = EnvInt("PEREGRINE_REPLAY_LAYERS", 1, 1 << 16, &o.layers, false) &&
          EnvInt("PEREGRINE_REPLAY_STEPS", 1, 1 << 30, &o.steps, false) &&

@@ -1,4 +1,6 @@
-// sim-trainer end to end: a TP=2 PP=2 DP=2 world of 8 real processes on the stand-in NCCL.
+// sim-trainer end to end: a TP=2 PP=2 DP=2 world of 8 real processes on the stand-in NCCL,
+// with real checkpoint stores (a directory per rank, as the agent gives each rank).
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -6,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "checkpoint/shard_format.h"
 #include "sim/fault/fault_control.h"
 #include "tests/sim/sim_test_util.h"
 
@@ -22,7 +25,15 @@ struct StepLine {
 struct RunResult {
   std::vector<std::optional<int>> statuses;
   std::vector<std::vector<StepLine>> lines;  // per rank
+  std::vector<std::string> digests;          // per rank: the final weight digest
   std::vector<std::string> stderr_text;
+};
+
+// A checkpoint store per rank: <root>/rank-<r>, saving every `interval` steps (0: none).
+struct Store {
+  std::string root;  // empty: no store
+  int interval = 0;
+  std::string RankDir(int r) const { return root + "/rank-" + std::to_string(r); }
 };
 
 std::string Slurp(const std::string& path) {
@@ -35,7 +46,8 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
                                                       int steps, int resume_step,
                                                       const std::string& faults,
                                                       const std::vector<std::string>& extra,
-                                                      const std::string& timeout_ms = "") {
+                                                      const std::string& timeout_ms = "",
+                                                      const Store& store = {}) {
   const int port = FreeLoopbackPort();
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 8; ++r) {
@@ -50,6 +62,11 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
              {"PEREGRINE_DP", "2"},                 {"PEREGRINE_RESUME_STEP", std::to_string(resume_step)},
              {"PEREGRINE_MACHINE_ID", std::to_string(r / 2)},
              {"PEREGRINE_SIM_FAULTS", faults},      {"PEREGRINE_NCCL_TIMEOUT_MS", timeout_ms}};
+    if (!store.root.empty()) {
+      std::filesystem::create_directories(store.RankDir(r));
+      o.env["PEREGRINE_CHECKPOINT_DIR"] = store.RankDir(r);
+      o.env["PEREGRINE_CHECKPOINT_INTERVAL"] = std::to_string(store.interval);
+    }
     o.stdout_path = dir.Path(tag + ".out." + std::to_string(r));
     o.stderr_path = dir.Path(tag + ".err." + std::to_string(r));
     ranks.push_back(ChildProcess::Start(o));
@@ -59,26 +76,32 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
 
 // Runs 8 ranks (4 machines x 2) and waits for all of them.
 RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int resume_step,
-                   const std::string& faults, const std::vector<std::string>& extra = {}) {
+                   const std::string& faults, const std::vector<std::string>& extra = {},
+                   const Store& store = {}) {
   std::vector<std::unique_ptr<ChildProcess>> ranks =
-      StartWorld(dir, tag, steps, resume_step, faults, extra);
+      StartWorld(dir, tag, steps, resume_step, faults, extra, "", store);
   RunResult result;
   const std::regex line_re(
       R"(^\[peregrine\] step=(\d+) loss=(\S+) grad_norm=(\S+) iter_ms=([0-9.]+)$)");
+  const std::regex final_re(R"(^\[peregrine\] final step=(\d+) weight_digest=([0-9a-f]{64})$)");
   for (int r = 0; r < 8; ++r) {
     result.statuses.push_back(ranks[r] ? ranks[r]->Wait(kGenerous) : std::nullopt);
     std::vector<StepLine> lines;
+    std::string digest;
     std::ifstream in(dir.Path(tag + ".out." + std::to_string(r)));
     std::string line;
     while (std::getline(in, line)) {
       std::smatch m;
       if (std::regex_match(line, m, line_re)) {
         lines.push_back(StepLine{std::stoi(m[1]), m[2], m[3]});
+      } else if (digest.empty() && std::regex_match(line, m, final_re) && std::stoi(m[1]) == steps) {
+        digest = m[2];
       } else {
         lines.push_back(StepLine{-1, line, ""});  // any other stdout line fails comparisons
       }
     }
     result.lines.push_back(lines);
+    result.digests.push_back(digest);
     result.stderr_text.push_back(Slurp(dir.Path(tag + ".err." + std::to_string(r))));
   }
   return result;
@@ -103,12 +126,87 @@ TEST_CASE("sim-trainer: TP2 PP2 DP2 is deterministic across runs and ranks and r
     CHECK(b.lines[r] == a.lines[0]);
   }
 
-  const RunResult resumed = RunWorld(dir, "c", 6, 3, "");
-  const std::vector<StepLine> tail(a.lines[0].begin() + 3, a.lines[0].end());
+  // Each rank's weights are its (TP, PP) shard, the same in both DP replicas.
+  for (int r = 0; r < 8; ++r) {
+    CHECK(a.digests[r].size() == 64);
+    CHECK(b.digests[r] == a.digests[r]);
+    CHECK(a.digests[r] == a.digests[r ^ 2]);  // rank r ^ 2: the same shard in the other DP replica
+    if ((r & ~2) != 0) CHECK(a.digests[r] != a.digests[0]);  // another shard
+  }
+}
+
+// Finishes every saved shard of `store` the way the agent does before it restarts ranks.
+void FinishShards(const Store& store) {
+  for (int r = 0; r < 8; ++r) {
+    for (const auto& entry : std::filesystem::directory_iterator(store.RankDir(r))) {
+      uint64_t step = 0;
+      if (!checkpoint::ParseShardFileName(entry.path().filename(), &step)) continue;
+      std::string bytes = Slurp(entry.path());
+      REQUIRE(checkpoint::FinishShard(absl::MakeSpan(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size())).ok());
+      std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << bytes;
+    }
+  }
+}
+
+TEST_CASE("sim-trainer: a resume from its checkpoint continues bit-identically, a lost state does not",
+          "[e2e]") {
+  TempDir dir;
+  const RunResult full = RunWorld(dir, "full", 40, 0, "");
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << full.stderr_text[r]);
+    REQUIRE(ExitedWith(full.statuses[r], 0));
+    REQUIRE(full.lines[r].size() == 40);
+    REQUIRE(full.digests[r].size() == 64);
+  }
+  const std::vector<StepLine> tail(full.lines[0].begin() + 20, full.lines[0].end());
+
+  // 20 steps with a checkpoint every 10, then the rest from step 20's.
+  const Store store{dir.Path("store"), 10};
+  const RunResult first = RunWorld(dir, "first", 20, 0, "", {}, store);
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << first.stderr_text[r]);
+    REQUIRE(ExitedWith(first.statuses[r], 0));
+    CHECK(first.lines[r] == std::vector<StepLine>(full.lines[0].begin(), full.lines[0].begin() + 20));
+    for (uint64_t step : {10, 20}) {
+      CHECK(std::filesystem::exists(store.RankDir(r) + "/" + checkpoint::ShardFileName(step)));
+    }
+  }
+  FinishShards(store);
+  const RunResult resumed = RunWorld(dir, "resumed", 40, 20, "", {}, store);
   for (int r = 0; r < 8; ++r) {
     INFO("rank " << r << " stderr: " << resumed.stderr_text[r]);
     REQUIRE(ExitedWith(resumed.statuses[r], 0));
     CHECK(resumed.lines[r] == tail);
+    CHECK(resumed.digests[r] == full.digests[r]);
+  }
+
+  // Resuming at step 20 without the state (no store): fresh weights, other losses.
+  const RunResult lost = RunWorld(dir, "lost", 40, 20, "");
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << lost.stderr_text[r]);
+    REQUIRE(ExitedWith(lost.statuses[r], 0));
+    REQUIRE(lost.lines[r].size() == 20);
+    CHECK(lost.lines[r].back().loss != full.lines[r].back().loss);
+    CHECK(lost.digests[r] != full.digests[r]);
+  }
+
+  // A missing shard (rank 5) and a corrupt one (rank 2): those ranks refuse to resume.
+  std::filesystem::remove(store.RankDir(5) + "/" + checkpoint::ShardFileName(20));
+  {
+    const std::string path = store.RankDir(2) + "/" + checkpoint::ShardFileName(20);
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(checkpoint::kShardHeaderBytes + 100);
+    f.put('\x5a');
+  }
+  const RunResult broken = RunWorld(dir, "broken", 40, 20, "", {}, store);
+  CHECK(ExitedWith(broken.statuses[5], 4));
+  CHECK_THAT(broken.stderr_text[5], Catch::Contains("cannot resume at step 20: NOT_FOUND"));
+  CHECK(ExitedWith(broken.statuses[2], 4));
+  CHECK_THAT(broken.stderr_text[2], Catch::Contains("cannot resume at step 20: DATA_LOSS"));
+  for (int r : {0, 1, 3, 4, 6, 7}) {
+    INFO("rank " << r << " stderr: " << broken.stderr_text[r]);
+    CHECK_FALSE(ExitedWith(broken.statuses[r], 0));
+    CHECK(broken.digests[r].empty());
   }
 }
 
@@ -175,6 +273,7 @@ TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration"
   std::string line;
   int checked = 0;
   while (std::getline(in, line)) {
+    if (line.find("iter_ms=") == std::string::npos) continue;  // the final digest line
     const double ms = std::atof(line.substr(line.find("iter_ms=") + 8).c_str());
     CHECK(ms >= 4 * 10 * 3);
     ++checked;
