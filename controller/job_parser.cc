@@ -195,10 +195,10 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
   if (auto s = ReadString(spec, "launch", p, &launch); !s.ok()) return s;
   if (launch == "PerGPU") {
     out->launch = LaunchMode::kPerGpu;
-  } else if (launch == "PerMachine") {
-    out->launch = LaunchMode::kPerMachine;
   } else {
-    return FieldError("spec.launch", absl::StrCat("unknown value '", launch, "' (expected PerGPU or PerMachine)"));
+    return FieldError("spec.launch", absl::StrCat("unknown value '", launch,
+                                                  "' (expected PerGPU: the agent starts one process per GPU with "
+                                                  "torchrun's worker environment)"));
   }
   if (auto s = ParseCode(spec, &out->code); !s.ok()) return s;
 
@@ -296,7 +296,7 @@ bool IsDns1123Label(const std::string& s) {
 
 }  // namespace
 
-const char* LaunchModeName(LaunchMode mode) { return mode == LaunchMode::kPerGpu ? "PerGPU" : "PerMachine"; }
+const char* LaunchModeName(LaunchMode /*mode*/) { return "PerGPU"; }
 const char* FailSlowMitigationName(FailSlowMitigation m) {
   return m == FailSlowMitigation::kAuto ? "Auto" : "MonitorOnly";
 }

@@ -28,7 +28,6 @@ struct CodeVersionSpec {
 // How training processes are started in a pod.
 enum class LaunchMode {
   kPerGpu,      // "PerGPU": the agent starts one process per GPU with RANK/LOCAL_RANK set
-  kPerMachine,  // "PerMachine": one launcher per machine (torchrun), NODE_RANK/NNODES set
 };
 
 struct ParallelismSpec {
@@ -112,7 +111,7 @@ struct TrainingJob {
   TrainingJobSpec spec;
 };
 
-const char* LaunchModeName(LaunchMode mode);              // "PerGPU", "PerMachine"
+const char* LaunchModeName(LaunchMode mode);              // "PerGPU"
 const char* FailSlowMitigationName(FailSlowMitigation m);  // "Auto", "MonitorOnly"
 
 }  // namespace peregrine
