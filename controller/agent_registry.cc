@@ -84,7 +84,8 @@ void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
 
 std::string JobKey(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
 
-v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec) {
+v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec,
+                      const std::map<int, std::string>& data_addresses) {
   v1::Assignment w;
   w.set_machine_index(static_cast<uint32_t>(std::max(a.slot, 0)));
   auto layout = ParallelLayout::Create(spec.parallelism.tensor, spec.parallelism.pipeline, spec.parallelism.data,
@@ -111,7 +112,67 @@ v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec) {
   w.set_resume_step(a.resume_step);
   w.set_attempt(a.attempt);
   *w.mutable_code() = ToWire(a.code);
+  const CheckpointPlanSpec& c = a.checkpoint;
+  if (c.interval_steps > 0) {
+    v1::CheckpointPlan* p = w.mutable_checkpoint();
+    auto peer = [&](int slot, v1::CheckpointPeerAddress* out) {
+      out->set_slot(static_cast<uint32_t>(std::max(slot, 0)));
+      if (auto it = data_addresses.find(slot); it != data_addresses.end()) out->set_address(it->second);
+    };
+    p->set_interval_steps(c.interval_steps);
+    p->set_backup_copies(c.backup_copies);
+    for (int s : c.backup_to) peer(s, p->add_backup_to());
+    for (int s : c.hold_for) p->add_hold_for(static_cast<uint32_t>(std::max(s, 0)));
+    p->set_restore_step(c.restore_step);
+    for (int s : c.restore_from) peer(s, p->add_restore_from());
+    p->set_memory_limit_bytes(c.memory_limit_bytes);
+    p->set_backup_bandwidth_bytes_per_second(c.backup_bandwidth_bytes_per_second);
+    p->set_persist_every_steps(c.persist_every_steps);
+    p->set_persist_dir(c.persist_dir);
+    p->set_committed_step(c.committed_step);
+  }
   return w;
+}
+
+CheckpointReportObservation CheckpointReportFromWire(const v1::CheckpointReport& r) {
+  CheckpointReportObservation o;
+  o.stored_steps.assign(r.stored_steps().begin(), r.stored_steps().end());
+  o.backed_up_steps.assign(r.backed_up_steps().begin(), r.backed_up_steps().end());
+  o.persisted_steps.assign(r.persisted_steps().begin(), r.persisted_steps().end());
+  for (auto* steps : {&o.stored_steps, &o.backed_up_steps, &o.persisted_steps}) std::sort(steps->begin(), steps->end());
+  o.store_bytes = r.store_bytes();
+  o.memory_budget_bytes = r.memory_budget_bytes();
+  for (const v1::HeldBackup& h : r.held()) o.held.emplace_back(static_cast<int>(h.slot()), h.step());
+  return o;
+}
+
+CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e, int64_t at) {
+  CheckpointEventObservation o;
+  o.at = at;
+  switch (e.kind()) {
+    case v1::CheckpointEvent::MEMORY_SHORT: o.kind = CheckpointEventKind::kMemoryShort; break;
+    case v1::CheckpointEvent::CORRUPT_SHARD: o.kind = CheckpointEventKind::kCorruptShard; break;
+    case v1::CheckpointEvent::RESTORE_FAILED: o.kind = CheckpointEventKind::kRestoreFailed; break;
+    case v1::CheckpointEvent::RESTORED: o.kind = CheckpointEventKind::kRestored; break;
+    case v1::CheckpointEvent::BACKUP_FAILED: o.kind = CheckpointEventKind::kBackupFailed; break;
+    default: o.kind = CheckpointEventKind::kSkipped; break;
+  }
+  o.step = e.step();
+  o.global_rank = e.global_rank();
+  o.detail = e.detail();
+  return o;
+}
+
+std::map<int, std::string> AgentRegistry::DataAddresses(const JobRecord& job) {
+  std::map<int, std::string> out;
+  for (const auto& [pod, want] : job.desired) {
+    if (want.standby || want.assignment.slot < 0) continue;
+    auto rec = job.agents.find(pod);
+    if (rec != job.agents.end() && !rec->second.obs.data_address.empty()) {
+      out[want.assignment.slot] = rec->second.obs.data_address;
+    }
+  }
+  return out;
 }
 
 void AgentRegistry::BindJob(const std::string& job_key, JobBinding binding) {
@@ -138,17 +199,18 @@ std::vector<AgentObservation> AgentRegistry::Observe(const std::string& job_key)
   return out;
 }
 
-v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now) {
+v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now,
+                          const std::map<int, std::string>& data_addresses) {
   v1::Command w;
   w.set_id(c.id);
   w.set_issued_at(now);
   switch (c.kind) {
     case CommandKind::kRestartInPlace:
-      *w.mutable_restart_in_place()->mutable_assignment() = ToWire(c.assignment, spec);
+      *w.mutable_restart_in_place()->mutable_assignment() = ToWire(c.assignment, spec, data_addresses);
       w.mutable_restart_in_place()->set_grace_ms(static_cast<uint32_t>(c.grace_ms));
       break;
     case CommandKind::kActivate:
-      *w.mutable_activate()->mutable_assignment() = ToWire(c.assignment, spec);
+      *w.mutable_activate()->mutable_assignment() = ToWire(c.assignment, spec, data_addresses);
       break;
     case CommandKind::kStop:
       w.mutable_stop()->set_grace_ms(static_cast<uint32_t>(c.grace_ms));
@@ -246,7 +308,7 @@ void AgentRegistry::Send(const std::string& job_key, const CommandToSend& comman
     AgentRecord& rec = job->second.agents[command.pod];
     if (rec.obs.pod.empty()) rec.obs.pod = command.pod;
     if (rec.pending.count(command.id)) return;
-    v1::Command wire = CommandToWire(command, job->second.binding.spec, now);
+    v1::Command wire = CommandToWire(command, job->second.binding.spec, now, DataAddresses(job->second));
     rec.pending[command.id] = wire;
     rec.pending_sent_at[command.id] = now;
     if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
@@ -371,6 +433,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     obs.registered_as_standby = reg.role() == v1::AGENT_ROLE_STANDBY;
     obs.self_check_passed = reg.self_check().passed() || reg.role() != v1::AGENT_ROLE_STANDBY;
     obs.nccl_profiling = false;  // unknown until a set_nccl_mode result says otherwise
+    obs.data_address = reg.data_address();
     ApplyTraining(reg.training(), &obs);
 
     ack.set_controller_id(controller_id_);
@@ -378,7 +441,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     const DesiredAgent& want = desired->second;
     ack.set_role(want.standby ? v1::AGENT_ROLE_STANDBY : v1::AGENT_ROLE_ACTIVE);
     if (!want.standby) {
-      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec);
+      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, DataAddresses(job->second));
       obs.acked_attempt = want.assignment.attempt;
       // The ack converges an agent; it is no longer a standby once told to be active.
       if (want.assignment.attempt > 0) obs.registered_as_standby = false;
@@ -458,6 +521,7 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           }
           obs.comm_profiles.push_back(std::move(cp));
         }
+        if (hb.has_checkpoint()) obs.checkpoint = CheckpointReportFromWire(hb.checkpoint());
         obs.inspections.clear();
         for (const v1::InspectionResult& r : hb.inspections()) {
           if (r.status() == v1::INSPECTION_STATUS_OK || r.status() == v1::INSPECTION_STATUS_NOT_PRESENT) continue;
@@ -484,6 +548,10 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
             r.after_seconds = fs.after_seconds();
             r.iteration_index = fs.iteration_index();
           }
+        }
+        if (ev.has_checkpoint()) {
+          obs.checkpoint_events.push_back(CheckpointEventFromWire(ev.checkpoint(), ev.at() != 0 ? ev.at() : now));
+          if (obs.checkpoint_events.size() > kMaxCheckpointEvents) obs.checkpoint_events.erase(obs.checkpoint_events.begin());
         }
         if (ev.has_inspection_alarm()) {
           obs.alarms.push_back(ToObservation(ev.inspection_alarm(), ev.at() != 0 ? ev.at() : now));

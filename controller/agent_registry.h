@@ -40,11 +40,19 @@ class AgentStreamSink {
 // "namespace/name".
 std::string JobKey(const std::string& ns, const std::string& name);
 
-// Plain <-> wire translation of an assignment.
-v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec);
+// Plain <-> wire translation of an assignment. The checkpoint plan's peers are slots;
+// `data_addresses` (slot -> host:port the slot's agent registered) gives their addresses
+// (a peer whose agent has not registered one is sent with an empty address).
+v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec,
+                      const std::map<int, std::string>& data_addresses = {});
+
+// The plain forms of a CheckpointReport and a CheckpointEvent (`at`: the event's time).
+CheckpointReportObservation CheckpointReportFromWire(const v1::CheckpointReport& r);
+CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e, int64_t at);
 
 // The wire command for a plan's command (every CommandKind; `now` is issued_at).
-v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now);
+v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now,
+                          const std::map<int, std::string>& data_addresses = {});
 
 // Plain forms of a CommandResult and its payloads. Stacks are grouped by global rank (-1
 // for processes that are not a rank); each keeps the tool's raw text.
@@ -54,6 +62,8 @@ v1::DiagnosticResult DiagnosticToWire(const DiagnosticOutcome& d);
 
 // Command results kept per agent (the newest).
 inline constexpr size_t kMaxCommandResults = 64;
+// Checkpoint store events kept per agent (the newest).
+inline constexpr size_t kMaxCheckpointEvents = 64;
 
 class AgentRegistry {
  public:
@@ -113,6 +123,8 @@ class AgentRegistry {
     std::map<std::string, AgentRecord> agents;  // by pod
   };
   AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Slot -> the data address of the agent of the pod desired in that slot.
+  static std::map<int, std::string> DataAddresses(const JobRecord& job);
   void Notify(const std::string& job_key);
 
   const std::string controller_id_;

@@ -44,7 +44,7 @@ absl::Status JobController::Start(bool run_loop) {
   {
     // Agents that reconnect before the first round must get the persisted desired state.
     JobStatus st = Snapshot();
-    if (st.attempt > 0) registry_->SetDesired(key(), DesiredAgents(st));
+    if (st.attempt > 0) registry_->SetDesired(key(), DesiredAgents(current.spec, st));
   }
   if (run_loop) thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();

@@ -107,6 +107,18 @@ absl::Status ReadString(const YAML::Node& parent, const std::string& key, const 
   return absl::OkStatus();
 }
 
+// A byte count written as a Kubernetes quantity (ParseByteQuantity).
+absl::Status ReadQuantity(const YAML::Node& parent, const std::string& key, const std::string& path, uint64_t* out) {
+  const YAML::Node node = parent[key];
+  const std::string field = absl::StrCat(path, ".", key);
+  if (!node) return absl::OkStatus();
+  if (!node.IsScalar()) return FieldError(field, absl::StrCat("expected a quantity such as \"8Gi\", got ", Describe(node)));
+  absl::StatusOr<uint64_t> v = ParseByteQuantity(node.Scalar());
+  if (!v.ok()) return FieldError(field, std::string(v.status().message()));
+  *out = *v;
+  return absl::OkStatus();
+}
+
 absl::Status ReadStringMap(const YAML::Node& parent, const std::string& key, const std::string& path,
                            std::map<std::string, std::string>* out) {
   const YAML::Node node = parent[key];
@@ -278,10 +290,19 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
 
   if (const YAML::Node cp = spec["checkpoint"]; cp) {
     const std::string cpp = "spec.checkpoint";
+    CheckpointSpec& c = out->checkpoint;
     if (auto s = RequireMap(cp, cpp); !s.ok()) return s;
-    if (auto s = CheckKnownFields(cp, cpp, {"intervalSteps", "backupCopies"}); !s.ok()) return s;
-    if (auto s = ReadInt(cp, "intervalSteps", cpp, &out->checkpoint.interval_steps); !s.ok()) return s;
-    if (auto s = ReadInt(cp, "backupCopies", cpp, &out->checkpoint.backup_copies); !s.ok()) return s;
+    if (auto s = CheckKnownFields(cp, cpp, {"intervalSteps", "backupCopies", "memoryLimit", "backupBandwidth",
+                                            "persistEverySteps", "persistPath"});
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = ReadInt(cp, "intervalSteps", cpp, &c.interval_steps); !s.ok()) return s;
+    if (auto s = ReadInt(cp, "backupCopies", cpp, &c.backup_copies); !s.ok()) return s;
+    if (auto s = ReadQuantity(cp, "memoryLimit", cpp, &c.memory_limit_bytes); !s.ok()) return s;
+    if (auto s = ReadQuantity(cp, "backupBandwidth", cpp, &c.backup_bandwidth_bytes_per_second); !s.ok()) return s;
+    if (auto s = ReadInt(cp, "persistEverySteps", cpp, &c.persist_every_steps); !s.ok()) return s;
+    if (auto s = ReadString(cp, "persistPath", cpp, &c.persist_path); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -364,7 +385,89 @@ absl::Status ValidateTrainingJob(const TrainingJob& job) {
   }
   if (s.checkpoint.interval_steps < 0) return FieldError("spec.checkpoint.intervalSteps", "must be >= 0");
   if (s.checkpoint.backup_copies < 0) return FieldError("spec.checkpoint.backupCopies", "must be >= 0");
+  if (s.checkpoint.backup_copies > 8) return FieldError("spec.checkpoint.backupCopies", "must be <= 8");
+  if (s.checkpoint.persist_every_steps < 0) return FieldError("spec.checkpoint.persistEverySteps", "must be >= 0");
+  if (s.checkpoint.persist_every_steps > 0 && s.checkpoint.interval_steps == 0) {
+    return FieldError("spec.checkpoint.persistEverySteps", "needs spec.checkpoint.intervalSteps > 0");
+  }
+  if (!s.checkpoint.persist_path.empty() && s.checkpoint.persist_path.front() != '/') {
+    return FieldError("spec.checkpoint.persistPath",
+                      absl::StrCat("must be an absolute path inside the pod, got '", s.checkpoint.persist_path, "'"));
+  }
   return absl::OkStatus();
+}
+
+// A Kubernetes quantity: a decimal number (optional fraction) and an optional suffix:
+// binary Ki Mi Gi Ti Pi Ei (powers of 1024), decimal k M G T P E (powers of 1000), or an
+// exponent e<N> / E<N>. The value must be a whole number of bytes below 2^63.
+absl::StatusOr<uint64_t> ParseByteQuantity(std::string_view text) {
+  const std::string quoted = absl::StrCat("'", std::string(text), "'");
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("not a byte quantity: ", quoted, " (", why,
+                                                   "; expected e.g. 8Gi, 500Mi, 1G or 1073741824)"));
+  };
+  size_t i = 0;
+  if (i < text.size() && text[i] == '+') ++i;
+  if (i < text.size() && text[i] == '-') return bad("negative");
+  const size_t int_begin = i;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  std::string digits(text.substr(int_begin, i - int_begin));
+  std::string fraction;
+  if (i < text.size() && text[i] == '.') {
+    const size_t frac_begin = ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    fraction = std::string(text.substr(frac_begin, i - frac_begin));
+  }
+  if (digits.empty() && fraction.empty()) return bad("no number");
+  const std::string_view suffix = text.substr(i);
+  // value = (digits.fraction) * base^power * 10^exp10
+  int base = 1000, power = 0, exp10 = 0;
+  static const char* const kBinary[] = {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  static const char* const kDecimal[] = {"k", "M", "G", "T", "P", "E"};
+  bool known = suffix.empty();
+  for (int k = 0; k < 6 && !known; ++k) {
+    if (suffix == kBinary[k]) base = 1024, power = k + 1, known = true;
+    else if (suffix == kDecimal[k]) base = 1000, power = k + 1, known = true;
+  }
+  if (!known && suffix.size() >= 2 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int e = 0;
+    size_t j = 1;
+    bool neg = false;
+    if (suffix[j] == '+' || suffix[j] == '-') neg = suffix[j++] == '-';
+    const size_t exp_begin = j;
+    while (j < suffix.size() && suffix[j] >= '0' && suffix[j] <= '9' && e < 100) e = e * 10 + (suffix[j++] - '0');
+    if (j == suffix.size() && j > exp_begin) {
+      exp10 = neg ? -e : e;
+      known = true;
+    }
+  }
+  if (!known) return bad(absl::StrCat("unknown suffix '", std::string(suffix), "'"));
+  // Exact arithmetic in 128 bits: mantissa = digits fraction as an integer, divided by
+  // 10^len(fraction), times base^power and 10^exp10.
+  unsigned __int128 mantissa = 0;
+  const unsigned __int128 kLimit = static_cast<unsigned __int128>(1) << 63;
+  std::string all = digits + fraction;
+  for (char c : all) {
+    mantissa = mantissa * 10 + static_cast<unsigned>(c - '0');
+    if (mantissa >= (kLimit << 40)) return bad("too large");
+  }
+  unsigned __int128 scale = 1;
+  for (int k = 0; k < power; ++k) {
+    scale *= static_cast<unsigned>(base);
+  }
+  int div10 = static_cast<int>(fraction.size()) - exp10;
+  for (; div10 < 0; ++div10) {
+    scale *= 10;
+    if (scale >= (kLimit << 10)) return bad("too large");
+  }
+  unsigned __int128 value = mantissa * scale;
+  if (mantissa != 0 && value / mantissa != scale) return bad("too large");
+  for (; div10 > 0; --div10) {
+    if (value % 10 != 0) return bad("not a whole number of bytes");
+    value /= 10;
+  }
+  if (value >= kLimit) return bad("too large");
+  return static_cast<uint64_t>(value);
 }
 
 absl::StatusOr<TrainingJob> ParseTrainingJob(std::string_view text) {

@@ -9,6 +9,7 @@
 #ifndef PEREGRINE_CONTROLLER_JOB_PARSER_H_
 #define PEREGRINE_CONTROLLER_JOB_PARSER_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,11 @@ inline constexpr int kMaxJobNameLength = 48;
 // Parses one TrainingJob document. On success the job is also valid (ValidateTrainingJob).
 // kInvalidArgument names the field and the reason on any error.
 absl::StatusOr<TrainingJob> ParseTrainingJob(std::string_view text);
+
+// A byte count written as a Kubernetes quantity ("8Gi", "500Mi", "1G", "1.5Gi", "1e9",
+// "1073741824"). kInvalidArgument saying what is wrong (a negative number, an unknown
+// suffix, a fraction of a byte, 2^63 or more).
+absl::StatusOr<uint64_t> ParseByteQuantity(std::string_view text);
 
 // Reads and parses a file; kNotFound if it cannot be read.
 absl::StatusOr<TrainingJob> LoadTrainingJobFile(const std::string& path);

@@ -51,6 +51,42 @@ void ReadEnum(const json& j, const char* key, std::optional<E> (*parse)(std::str
   *out = *value;
 }
 
+json CheckpointToJson(const CheckpointStatus& c) {
+  json placement = json::array();
+  for (const CheckpointSlotPlacement& p : c.placement) placement.push_back({{"slot", p.slot}, {"holders", p.holders}});
+  json events = json::array();
+  for (const CheckpointEventRecord& e : c.events) {
+    events.push_back({{"at", Time(e.at)}, {"pod", e.pod}, {"kind", ToString(e.kind)}, {"step", e.step},
+                      {"globalRank", e.global_rank}, {"detail", e.detail}});
+  }
+  return {{"lastCompleteStep", c.last_complete_step}, {"lastPersistedStep", c.last_persisted_step},
+          {"placement", placement}, {"degradedReason", c.degraded_reason}, {"failedSteps", c.failed_steps},
+          {"events", events}, {"eventsSeen", c.events_seen}};
+}
+
+CheckpointStatus CheckpointFromJson(const json& j) {
+  CheckpointStatus c;
+  c.last_complete_step = j.value("lastCompleteStep", uint64_t{0});
+  c.last_persisted_step = j.value("lastPersistedStep", uint64_t{0});
+  for (const json& p : j.value("placement", json::array())) {
+    c.placement.push_back(CheckpointSlotPlacement{p.at("slot").get<int>(), p.value("holders", std::vector<int>{})});
+  }
+  c.degraded_reason = j.value("degradedReason", "");
+  c.failed_steps = j.value("failedSteps", std::vector<uint64_t>{});
+  for (const json& e : j.value("events", json::array())) {
+    CheckpointEventRecord r;
+    r.at = ParseTime(e, "at");
+    r.pod = e.value("pod", "");
+    ReadEnum(e, "kind", ParseCheckpointEventKind, "checkpoint.events[].kind", &r.kind);
+    r.step = e.value("step", uint64_t{0});
+    r.global_rank = e.value("globalRank", -1);
+    r.detail = e.value("detail", "");
+    c.events.push_back(std::move(r));
+  }
+  c.events_seen = j.value("eventsSeen", std::map<std::string, int64_t>{});
+  return c;
+}
+
 JobPhase PhaseFromName(const std::string& s) {
   for (JobPhase p : {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
                      JobPhase::kFailed}) {
@@ -209,6 +245,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
                          {"machines", i.machines}, {"decision", i.decision}, {"actions", i.actions},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
+                         {"stepsRedone", i.steps_redone},
                          {"trainingTimeLostSeconds", i.training_time_lost_seconds},
                          {"diagnosis", StagesToJson(i.diagnosis)}});
   }
@@ -257,6 +294,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
   j["stackDiagnosis"] = StackDiagnosisToJson(s.stack_diagnosis);
+  j["checkpoint"] = CheckpointToJson(s.checkpoint);
   // Incident signals quote process output, which need not be UTF-8: replace, never throw.
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
@@ -325,6 +363,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       inc.actions = i.value("actions", std::vector<std::string>{});
       inc.step_at_failure = i.value("stepAtFailure", uint64_t{0});
       inc.resume_step = i.value("resumeStep", uint64_t{0});
+      inc.steps_redone = i.value("stepsRedone", uint64_t{0});
       inc.training_time_lost_seconds = i.value("trainingTimeLostSeconds", 0.0);
       if (i.contains("diagnosis")) inc.diagnosis = StagesFromJson(i["diagnosis"]);
       s.incidents.push_back(std::move(inc));
@@ -395,6 +434,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     }
     s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});
     if (j.contains("stackDiagnosis")) s.stack_diagnosis = StackDiagnosisFromJson(j["stackDiagnosis"]);
+    if (j.contains("checkpoint")) s.checkpoint = CheckpointFromJson(j["checkpoint"]);
     return s;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job status: ", e.what()));

@@ -16,7 +16,9 @@
 
 namespace peregrine::decision_internal {
 
-AssignmentSpec Decider::DesiredAssignment(int slot) const { return peregrine::DesiredAssignment(plan_.status, slot); }
+AssignmentSpec Decider::DesiredAssignment(int slot) const {
+  return peregrine::DesiredAssignment(spec_, plan_.status, slot);
+}
 
 std::string Decider::PodAddress(const std::string& pod) const {
   return obs_.rendezvous_domain.empty() ? "127.0.0.1" : absl::StrCat(pod, ".", obs_.rendezvous_domain);
@@ -48,7 +50,7 @@ void Decider::MaybeStartFirstAttempt() {
 void Decider::StartNewAttempt(Incident* inc) {
   JobStatus& st = plan_.status;
   st.attempt += 1;
-  st.resume_step = st.last_completed_step;
+  SetResumePoint(inc);
   st.max_completed_step = std::max(st.max_completed_step, st.resume_step);
   st.attempt_started_at = now_;
   st.master_addr = MasterAddr();

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "controller/core/conditions.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
@@ -40,15 +42,17 @@ void Decider::TrackProgress() {
   double iter_sum = 0;
   int iter_n = 0;
   const int gpus = spec_.gpus_per_machine;
+  // Ranks that printed no progress line in this attempt (a trainer where only rank 0
+  // reports) do not hold back "every rank completed step N": the minimum is over the
+  // ranks that report, the resume step when none does.
   for (const SlotStatus& slot : st.slots) {
     const AgentObservation* a = Agent(slot.pod);
     for (int r = slot.index * gpus; r < (slot.index + 1) * gpus; ++r) {
-      uint64_t step = st.resume_step;
-      if (a && a->attempt == st.attempt) {
-        if (auto it = a->rank_steps.find(r); it != a->rank_steps.end()) step = std::max(step, it->second);
-      }
-      min_step = std::min(min_step, step);
-      max_step = std::max(max_step, step);
+      if (!a || a->attempt != st.attempt) continue;
+      auto it = a->rank_steps.find(r);
+      if (it == a->rank_steps.end() || it->second <= st.resume_step) continue;
+      min_step = std::min(min_step, it->second);
+      max_step = std::max(max_step, it->second);
     }
     if (a && a->attempt == st.attempt && a->mean_iteration_seconds > 0) {
       iter_sum += a->mean_iteration_seconds;
@@ -157,6 +161,13 @@ void Decider::DetectAndTriage() {
       signals.push_back(absl::StrCat("pod ", slot.pod, ": start failed: ", it->second));
     }
   }
+  // Every rank exited non-zero before any progress with the same error: deterministic, the
+  // user's code (or environment), not a machine. Never diagnosed; reattempted up to
+  // maxReattempts, then rolled back or failed (below).
+  // A recognised user-code error keeps its own ladder (roll back at once when it can).
+  std::optional<std::string> startup_failure = StartupFailure();
+  if (!user_errors.empty()) startup_failure.reset();
+  if (startup_failure) user_errors.push_back(*startup_failure);
   // An attempt that never completes a step fails (stuck rendezvous, a rank that never came up).
   if (!process_failed && lost_slots.empty() && st.attempt_started_at != 0 &&
       st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns) {
@@ -247,7 +258,23 @@ void Decider::DetectAndTriage() {
                         : "evict the machine, activate a warm standby, restart the others in place";
   } else if (process_failed || IsNumeric(inc->kind)) {
     const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
-    if (!user_errors.empty() && target) {
+    if (startup_failure && st.reattempts < spec_.fault_tolerance.max_reattempts) {
+      inc->kind = IncidentKind::kUserCodeError;
+      inc->signal = absl::StrCat(*startup_failure, "; ", inc->signal);
+      inc->decision = absl::StrFormat(
+          "every rank failed at start-up with the same error: reattempt in place (%d of %d)", st.reattempts + 1,
+          spec_.fault_tolerance.max_reattempts);
+      ++st.reattempts;
+    } else if (startup_failure && !target) {
+      inc->kind = IncidentKind::kUserCodeError;
+      inc->signal = absl::StrCat(*startup_failure, "; ", inc->signal);
+      FailJob(inc, "UserCodeError",
+              absl::StrFormat("every rank failed at start-up with the same error after %d reattempt(s), and no "
+                              "earlier code version to roll back to: the job fails (%s); fix the code and submit "
+                              "an update",
+                              st.reattempts, *startup_failure));
+      return;
+    } else if (!user_errors.empty() && target) {
       inc->kind = IncidentKind::kUserCodeError;
       inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
       inc->decision = "user-code error: roll back the code version";
@@ -398,6 +425,42 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
 
   }
   TrimFront(st.evicted, config_.max_evictions);
+}
+
+// Every rank of the job exited non-zero (no signal) in this attempt before any rank
+// completed a step, and their last output lines end with the same error line (the rank
+// prefix "[rankN]: " ignored; the exit code when a rank printed nothing).
+std::optional<std::string> Decider::StartupFailure() const {
+  const JobStatus& st = plan_.status;
+  const int gpus = spec_.gpus_per_machine;
+  std::optional<std::string> common;
+  for (const SlotStatus& slot : st.slots) {
+    const AgentObservation* a = Agent(slot.pod);
+    if (a == nullptr || a->attempt != st.attempt || a->phase != AgentTrainingPhase::kExited) return std::nullopt;
+    for (const auto& [rank, step] : a->rank_steps) {
+      if (step > st.resume_step) return std::nullopt;
+    }
+    for (int r = slot.index * gpus; r < (slot.index + 1) * gpus; ++r) {
+      auto e = std::find_if(a->exits.begin(), a->exits.end(), [&](const RankExit& x) { return x.global_rank == r; });
+      if (e == a->exits.end() || e->exit_code == 0 || e->signal != 0) return std::nullopt;
+      std::string line = absl::StrFormat("exit code %d", e->exit_code);
+      for (auto it = e->last_log_lines.rbegin(); it != e->last_log_lines.rend(); ++it) {
+        absl::string_view text = *it;
+        if (absl::StartsWith(text, "[rank")) {
+          if (size_t colon = text.find("]: "); colon != absl::string_view::npos) text.remove_prefix(colon + 3);
+        }
+        text = absl::StripAsciiWhitespace(text);
+        if (!text.empty()) {
+          line = std::string(text);
+          break;
+        }
+      }
+      if (common && *common != line) return std::nullopt;
+      common = line;
+    }
+  }
+  if (!common) return std::nullopt;
+  return absl::StrFormat("every rank exited before its first step with the same error: %s", *common);
 }
 
 }  // namespace peregrine::decision_internal

@@ -64,7 +64,7 @@ void Decider::HotUpdate() {
   const std::string from = st.code.revision;
   ApplyCode(desired, urgent ? "urgent hot update" : "hot update window expired");
   st.attempt += 1;
-  st.resume_step = st.last_completed_step;
+  SetResumePoint(nullptr);
   st.attempt_started_at = now_;
   st.master_addr = MasterAddr();
   st.master_port = obs_.candidate_master_port;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/core/checkpoint_policy.h"
 #include "controller/core/conditions.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
@@ -22,7 +23,8 @@
 //     when every slot's agent has registered, attempt 1 starts;
 //   - machine-attributed fault (the pod or its machine is gone): evict that machine,
 //     activate a ready standby in its slot, restart the others in place from the last
-//     step every rank completed, replenish the pool;
+//     step every rank completed (with in-memory checkpoints: after the newest step
+//     complete for the whole job, decide_checkpoint.cc), replenish the pool;
 //   - a machine-attributed inspection fault (fatal Xid, GPU lost, ECC / row remap, disk):
 //     the same as a lost machine (incident kind MachineFault);
 //   - network alarms: tolerated until faultTolerance.networkAlarmsToEvict of them fall on
@@ -58,6 +60,7 @@ JobPlan Decider::Run() {
   st.observed_generation = job_.metadata.generation;
   SetCondition(st, "Valid", true, "SpecValid", "the spec is valid", job_.metadata.generation, now_);
   ObserveMachines();
+  ObserveCheckpoints();
   if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) {
     TearDownStandbys();
     DeleteOrphans();
@@ -72,7 +75,9 @@ JobPlan Decider::Run() {
     MaybeStartFirstAttempt();
   } else {
     TrackProgress();
-    if (st.diagnosis) {
+    if (HandleRestoreFailure()) {
+      // restarted from an older checkpoint, or failed: nothing else to triage this round
+    } else if (st.diagnosis) {
       AdvanceDiagnosis();
     } else {
       DetectAndTriage();
@@ -169,7 +174,7 @@ void Decider::DetectSuccess() {
 }
 
 void Decider::FillDesiredAgents() {
-  plan_.desired_agents = DesiredAgents(plan_.status);
+  plan_.desired_agents = DesiredAgents(spec_, plan_.status);
   // Every evicted machine goes to node health management once; the status remembers which
   // ones are still to do, so a controller restart after a failed quarantine retries it.
   std::set<std::string> asked;
@@ -186,6 +191,10 @@ void Decider::UpdateEttr() {
   double lost = st.training_time_lost_seconds;
   if (Incident* open = OpenIncident(); open != nullptr) lost += static_cast<double>(now_ - open->detected_at) / kNanosPerSecond;
   st.ettr = elapsed > 0 ? std::clamp(1.0 - lost / elapsed, 0.0, 1.0) : 1.0;
+  // No step was ever trained and something went wrong (or the job ended): nothing of the
+  // time was effective training.
+  const bool never_trained = st.max_completed_step == 0 && st.last_completed_step == 0;
+  if (never_trained && (st.phase == JobPhase::kFailed || !st.incidents.empty())) st.ettr = 0;
 }
 
 void Decider::UpdateConditions() {
@@ -246,7 +255,7 @@ JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObse
   return plan;
 }
 
-AssignmentSpec DesiredAssignment(const JobStatus& st, int slot) {
+AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& st, int slot) {
   AssignmentSpec a;
   a.slot = slot;
   a.attempt = st.attempt;
@@ -254,12 +263,13 @@ AssignmentSpec DesiredAssignment(const JobStatus& st, int slot) {
   a.master_addr = st.master_addr;
   a.master_port = st.master_port;
   a.code = st.code;
+  a.checkpoint = CheckpointPlanFor(spec, st, slot);
   return a;
 }
 
-std::map<std::string, DesiredAgent> DesiredAgents(const JobStatus& st) {
+std::map<std::string, DesiredAgent> DesiredAgents(const TrainingJobSpec& spec, const JobStatus& st) {
   std::map<std::string, DesiredAgent> desired;
-  for (const SlotStatus& slot : st.slots) desired[slot.pod] = DesiredAgent{false, DesiredAssignment(st, slot.index)};
+  for (const SlotStatus& slot : st.slots) desired[slot.pod] = DesiredAgent{false, DesiredAssignment(spec, st, slot.index)};
   for (const StandbyStatus& sb : st.standbys) desired[sb.pod] = DesiredAgent{true, {}};
   return desired;
 }

@@ -48,10 +48,10 @@ JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObse
                   const DecisionConfig& config = {});
 
 // The assignment the agent of `slot` must converge to under `status` (attempt, resume
-// step, rendezvous, code version).
-AssignmentSpec DesiredAssignment(const JobStatus& status, int slot);
+// step, rendezvous, code version, checkpoint plan).
+AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& status, int slot);
 // What every pod's agent must converge to: the slots' assignments, standbys idle.
-std::map<std::string, DesiredAgent> DesiredAgents(const JobStatus& status);
+std::map<std::string, DesiredAgent> DesiredAgents(const TrainingJobSpec& spec, const JobStatus& status);
 
 }  // namespace peregrine
 

@@ -77,10 +77,20 @@ struct FailSlowSpec {
   FailSlowMitigation mitigation = FailSlowMitigation::kAuto;  // mitigation
 };
 
-// checkpoint: in-memory checkpoints.
+// checkpoint: in-memory checkpoints (each machine keeps its ranks' shards in shared
+// memory and copies them to peers outside its parallel groups).
 struct CheckpointSpec {
-  int interval_steps = 0;  // intervalSteps: 0 disables in-memory checkpoints
-  int backup_copies = 1;   // backupCopies: peers outside the rank's TP/DP/PP groups
+  int interval_steps = 0;  // intervalSteps: the trainer saves every N steps; 0 disables checkpoints
+  int backup_copies = 1;   // backupCopies: peers (outside the machine's TP/DP/PP groups) holding a copy
+  // memoryLimit: bytes of shared memory an agent may use for shards (own + held), parsed
+  // from a Kubernetes quantity ("8Gi"); 0: the limits of /dev/shm and the pod only.
+  uint64_t memory_limit_bytes = 0;
+  // backupBandwidth: bytes per second each agent may send to its backup holders, parsed
+  // from a quantity ("500Mi"); 0: unlimited.
+  uint64_t backup_bandwidth_bytes_per_second = 0;
+  int persist_every_steps = 0;  // persistEverySteps: write the newest complete step to persistPath; 0: never
+  std::string persist_path;     // persistPath: a directory inside the pod (hostPath / PVC mount)
+  bool enabled() const { return interval_steps > 0; }
 };
 
 struct TrainingJobSpec {

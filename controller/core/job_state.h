@@ -71,6 +71,9 @@ struct Incident {
   std::vector<std::string> actions;
   uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure
   uint64_t resume_step = 0;      // the step training resumed after
+  // step_at_failure - resume_step: steps trained again after the restart (their time is
+  // counted as lost). 0 without checkpoints, where training resumes after the last step.
+  uint64_t steps_redone = 0;
   double training_time_lost_seconds = 0;
   std::vector<DiagnosisStageRecord> diagnosis;  // the stop-time diagnosis it ran, in order
 };
@@ -215,6 +218,37 @@ struct StackDiagnosisStatus {
   std::vector<StackInvestigation> investigations;  // bounded, newest last
 };
 
+// In-memory checkpoints (spec.checkpoint; controller/core/checkpoint_policy.h).
+struct CheckpointSlotPlacement {
+  int slot = 0;
+  std::vector<int> holders;  // the slots holding copies of this slot's shards, in copy order
+  bool operator==(const CheckpointSlotPlacement&) const = default;
+};
+
+// A checkpoint store event an agent reported, as kept in the status (bounded).
+struct CheckpointEventRecord {
+  int64_t at = 0;
+  std::string pod;
+  CheckpointEventKind kind = CheckpointEventKind::kSkipped;
+  uint64_t step = 0;
+  int global_rank = -1;  // -1: the whole slot
+  std::string detail;
+};
+
+struct CheckpointStatus {
+  // The newest step every slot has stored and backed up (stored only, with backupCopies
+  // 0): every restart resumes after it. 0: none yet.
+  uint64_t last_complete_step = 0;
+  uint64_t last_persisted_step = 0;  // the newest step every slot wrote to persistPath; 0: none
+  std::vector<CheckpointSlotPlacement> placement;  // by slot
+  std::string degraded_reason;  // why the placement shares parallel groups; "" when it does not
+  // Steps whose restore failed: never chosen again as a resume step (bounded, newest last).
+  std::vector<uint64_t> failed_steps;
+  std::vector<CheckpointEventRecord> events;  // bounded, newest last
+  // Per pod: the time of the newest checkpoint event already turned into a job event.
+  std::map<std::string, int64_t> events_seen;
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   std::vector<Condition> conditions;
@@ -255,6 +289,7 @@ struct JobStatus {
   std::optional<StopTimeDiagnosis> diagnosis;  // set while training is stopped for diagnosis
   int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
   StackDiagnosisStatus stack_diagnosis;  // hang / MFU-drop investigations (hang_policy.h)
+  CheckpointStatus checkpoint;           // in-memory checkpoints (spec.checkpoint.intervalSteps > 0)
 };
 
 // ---------------------------------------------------------------------------
@@ -362,6 +397,25 @@ struct RankLossObservation {
   double grad_norm = 0;
 };
 
+// The agent's checkpoint store (peregrine.v1.CheckpointReport), the latest heartbeat's.
+struct CheckpointReportObservation {
+  std::vector<uint64_t> stored_steps;     // every local rank has a finished shard; ascending
+  std::vector<uint64_t> backed_up_steps;  // ... and every backup holder acknowledged it
+  std::vector<uint64_t> persisted_steps;  // ... and it was written to the persist directory
+  uint64_t store_bytes = 0;
+  uint64_t memory_budget_bytes = 0;
+  std::vector<std::pair<int, uint64_t>> held;  // (slot, step) backups this agent holds
+};
+
+// A checkpoint store event (peregrine.v1.CheckpointEvent) with its time.
+struct CheckpointEventObservation {
+  int64_t at = 0;
+  CheckpointEventKind kind = CheckpointEventKind::kSkipped;
+  uint64_t step = 0;
+  int global_rank = -1;
+  std::string detail;
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -385,6 +439,9 @@ struct AgentObservation {
   // Results of the commands sent to it, by command id (bounded: the newest 64).
   std::map<std::string, CommandResultObservation> command_results;
   std::map<int, RankLossObservation> rank_losses;  // by global rank (for `attempt`)
+  std::string data_address;  // host:port of its checkpoint data channel (Register); "" none
+  std::optional<CheckpointReportObservation> checkpoint;  // absent until a heartbeat carries one
+  std::vector<CheckpointEventObservation> checkpoint_events;  // bounded, newest last
 };
 
 struct JobObservation {
@@ -414,6 +471,22 @@ struct PodToDelete {
   std::string reason;
 };
 
+// The plain form of peregrine.v1.CheckpointPlan. Peers are slots; the executor adds the
+// data addresses their agents registered with.
+struct CheckpointPlanSpec {
+  uint32_t interval_steps = 0;  // 0: checkpoints off (nothing else is sent)
+  uint32_t backup_copies = 0;
+  std::vector<int> backup_to;     // slots holding this slot's copies, in copy order
+  std::vector<int> hold_for;      // slots whose copies this slot holds
+  uint64_t restore_step = 0;      // 0: fresh start
+  std::vector<int> restore_from;  // the holders of this slot's copies
+  uint64_t memory_limit_bytes = 0;
+  uint64_t backup_bandwidth_bytes_per_second = 0;
+  uint32_t persist_every_steps = 0;
+  std::string persist_dir;
+  uint64_t committed_step = 0;
+};
+
 // What an agent should run: the plain form of peregrine.v1.Assignment.
 struct AssignmentSpec {
   int slot = -1;
@@ -423,6 +496,7 @@ struct AssignmentSpec {
   std::string master_addr;
   uint32_t master_port = 0;
   CodeVersionSpec code;
+  CheckpointPlanSpec checkpoint;
 };
 
 enum class CommandKind {

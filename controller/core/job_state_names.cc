@@ -75,6 +75,10 @@ constexpr Names<InspectionStatus> kInspectionStatus[] = {
     {InspectionStatus::kWarning, "WARNING"}, {InspectionStatus::kFault, "FAULT"},
     {InspectionStatus::kError, "ERROR"}};
 constexpr Names<JobEventType> kJobEventType[] = {{JobEventType::kNormal, "Normal"}, {JobEventType::kWarning, "Warning"}};
+constexpr Names<CheckpointEventKind> kCheckpointEventKind[] = {
+    {CheckpointEventKind::kSkipped, "Skipped"},           {CheckpointEventKind::kMemoryShort, "MemoryShort"},
+    {CheckpointEventKind::kCorruptShard, "CorruptShard"}, {CheckpointEventKind::kRestoreFailed, "RestoreFailed"},
+    {CheckpointEventKind::kRestored, "Restored"},         {CheckpointEventKind::kBackupFailed, "BackupFailed"}};
 
 }  // namespace
 
@@ -96,6 +100,7 @@ PEREGRINE_NAMES(InvestigationKind, kInvestigationKind)
 PEREGRINE_NAMES(InvestigationState, kInvestigationState)
 PEREGRINE_NAMES(InspectionStatus, kInspectionStatus)
 PEREGRINE_NAMES(JobEventType, kJobEventType)
+PEREGRINE_NAMES(CheckpointEventKind, kCheckpointEventKind)
 
 #undef PEREGRINE_NAMES
 

@@ -102,6 +102,13 @@ enum class JobEventType { kNormal, kWarning };
 const char* ToString(JobEventType value);
 std::optional<JobEventType> ParseJobEventType(std::string_view name);
 
+// CheckpointEventObservation::kind (peregrine.v1.CheckpointEvent.Kind): "Skipped",
+// "MemoryShort", "CorruptShard", "RestoreFailed", "Restored", "BackupFailed" (the job
+// event's reason is "Checkpoint" + the name).
+enum class CheckpointEventKind { kSkipped, kMemoryShort, kCorruptShard, kRestoreFailed, kRestored, kBackupFailed };
+const char* ToString(CheckpointEventKind value);
+std::optional<CheckpointEventKind> ParseCheckpointEventKind(std::string_view name);
+
 }  // namespace peregrine
 
 #endif  // PEREGRINE_CONTROLLER_CORE_JOB_STATE_NAMES_H_

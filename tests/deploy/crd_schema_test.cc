@@ -105,7 +105,8 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "faultTolerance.maxRecoveries", "faultTolerance.hangTimeoutSeconds", "failSlow", "failSlow.enabled", "failSlow.changePointProbability",
       "failSlow.verifyThreshold", "failSlow.suspiciousGroupRatio", "failSlow.mitigateThreshold",
       "failSlow.replaceThreshold", "failSlow.mitigation", "checkpoint", "checkpoint.intervalSteps",
-      "checkpoint.backupCopies"};
+      "checkpoint.backupCopies", "checkpoint.memoryLimit", "checkpoint.backupBandwidth",
+      "checkpoint.persistEverySteps", "checkpoint.persistPath"};
   CHECK(paths == expected_paths);
 
   // The defaults are the struct's default member initialisers, printed the same way.
@@ -138,6 +139,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       std::string("failSlow.mitigation=") + (d.fail_slow.mitigation == FailSlowMitigation::kAuto ? "Auto" : "MonitorOnly"),
       "checkpoint.intervalSteps=" + Num(d.checkpoint.interval_steps),
       "checkpoint.backupCopies=" + Num(d.checkpoint.backup_copies),
+      "checkpoint.persistEverySteps=" + Num(d.checkpoint.persist_every_steps),
   };
   // Normalise the CRD's numbers through double so "0.10" and "0.1" compare equal.
   std::set<std::string> normalised;

@@ -41,6 +41,21 @@ TEST_CASE("the status the controller writes is fully declared by the CRD", "[uni
   CHECK(Violations(s) == "");
 }
 
+TEST_CASE("the in-memory checkpoint status is declared by the CRD", "[unit]") {
+  JobStatus s = PopulatedStatus();
+  s.incidents.front().steps_redone = 7;
+  CheckpointStatus& c = s.checkpoint;
+  c.last_complete_step = 40;
+  c.last_persisted_step = 20;
+  c.placement = {{0, {1}}, {1, {0}}};
+  c.degraded_reason = "placement degraded: pure data parallelism";
+  c.failed_steps = {50};
+  c.events = {{kSampleT0, "llm-m0", CheckpointEventKind::kRestoreFailed, 50, 3, "no holder has it"}};
+  c.events_seen = {{"llm-m0", kSampleT0}};
+  INFO(JobStatusToJson(s, 2));
+  CHECK(Violations(s) == "");
+}
+
 TEST_CASE("a fresh job's status (every time unset, written as \"\") is valid", "[unit]") {
   JobStatus s;  // what the controller writes on its first round: Pending, nothing observed
   s.slots = {{0, "llm-p0", "", false}};

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,21 @@ class Decider {
   void FillDesiredAgents();
   void UpdateEttr();
   void UpdateConditions();
+  // In-memory checkpoints (decide_checkpoint.cc): the placement, the complete and persisted
+  // steps and the store's events; a no-op while spec.checkpoint.intervalSteps is 0.
+  void ObserveCheckpoints();
+  // The slots' store reports (nullptr: none yet), by slot.
+  std::vector<const CheckpointReportObservation*> SlotReports() const;
+  // The step a new attempt resumes after: the newest complete checkpoint when checkpoints
+  // are on (progress of the attempt starts there; `inc` records it and the steps redone),
+  // else the last step every rank completed.
+  void SetResumePoint(Incident* inc);
+  // A slot's agent could not restore the resume step: restart from an older complete (or
+  // the persisted) step, or fail the job when none is left. True when it acted.
+  bool HandleRestoreFailure();
+  // Every rank of the attempt exited non-zero before any progress with the same error
+  // (a deterministic start-up failure): that error, else nullopt.
+  std::optional<std::string> StartupFailure() const;
 
   const TrainingJob& job_;
   const TrainingJobSpec& spec_;
