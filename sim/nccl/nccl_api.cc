@@ -326,6 +326,15 @@ ncclResult_t CheckRedOp(ncclRedOp_t op, const char* name) {
   return ncclSuccess;
 }
 
+// A reduction whose two buffers hold data on every rank (all-reduce, reduce-scatter): the
+// checks of every operation and of its reduction op, then Submit.
+ncclResult_t SubmitReduction(const PendingOp& op, const char* name) {
+  ncclResult_t r = CheckOp(op.comm, op.sendbuff, op.recvbuff, op.count, op.type, name);
+  if (r == ncclSuccess) r = CheckRedOp(op.op, name);
+  if (r != ncclSuccess) return r;
+  return Submit(op);
+}
+
 ncclResult_t CheckRank(ncclComm_t comm, int r, const char* name, const char* what) {
   if (r < 0 || r >= comm->nranks) {
     return SetError(ncclInvalidArgument, std::string(name) + ": " + what + " " +
@@ -596,20 +605,17 @@ PEREGRINE_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* rec
                                                  size_t count, ncclDataType_t datatype,
                                                  ncclRedOp_t op, ncclComm_t comm,
                                                  cudaStream_t /*stream*/) {
-  ncclResult_t r = CheckOp(comm, sendbuff, recvbuff, count, datatype, "ncclAllReduce");
-  if (r == ncclSuccess) r = CheckRedOp(op, "ncclAllReduce");
-  if (r != ncclSuccess) return r;
-  return Submit({OpKind::kAllReduce, comm, sendbuff, recvbuff, count, datatype, op, 0});
+  return SubmitReduction({OpKind::kAllReduce, comm, sendbuff, recvbuff, count, datatype, op, 0},
+                         "ncclAllReduce");
 }
 
 PEREGRINE_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
                                                      size_t recvcount, ncclDataType_t datatype,
                                                      ncclRedOp_t op, ncclComm_t comm,
                                                      cudaStream_t /*stream*/) {
-  ncclResult_t r = CheckOp(comm, sendbuff, recvbuff, recvcount, datatype, "ncclReduceScatter");
-  if (r == ncclSuccess) r = CheckRedOp(op, "ncclReduceScatter");
-  if (r != ncclSuccess) return r;
-  return Submit({OpKind::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype, op, 0});
+  return SubmitReduction(
+      {OpKind::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype, op, 0},
+      "ncclReduceScatter");
 }
 
 PEREGRINE_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff,

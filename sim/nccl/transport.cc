@@ -68,16 +68,28 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-int ListenLoopback(int backlog, uint16_t* port, std::string* error) {
+namespace {
+
+// A TCP socket, and *addr set to 127.0.0.1:port; -1 with *error set when there is no socket.
+int LoopbackSocket(uint16_t port, sockaddr_in* addr, std::string* error) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *error = ErrnoText("socket");
     return -1;
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr->sin_port = htons(port);
+  return fd;
+}
+
+}  // namespace
+
+int ListenLoopback(int backlog, uint16_t* port, std::string* error) {
+  sockaddr_in addr;
+  int fd = LoopbackSocket(0, &addr, error);
+  if (fd < 0) return -1;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(fd, std::max(backlog, 16)) != 0) {
     *error = ErrnoText("bind/listen on 127.0.0.1");
@@ -95,15 +107,9 @@ int ListenLoopback(int backlog, uint16_t* port, std::string* error) {
 }
 
 int ConnectLoopback(uint16_t port, std::string* error) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    *error = ErrnoText("socket");
-    return -1;
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
+  sockaddr_in addr;
+  int fd = LoopbackSocket(port, &addr, error);
+  if (fd < 0) return -1;
   for (;;) {
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
     if (errno == EINTR) continue;
@@ -137,64 +143,78 @@ int AcceptBefore(int listen_fd, int64_t deadline_ns, std::string* error) {
   }
 }
 
-bool WriteFully(int fd, const void* data, size_t bytes, int64_t deadline_ns,
-                ncclResult_t* code, std::string* error) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
-      bytes -= n;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      int r = WaitFd(fd, POLLOUT, deadline_ns);
-      if (r == 0) {
-        *code = ncclSystemError;
-        *error = "timed out sending to a peer";
-        return false;
-      }
-      continue;
-    }
-    *code = (errno == EPIPE || errno == ECONNRESET) ? ncclRemoteError : ncclSystemError;
-    *error = ErrnoText("send");
-    return false;
-  }
-  return true;
-}
+namespace {
 
-bool ReadFully(int fd, void* data, size_t bytes, int64_t deadline_ns, ncclResult_t* code,
-               std::string* error) {
-  char* p = static_cast<char*>(data);
+// Sends (`sending`) or receives all `bytes` at p before deadline_ns through `io`, one
+// non-blocking send or recv of what is left, waiting for the socket when it would block.
+// False with *code and *error set on a timeout, a closed connection or an error.
+template <typename Byte, typename Io>
+bool MoveFully(int fd, Byte* p, size_t bytes, bool sending, int64_t deadline_ns, ncclResult_t* code,
+               std::string* error, Io io) {
   while (bytes > 0) {
-    ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+    ssize_t n = io(p, bytes);
     if (n > 0) {
       p += n;
       bytes -= n;
       continue;
     }
-    if (n == 0) {
+    if (n == 0 && !sending) {
       *code = ncclRemoteError;
       *error = "peer closed the connection";
       return false;
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      int r = WaitFd(fd, POLLIN, deadline_ns);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      int r = WaitFd(fd, sending ? POLLOUT : POLLIN, deadline_ns);
       if (r == 0) {
         *code = ncclSystemError;
-        *error = "timed out receiving from a peer";
+        *error = sending ? "timed out sending to a peer" : "timed out receiving from a peer";
         return false;
       }
       continue;
     }
-    *code = errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
-    *error = ErrnoText("recv");
+    *code = (errno == ECONNRESET || (sending && errno == EPIPE)) ? ncclRemoteError : ncclSystemError;
+    *error = ErrnoText(sending ? "send" : "recv");
     return false;
   }
   return true;
 }
 
+}  // namespace
+
+bool WriteFully(int fd, const void* data, size_t bytes, int64_t deadline_ns,
+                ncclResult_t* code, std::string* error) {
+  return MoveFully(fd, static_cast<const char*>(data), bytes, /*sending=*/true, deadline_ns, code, error,
+                   [fd](const char* p, size_t n) { return send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT); });
+}
+
+bool ReadFully(int fd, void* data, size_t bytes, int64_t deadline_ns, ncclResult_t* code,
+               std::string* error) {
+  return MoveFully(fd, static_cast<char*>(data), bytes, /*sending=*/false, deadline_ns, code, error,
+                   [fd](char* p, size_t n) { return recv(fd, p, n, MSG_DONTWAIT); });
+}
+
 namespace {
+
+// The pieces of a message (header, then payload) from t.done up to `limit` bytes of it:
+// iov[0] and, while the header is not done and payload is due, iov[1]. Returns how many.
+int NextIov(Transfer& t, size_t limit, iovec iov[2]) {
+  if (t.done >= sizeof(MessageHeader)) {
+    iov[0] = {static_cast<char*>(t.data) + (t.done - sizeof(MessageHeader)), limit - t.done};
+    return 1;
+  }
+  iov[0] = {reinterpret_cast<char*>(&t.header) + t.done, sizeof(MessageHeader) - t.done};
+  if (limit <= sizeof(MessageHeader)) return 1;
+  iov[1] = {t.data, limit - sizeof(MessageHeader)};
+  return 2;
+}
+
+// When a paced send (a link with a bandwidth cap) may move its next quantum of payload.
+int64_t NextPacedSendNs(const Transfer& t) {
+  const size_t payload_done = t.done - sizeof(MessageHeader);
+  const size_t want = payload_done + std::min(t.bytes - payload_done, PacingQuantum(t.link.bandwidth_bytes_per_s));
+  return t.ready_ns +
+         static_cast<int64_t>(std::ceil(static_cast<double>(want) / t.link.bandwidth_bytes_per_s * 1e9));
+}
 
 // Moves as many bytes of a send as the socket and the pacing allow. Returns false on error.
 bool ProgressSend(Transfer& t, int64_t now, int64_t* wake_ns, ncclResult_t* code,
@@ -207,29 +227,15 @@ bool ProgressSend(Transfer& t, int64_t now, int64_t* wake_ns, ncclResult_t* code
     limit = sizeof(MessageHeader) +
             std::min(t.bytes, static_cast<size_t>(std::max(0.0, allowed_payload)));
     if (limit <= t.done) {
-      const size_t payload_done = t.done - sizeof(MessageHeader);
-      const size_t want =
-          payload_done + std::min(t.bytes - payload_done, PacingQuantum(t.link.bandwidth_bytes_per_s));
-      *wake_ns = t.ready_ns + static_cast<int64_t>(std::ceil(
-                                   static_cast<double>(want) / t.link.bandwidth_bytes_per_s * 1e9));
+      *wake_ns = NextPacedSendNs(t);
       return true;
     }
   }
   while (t.done < limit) {
     iovec iov[2];
-    int n_iov = 0;
-    if (t.done < sizeof(MessageHeader)) {
-      iov[n_iov++] = {reinterpret_cast<char*>(&t.header) + t.done, sizeof(MessageHeader) - t.done};
-      if (limit > sizeof(MessageHeader)) {
-        iov[n_iov++] = {t.data, limit - sizeof(MessageHeader)};
-      }
-    } else {
-      const size_t off = t.done - sizeof(MessageHeader);
-      iov[n_iov++] = {static_cast<char*>(t.data) + off, limit - t.done};
-    }
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = n_iov;
+    msg.msg_iovlen = NextIov(t, limit, iov);
     ssize_t n = sendmsg(t.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       t.done += n;
@@ -242,13 +248,7 @@ bool ProgressSend(Transfer& t, int64_t now, int64_t* wake_ns, ncclResult_t* code
              (*code == ncclRemoteError ? " (peer process gone?)" : "");
     return false;
   }
-  if (limit < total) {
-    const size_t payload_done = t.done - sizeof(MessageHeader);
-    const size_t want =
-        payload_done + std::min(t.bytes - payload_done, PacingQuantum(t.link.bandwidth_bytes_per_s));
-    *wake_ns = t.ready_ns + static_cast<int64_t>(std::ceil(
-                                 static_cast<double>(want) / t.link.bandwidth_bytes_per_s * 1e9));
-  }
+  if (limit < total) *wake_ns = NextPacedSendNs(t);
   return true;
 }
 
@@ -256,17 +256,9 @@ bool ProgressRecv(Transfer& t, ncclResult_t* code, std::string* error) {
   const size_t total = sizeof(MessageHeader) + t.bytes;
   while (t.done < total) {
     iovec iov[2];
-    int n_iov = 0;
-    if (t.done < sizeof(MessageHeader)) {
-      iov[n_iov++] = {reinterpret_cast<char*>(&t.header) + t.done, sizeof(MessageHeader) - t.done};
-      if (t.bytes > 0) iov[n_iov++] = {t.data, t.bytes};
-    } else {
-      const size_t off = t.done - sizeof(MessageHeader);
-      iov[n_iov++] = {static_cast<char*>(t.data) + off, total - t.done};
-    }
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = n_iov;
+    msg.msg_iovlen = NextIov(t, total, iov);
     ssize_t n = recvmsg(t.fd, &msg, MSG_DONTWAIT);
     if (n > 0) {
       const bool had_header = t.done >= sizeof(MessageHeader);
