@@ -224,7 +224,9 @@ int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32
     return abandon(NoRoom(e) ? PG_SKIPPED : PG_ERROR,
                    "no room for a shard of " + std::to_string(bytes) + " bytes in " + dir + ": " + Errno(e));
   }
-  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_POPULATE maps every page up front (one pass in the kernel) instead of one fault
+  // per 4 KiB page during the copy.
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (map == MAP_FAILED) return abandon(PG_ERROR, "cannot map " + tmp_path + ": " + Errno(errno));
   auto* base = static_cast<uint8_t*>(map);
   uint8_t* payload = base + ckpt::kShardHeaderBytes;
@@ -326,7 +328,7 @@ int pg_load(uint64_t step, pg_shard** out, char* err, size_t err_len) {
       return Fail(err, err_len, PG_ERROR,
                   path + ": shard truncated: " + std::to_string(bytes) + " bytes, shorter than its header");
     }
-    void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);  // one pass, no faults
     const int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) return Fail(err, err_len, PG_ERROR, "cannot map " + path + ": " + Errno(map_errno));
