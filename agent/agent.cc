@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent_components.h"
+#include "agent/checkpoint/restore_fetch.h"
 #include "agent/command_state.h"
 #include "agent/controller_link.h"
 #include "agent/diagnostics/diagnostic_runner.h"
@@ -100,6 +101,10 @@ class Agent::Impl {
     diagnostics_.reset();  // kills a running diagnostic's helper, drops queued ones
     if (link_) link_->Stop();
     JoinWorkers();
+    checkpoints_.sender.reset();
+    checkpoints_.server.reset();
+    if (checkpoints_.store) checkpoints_.store->RemoveAreaIfEmpty();
+    checkpoints_.store.reset();
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
@@ -132,6 +137,14 @@ class Agent::Impl {
       }
     }
     diagnostics_ = std::make_unique<DiagnosticRunner>(DiagnosticRunnerOptionsFor(options_));
+    // Without a store (no shared memory, a port taken) training still runs, without
+    // in-memory checkpoints; the reason goes to the controller as a log event.
+    absl::StatusOr<CheckpointParts> checkpoints = CreateCheckpointParts(options_);
+    if (checkpoints.ok()) {
+      checkpoints_ = std::move(*checkpoints);
+    } else {
+      ReportLog(absl::StrCat("in-memory checkpoints are off: ", checkpoints.status().ToString()));
+    }
     ControllerLinkOptions link_options;
     link_options.target = options_.controller;
     link_options.token_file = options_.token_file;
@@ -214,6 +227,7 @@ class Agent::Impl {
       sweep = false;
       PollFailSlow();
       PollInspections();
+      PollCheckpoints();
       RunQueuedWork();
       if (registered_ && Now() >= next_heartbeat_) SendHeartbeat();
       if (commands_.shutting_down() && supervisor_->Idle() && !supervisor_->stopping()) {
@@ -298,6 +312,56 @@ class Agent::Impl {
     }
   }
 
+  // The checkpoint store: every ~200 ms it finishes new shards, prunes and reports; its
+  // events go out at once; the backup sender looks for a new stored step.
+  void PollCheckpoints() {
+    if (!checkpoints_.store || commands_.shutting_down()) return;
+    const absl::Time now = Now();
+    if (now < next_checkpoint_poll_) return;
+    next_checkpoint_poll_ = now + absl::Milliseconds(200);
+    SendCheckpointEvents(checkpoints_.store->Poll());
+    checkpoints_.sender->Wake();
+  }
+
+  void SendCheckpointEvents(std::vector<v1::CheckpointEvent> events) {
+    for (v1::CheckpointEvent& e : events) {
+      v1::Event event;
+      event.set_at(UnixNanos(Now()));
+      *event.mutable_checkpoint() = std::move(e);
+      SendEvent(std::move(event));
+    }
+  }
+
+  // Before ranks start: the store takes the assignment's plan (the slot, its ranks'
+  // directories, the committed step, what to hold), then, for a restore, every local
+  // rank's shard of the restore step is made present (own copy, else fetched from the
+  // holders). A failed restore starts nothing: RESTORE_FAILED events name the rank and
+  // step, and the start fails, so the controller falls back to an older step. The fetch
+  // blocks the loop (heartbeats wait) for as long as the copy takes.
+  absl::Status PrepareCheckpoints(const TrainingAssignment& assignment) {
+    if (!checkpoints_.store) return absl::OkStatus();
+    v1::CheckpointPlan plan;
+    if (!plan.ParseFromString(assignment.checkpoint_plan)) {
+      return absl::InvalidArgumentError("assignment.checkpoint does not parse");
+    }
+    std::vector<uint32_t> ranks;
+    if (plan.interval_steps() > 0 || plan.restore_step() > 0) {
+      for (const AssignedRank& r : assignment.ranks) ranks.push_back(r.global_rank);
+    }
+    absl::Status configured =
+        checkpoints_.store->Configure(assignment.machine_index, ranks, assignment.layout.gpus_per_machine, plan);
+    if (!configured.ok()) return configured;
+    if (plan.restore_step() > 0) {
+      const std::vector<v1::CheckpointPeerAddress> holders(plan.restore_from().begin(), plan.restore_from().end());
+      checkpoint::RestoreOutcome restored = checkpoint::RestoreShards(
+          *checkpoints_.store, assignment.machine_index, ranks, plan.restore_step(), holders, checkpoints_.token);
+      SendCheckpointEvents(std::move(restored.events));
+      if (!restored.status.ok()) return restored.status;
+    }
+    SendCheckpointEvents(checkpoints_.store->Poll());  // the allowance of this launch
+    return absl::OkStatus();
+  }
+
   absl::Time Now() const { return options_.clock->Now(); }
 
   // ---- state -----------------------------------------------------------------
@@ -341,6 +405,7 @@ class Agent::Impl {
     }
     reg->set_agent_version(options_.agent_version);
     reg->set_agent_start_time(UnixNanos(start_time_));
+    reg->set_data_address(checkpoints_.data_address);
     *reg->mutable_training() = State();
     for (const std::string& id : commands_.executed_ids()) reg->add_executed_command_ids(id);
     if (commands_.role() == AgentRole::kStandby) {
@@ -386,6 +451,18 @@ class Agent::Impl {
     registered_ = true;
     link_->MarkRegistered(session_);
     if (ack.heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(ack.heartbeat_interval_ms());
+    // The plan's updates (committed step, the slots to hold for) reach a running store.
+    if (checkpoints_.store && ack.assignment().has_checkpoint() && !ack.assignment().ranks().empty() &&
+        commands_.running_assignment() && commands_.running_assignment()->attempt == ack.assignment().attempt()) {
+      std::vector<uint32_t> ranks;
+      if (ack.assignment().checkpoint().interval_steps() > 0) {
+        for (const v1::RankInfo& r : ack.assignment().ranks()) ranks.push_back(r.global_rank());
+      }
+      absl::Status configured = checkpoints_.store->Configure(
+          ack.assignment().machine_index(), ranks, ack.assignment().layout().gpus_per_machine(),
+          ack.assignment().checkpoint());
+      if (!configured.ok()) ReportLog(absl::StrCat("checkpoint store: ", configured.ToString()));
+    }
     Execute(commands_.OnRegisterAck(DesiredStateFromProto(ack)));
     RunQueuedWork();
     while (!pending_events_.empty() && registered_) {
@@ -414,6 +491,7 @@ class Agent::Impl {
       for (v1::InspectionResult& r : inspections_->Latest()) *hb->add_inspections() = std::move(r);
     }
     if (failslow_) failslow_->FillCommProfiles(hb->mutable_comm_profiles());
+    if (checkpoints_.store) *hb->mutable_checkpoint() = checkpoints_.store->Report();
     link_->Send(session_, message);
   }
 
@@ -520,7 +598,9 @@ class Agent::Impl {
   // Builds the processes of `assignment` and starts them; nothing runs on error.
   absl::Status Launch(const TrainingAssignment& assignment) {
     PEREGRINE_CHECK(supervisor_->Idle()) << "Launch with live processes";
-    absl::StatusOr<std::vector<ProcessSpec>> plan = PrepareLaunch(options_, assignment, failslow_.get());
+    if (absl::Status ready = PrepareCheckpoints(assignment); !ready.ok()) return ready;
+    absl::StatusOr<std::vector<ProcessSpec>> plan =
+        PrepareLaunch(options_, assignment, failslow_.get(), checkpoints_.store.get());
     if (!plan.ok()) return plan.status();
     return supervisor_->Start(std::move(*plan));
   }
@@ -577,6 +657,8 @@ class Agent::Impl {
   std::thread loop_thread_;
   std::unique_ptr<ControllerLink> link_;
   std::unique_ptr<DiagnosticRunner> diagnostics_;
+  CheckpointParts checkpoints_;  // empty when checkpoints are off
+  absl::Time next_checkpoint_poll_ = absl::InfinitePast();
 
   // Control-loop state.
   CommandState commands_;

@@ -54,6 +54,17 @@ struct AgentOptions {
   // (standbys; 0: the param "gpus", else 1).
   std::string diagnose_binary;
   int gpus_per_machine = 0;
+  // In-memory checkpoints (agent/checkpoint/): the store's root (its area is
+  // <root>/<namespace>.<job>/<pod>/; "off" or empty: no store and no data channel), the
+  // CheckpointPeer data channel's port (0: a free one), bind address and advertised host
+  // (empty: this machine's hostname), and the client dir holding
+  // lib/libperegrine_client.so and python/peregrine/ (empty: the parent of this binary's
+  // directory, the build tree's layout).
+  std::string checkpoint_root = "/dev/shm/peregrine";
+  int data_port = 0;
+  std::string data_bind = "0.0.0.0";
+  std::string data_advertise;
+  std::string client_dir;
   // The time of everything the agent does: its loop, heartbeats, events, supervisor
   // deadlines, diagnostics and reconnect backoff. Must outlive the agent.
   Clock* clock = RealClock();

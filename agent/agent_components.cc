@@ -4,11 +4,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "agent/launch_plan.h"
 #include "agent/proto_translation.h"
@@ -43,13 +46,19 @@ absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const Age
 
 absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& options,
                                                        const TrainingAssignment& assignment,
-                                                       FailSlowMonitor* failslow) {
+                                                       FailSlowMonitor* failslow,
+                                                       const checkpoint::ShardStore* store) {
   LaunchContext context;
   for (char** e = environ; *e != nullptr; ++e) context.agent_env.emplace_back(*e);
   context.machine_id = options.machine_id;
   context.run_id = absl::StrCat(options.job_namespace, "/", options.job_name);
   context.log_dir = options.log_dir;
   context.started_at = absl::FormatTime(absl::RFC3339_sec, options.clock->Now(), absl::UTCTimeZone());
+  context.client_dir = ClientDirFor(options);
+  if (store != nullptr) {
+    context.checkpoint_area = store->area();
+    context.checkpoint_allowance = store->AllowanceBytes();
+  }
   absl::StatusOr<std::vector<ProcessSpec>> plan = BuildLaunchPlan(AssignmentToProto(assignment), context);
   if (!plan.ok()) return plan.status();
   if (failslow != nullptr) {
@@ -60,6 +69,53 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
     failslow->Reset();
   }
   return plan;
+}
+
+absl::StatusOr<CheckpointParts> CreateCheckpointParts(const AgentOptions& options) {
+  CheckpointParts parts;
+  if (options.checkpoint_root.empty()) return parts;
+  if (!options.token_file.empty()) {
+    std::ifstream in(options.token_file);
+    if (!in) return absl::FailedPreconditionError(absl::StrCat("token file ", options.token_file, " cannot be read"));
+    std::stringstream text;
+    text << in.rdbuf();
+    parts.token = std::string(absl::StripAsciiWhitespace(text.str()));
+  }
+  checkpoint::ShardStoreOptions store_options;
+  store_options.root = options.checkpoint_root;
+  store_options.job_namespace = options.job_namespace;
+  store_options.job_name = options.job_name;
+  store_options.pod_name = options.pod_name;
+  absl::StatusOr<std::unique_ptr<checkpoint::ShardStore>> store = checkpoint::ShardStore::Create(store_options);
+  if (!store.ok()) return store.status();
+  parts.store = std::move(*store);
+  checkpoint::PeerServerOptions server_options;
+  server_options.bind = options.data_bind;
+  server_options.port = options.data_port;
+  server_options.token = parts.token;
+  server_options.store = parts.store.get();
+  absl::StatusOr<std::unique_ptr<checkpoint::PeerServer>> server = checkpoint::PeerServer::Start(server_options);
+  if (!server.ok()) return server.status();
+  parts.server = std::move(*server);
+  std::string host = options.data_advertise;
+  if (host.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0) host = name;
+    if (host.empty()) host = "localhost";
+  }
+  parts.data_address = absl::StrCat(host.find(':') != std::string::npos ? "[" : "", host,
+                                    host.find(':') != std::string::npos ? "]" : "", ":", parts.server->port());
+  parts.sender = std::make_unique<checkpoint::BackupSender>(
+      checkpoint::BackupSenderOptions{parts.store.get(), parts.token, options.clock});
+  return parts;
+}
+
+std::string ClientDirFor(const AgentOptions& options) {
+  if (!options.client_dir.empty()) return options.client_dir;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return self.parent_path().parent_path().string();
 }
 
 absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options) {

@@ -12,6 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "agent/agent.h"
+#include "agent/checkpoint/backup_sender.h"
+#include "agent/checkpoint/peer_service.h"
+#include "agent/checkpoint/shard_store.h"
 #include "agent/command_state.h"
 #include "agent/diagnostics/diagnostic_runner.h"
 #include "agent/failslow_monitor.h"
@@ -24,10 +27,27 @@ namespace peregrine {
 // Null when options.nccl_hook is empty (no hook, nothing to monitor).
 absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const AgentOptions& options);
 // The processes of `assignment` (agent/launch_plan.h) with the agent's environment,
-// the NCCL hook's when `failslow` is set (whose rings it resets for the new run).
+// the NCCL hook's when `failslow` is set (whose rings it resets for the new run), and the
+// checkpoint store's directories and allowance when `store` is set.
 absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& options,
                                                        const TrainingAssignment& assignment,
-                                                       FailSlowMonitor* failslow);
+                                                       FailSlowMonitor* failslow,
+                                                       const checkpoint::ShardStore* store = nullptr);
+
+// The checkpoint store and its data channel (agent/checkpoint/). Members are destroyed
+// sender first, then the server, then the store.
+struct CheckpointParts {
+  std::unique_ptr<checkpoint::ShardStore> store;
+  std::unique_ptr<checkpoint::PeerServer> server;
+  std::unique_ptr<checkpoint::BackupSender> sender;
+  std::string data_address;  // <advertised host>:<port>, for Register.data_address
+  std::string token;         // the job token (the token file's content)
+};
+// Empty parts when options.checkpoint_root is empty; the status of the store's area, the
+// token file or the server's port otherwise.
+absl::StatusOr<CheckpointParts> CreateCheckpointParts(const AgentOptions& options);
+// options.client_dir, else the parent of this binary's directory (bin/.. in the build tree).
+std::string ClientDirFor(const AgentOptions& options);
 // Null when options.inspections is off.
 absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const AgentOptions& options);
 // peregrine-diagnose next to this binary unless named; its scratch directory; RunTool as spawner.

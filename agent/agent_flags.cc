@@ -23,6 +23,9 @@ constexpr FlagDef kFlags[] = {
     {"kmsg-path", "PEREGRINE_KMSG_PATH"},   {"sysfs-root", "PEREGRINE_SYSFS_ROOT"},
     {"sim-machine-root", "PEREGRINE_SIM_MACHINE_ROOT"},
     {"diagnose-bin", "PEREGRINE_DIAGNOSE_BIN"}, {"gpus-per-machine", "PEREGRINE_GPUS_PER_MACHINE"},
+    {"checkpoint-root", "PEREGRINE_CHECKPOINT_ROOT"}, {"data-port", "PEREGRINE_DATA_PORT"},
+    {"data-bind", "PEREGRINE_DATA_BIND"},   {"data-advertise", "PEREGRINE_DATA_ADVERTISE"},
+    {"client-dir", "PEREGRINE_CLIENT_DIR"},
 };
 
 const FlagDef* FindFlag(std::string_view name) {
@@ -136,6 +139,17 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
                                                      get("gpus-per-machine"), "\""));
     }
   }
+  if (values.contains("checkpoint-root")) o.checkpoint_root = get("checkpoint-root");
+  if (o.checkpoint_root == "off") o.checkpoint_root.clear();
+  if (values.contains("data-port")) {
+    if (!absl::SimpleAtoi(get("data-port"), &o.data_port) || o.data_port < 0 || o.data_port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source("data-port"), ": expected a port in [0, 65535], got \"", get("data-port"), "\""));
+    }
+  }
+  if (values.contains("data-bind")) o.data_bind = get("data-bind");
+  o.data_advertise = get("data-advertise");
+  o.client_dir = get("client-dir");
   o.sim_machine_root = get("sim-machine-root");
   if (!o.sim_machine_root.empty()) {
     const std::string dir = absl::StrCat(o.sim_machine_root, "/", o.machine_id);

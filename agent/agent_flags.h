@@ -19,6 +19,14 @@
 //                          kmsg and sysfs are DIR/<machine-id>/{kmsg,sys} unless given
 //   --diagnose-bin PATH    [PEREGRINE_DIAGNOSE_BIN] peregrine-diagnose (default: next to the agent)
 //   --gpus-per-machine N   [PEREGRINE_GPUS_PER_MACHINE] GPUs when no assignment says (standby)
+//   --checkpoint-root DIR  [PEREGRINE_CHECKPOINT_ROOT] default /dev/shm/peregrine; "off": no
+//                          checkpoint store or data channel
+//   --data-port N          [PEREGRINE_DATA_PORT]    the CheckpointPeer port (0: a free one)
+//   --data-bind ADDR       [PEREGRINE_DATA_BIND]    default 0.0.0.0
+//   --data-advertise HOST  [PEREGRINE_DATA_ADVERTISE] host in Register.data_address (default:
+//                          the hostname)
+//   --client-dir DIR       [PEREGRINE_CLIENT_DIR]   lib/libperegrine_client.so and python/peregrine/
+//                          (default: the parent of the agent binary's directory)
 //   --help
 // Both "--flag value" and "--flag=value" are accepted.
 //

@@ -36,6 +36,16 @@ EnvMap MachineEnvironment(const peregrine::v1::Assignment& a, const LaunchContex
   env["PEREGRINE_RESUME_STEP"] = absl::StrCat(a.resume_step());
   env["PEREGRINE_ATTEMPT"] = absl::StrCat(a.attempt());
   env["PEREGRINE_MACHINE_ID"] = context.machine_id;
+  if (!context.client_dir.empty()) {
+    env["PEREGRINE_CLIENT_LIB"] = absl::StrCat(context.client_dir, "/lib/libperegrine_client.so");
+    const std::string python = absl::StrCat(context.client_dir, "/python");
+    auto it = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = it == env.end() || it->second.empty() ? python : absl::StrCat(python, ":", it->second);
+  }
+  if (a.checkpoint().interval_steps() > 0 && !context.checkpoint_area.empty()) {
+    env["PEREGRINE_CHECKPOINT_INTERVAL"] = absl::StrCat(a.checkpoint().interval_steps());
+    env["PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES"] = absl::StrCat(context.checkpoint_allowance);
+  }
   return env;
 }
 
@@ -93,6 +103,9 @@ absl::StatusOr<std::vector<ProcessSpec>> BuildLaunchPlan(const peregrine::v1::As
     env["PEREGRINE_TP_RANK"] = absl::StrCat(rank.tp());
     env["PEREGRINE_PP_RANK"] = absl::StrCat(rank.pp());
     env["PEREGRINE_DP_RANK"] = absl::StrCat(rank.dp());
+    if (a.checkpoint().interval_steps() > 0 && !context.checkpoint_area.empty()) {
+      env["PEREGRINE_CHECKPOINT_DIR"] = absl::StrCat(context.checkpoint_area, "/own/rank-", rank.global_rank());
+    }
     ProcessSpec spec;
     spec.global_rank = static_cast<int>(rank.global_rank());
     spec.argv.assign(a.code().command().begin(), a.code().command().end());

@@ -11,7 +11,11 @@
 //   the assignment carries no reattempt limit, so the agent passes 0);
 //   NODE_RANK (= machine_index), NNODES (= world_size / gpus_per_machine);
 //   PEREGRINE_TP/PP/DP (layout sizes), PEREGRINE_TP_RANK/PP_RANK/DP_RANK,
-//   PEREGRINE_RESUME_STEP, PEREGRINE_ATTEMPT, PEREGRINE_MACHINE_ID.
+//   PEREGRINE_RESUME_STEP, PEREGRINE_ATTEMPT, PEREGRINE_MACHINE_ID;
+//   with a client dir: PEREGRINE_CLIENT_LIB (<dir>/lib/libperegrine_client.so) and PYTHONPATH
+//   prefixed with <dir>/python (the `peregrine` package); when the assignment's checkpoint
+//   plan has interval_steps > 0 and a checkpoint area is set: PEREGRINE_CHECKPOINT_DIR
+//   (<area>/own/rank-<g>), PEREGRINE_CHECKPOINT_INTERVAL, PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES.
 //
 // Pure: the agent's environment and paths are inputs. Thread-compatible.
 #ifndef PEREGRINE_AGENT_LAUNCH_PLAN_H_
@@ -35,6 +39,9 @@ struct LaunchContext {
   std::string started_at;              // human-readable, for the log separator
   std::string run_id;                  // TORCHELASTIC_RUN_ID: the job, "<namespace>/<name>"
   int64_t max_restarts = 0;            // TORCHELASTIC_MAX_RESTARTS
+  std::string client_dir;              // holds lib/libperegrine_client.so and python/peregrine/
+  std::string checkpoint_area;         // the agent's checkpoint store area; empty: none
+  uint64_t checkpoint_allowance = 0;   // PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES
 };
 
 // One worker of a torchrun-style world: what torchrun's rendezvous variables say.

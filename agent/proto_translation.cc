@@ -43,6 +43,7 @@ TrainingAssignment AssignmentFromProto(const v1::Assignment& assignment) {
   out.resume_step = assignment.resume_step();
   out.attempt = assignment.attempt();
   out.code = CodeFromProto(assignment.code());
+  if (assignment.has_checkpoint()) out.checkpoint_plan = assignment.checkpoint().SerializeAsString();
   return out;
 }
 
@@ -68,6 +69,7 @@ v1::Assignment AssignmentToProto(const TrainingAssignment& assignment) {
   out.set_resume_step(assignment.resume_step);
   out.set_attempt(assignment.attempt);
   *out.mutable_code() = CodeToProto(assignment.code);
+  if (!assignment.checkpoint_plan.empty()) out.mutable_checkpoint()->ParseFromString(assignment.checkpoint_plan);
   return out;
 }
 

@@ -52,6 +52,9 @@ struct TrainingAssignment {
   uint64_t resume_step = 0;  // training resumes after this completed step
   uint64_t attempt = 0;      // 0: no training attempt
   TrainingCode code;
+  // The in-memory checkpoint plan (peregrine.v1.CheckpointPlan) as the controller sent it,
+  // serialized; empty: checkpoints off. The agent's checkpoint store reads it.
+  std::string checkpoint_plan;
 
   bool operator==(const TrainingAssignment&) const = default;
 };

@@ -482,6 +482,24 @@ void ShardStore::DiscardOwnNewerThan(uint64_t step) {
   stored_.erase(std::upper_bound(stored_.begin(), stored_.end(), step), stored_.end());
 }
 
+void ShardStore::RemoveAreaIfEmpty() {
+  // rmdir removes only empty directories, so whatever another agent or a rank put there stays.
+  for (const char* sub : {"/own", "/held"}) {
+    std::error_code ec;
+    std::vector<fs::path> dirs;
+    for (fs::recursive_directory_iterator it(area_ + sub, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_directory()) dirs.push_back(it->path());
+    }
+    std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) {
+      return a.string().size() > b.string().size();  // children before their parents
+    });
+    for (const fs::path& d : dirs) ::rmdir(d.c_str());
+    ::rmdir((area_ + sub).c_str());
+  }
+  const fs::path area(area_);
+  if (::rmdir(area.c_str()) == 0 && ::rmdir(area.parent_path().c_str()) == 0) ::rmdir(options_.root.c_str());
+}
+
 void ShardStore::ScanHeldLocked() {
   held_.clear();
   held_bytes_ = 0;

@@ -113,6 +113,10 @@ class ShardStore {
   // stored) and forgets what was known about them.
   void DiscardOwnNewerThan(uint64_t step);
 
+  // At the agent's exit: removes the area's directories that are empty (and the job's and
+  // the root's when nothing else is in them). Shards and free buffers stay.
+  void RemoveAreaIfEmpty();
+
  private:
   explicit ShardStore(ShardStoreOptions options, std::string area);
   void FinisherLoop();
