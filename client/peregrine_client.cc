@@ -18,18 +18,20 @@
 // is unset or wrong is never returned.
 //
 // The environment is read on every call (cheap, and a test may change it in-process).
+
 // The library is compiled with hidden visibility; only the C ABI is exported.
 #pragma GCC visibility push(default)
 #include "client/peregrine_client.h"
 #pragma GCC visibility pop
 
-#include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -37,7 +39,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <mutex>
 #include <new>
 #include <string>
