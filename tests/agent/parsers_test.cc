@@ -215,7 +215,11 @@ std::map<std::string, std::string> EnvOf(const ProcessSpec& spec) {
 }
 
 TEST_CASE("launch plan sets the rendezvous and layout environment per rank", "[unit]") {
-  LaunchContext context{{"HOME=/root", "PATH=/usr/bin"}, "node-a", "/logs", "now"};
+  LaunchContext context;
+  context.agent_env = {"HOME=/root", "PATH=/usr/bin"};
+  context.machine_id = "node-a";
+  context.log_dir = "/logs";
+  context.started_at = "now";
   auto plan = BuildLaunchPlan(TwoRankAssignment(), context);
   REQUIRE(plan.ok());
   REQUIRE(plan->size() == 2);
@@ -247,7 +251,11 @@ TEST_CASE("launch plan sets the rendezvous and layout environment per rank", "[u
 }
 
 TEST_CASE("launch plan gives every rank torchrun's worker environment", "[unit]") {
-  LaunchContext context{{"HOME=/root", "GROUP_RANK=stale"}, "node-a", "", "now", "ml/pretrain", 0};
+  LaunchContext context;
+  context.agent_env = {"HOME=/root", "GROUP_RANK=stale"};
+  context.machine_id = "node-a";
+  context.started_at = "now";
+  context.run_id = "ml/pretrain";
   auto plan = BuildLaunchPlan(TwoRankAssignment(), context);
   REQUIRE(plan.ok());
   REQUIRE(plan->size() == 2);
