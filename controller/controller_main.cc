@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
 #include "controller/kube/kube_command.h"
+#include "controller/local/final_digests.h"
 #include "controller/local/local_mode.h"
 #include "controller/local/scenario.h"
 
@@ -156,6 +157,10 @@ int main(int argc, char** argv) {
   const bool keep_training = sig == SIGTERM;
   const peregrine::JobStatus st = mode.controller().Snapshot();
   std::fputs(peregrine::FormatTimeline(mode.controller().Timeline(), st, st.started_at).c_str(), stdout);
+  if (st.phase == peregrine::JobPhase::kSucceeded) {
+    const auto digests = peregrine::ReadFinalDigests(state_dir);
+    if (!digests.empty()) std::printf("== final state ==\n%s", peregrine::FormatFinalDigests(digests).c_str());
+  }
   std::fflush(stdout);
   mode.Shutdown(/*teardown=*/!keep_training);
   if (keep_training) {
