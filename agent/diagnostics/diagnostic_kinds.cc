@@ -1,12 +1,8 @@
 #include "agent/diagnostics/diagnostic_kinds.h"
 
-#include <set>
-
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "diagnosis/link_plan.h"
 
 namespace peregrine {
 namespace {
@@ -145,54 +141,10 @@ absl::StatusOr<P2pRoundsOptions> ParseP2pRoundsOptions(const DiagnosticParams& p
   ASSIGN_OR_RETURN_PARAM(o.rank_base, p.RequiredInt("rank_base", 0, o.ranks - 1));
   ASSIGN_OR_RETURN_PARAM(o.bytes, p.Int("bytes", o.bytes, 4, kMaxBytes));
   ASSIGN_OR_RETURN_PARAM(o.rounds, p.RequiredString("rounds"));
-  absl::StatusOr<std::vector<std::vector<LinkRoundTransfer>>> plan = ParseLinkRoundsPlan(o.rounds, o.ranks);
+  absl::StatusOr<ValidationRounds> plan = ParseLinkRoundsPlan(o.rounds, o.ranks);
   if (!plan.ok()) return p.Invalid("rounds", std::string(plan.status().message()));
   o.plan = std::move(*plan);
   return o;
-}
-
-absl::StatusOr<std::vector<std::vector<LinkRoundTransfer>>> ParseLinkRoundsPlan(const std::string& text, int ranks) {
-  std::vector<std::vector<LinkRoundTransfer>> plan;
-  if (text.empty()) return absl::InvalidArgumentError("empty plan");
-  for (absl::string_view round : absl::StrSplit(text, ';')) {
-    const size_t colon = round.find(':');
-    const std::string label = absl::StrCat("r", plan.size());
-    if (colon == absl::string_view::npos || round.substr(0, colon) != label) {
-      return absl::InvalidArgumentError(absl::StrCat("round ", plan.size(), " must start with \"", label, ":\", got \"",
-                                                     round, "\""));
-    }
-    std::vector<LinkRoundTransfer> transfers;
-    std::set<int> busy;
-    absl::string_view body = round.substr(colon + 1);
-    if (!body.empty()) {
-      for (absl::string_view t : absl::StrSplit(body, ',')) {
-        std::pair<std::string, std::string> sd = absl::StrSplit(t, absl::MaxSplits('>', 1));
-        LinkRoundTransfer x;
-        if (!absl::SimpleAtoi(sd.first, &x.sender) || !absl::SimpleAtoi(sd.second, &x.receiver) || x.sender < 0 ||
-            x.receiver < 0 || x.sender >= ranks || x.receiver >= ranks || x.sender == x.receiver) {
-          return absl::InvalidArgumentError(absl::StrCat("bad transfer \"", t, "\" in ", label,
-                                                         " (expected SENDER>RECEIVER, distinct ranks below ", ranks,
-                                                         ")"));
-        }
-        if (!busy.insert(x.sender).second || !busy.insert(x.receiver).second) {
-          return absl::InvalidArgumentError(absl::StrCat("rank used twice in ", label, " (transfer \"", t, "\")"));
-        }
-        transfers.push_back(x);
-      }
-    }
-    plan.push_back(std::move(transfers));
-  }
-  return plan;
-}
-
-std::string FormatLinkRoundsPlan(const std::vector<std::vector<LinkRoundTransfer>>& plan) {
-  std::vector<std::string> rounds;
-  for (size_t r = 0; r < plan.size(); ++r) {
-    std::vector<std::string> ts;
-    for (const LinkRoundTransfer& t : plan[r]) ts.push_back(absl::StrCat(t.sender, ">", t.receiver));
-    rounds.push_back(absl::StrCat("r", r, ":", absl::StrJoin(ts, ",")));
-  }
-  return absl::StrJoin(rounds, ";");
 }
 
 const char* GemmDtypeName(GemmDtype dtype) {

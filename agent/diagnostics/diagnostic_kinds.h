@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/diagnostics/diagnostic_params.h"
+#include "diagnosis/link_rounds.h"
 
 namespace peregrine {
 
@@ -69,11 +70,6 @@ struct GemmOptions {
   double min_ratio = 0.9;
 };
 
-struct LinkRoundTransfer {
-  int sender = 0;
-  int receiver = 0;
-};
-
 struct P2pRoundsOptions {
   std::string master_addr;
   int master_port = 0;
@@ -81,7 +77,7 @@ struct P2pRoundsOptions {
   int rank_base = 0;  // communicator rank of this machine's local GPU 0
   int64_t bytes = 1 << 20;
   std::string rounds;  // the plan as sent: "r0:s>d,s>d;r1:..."
-  std::vector<std::vector<LinkRoundTransfer>> plan;
+  ValidationRounds plan;  // ParseLinkRoundsPlan (diagnosis/link_plan.h) of `rounds`
 };
 
 absl::StatusOr<EudOptions> ParseEudOptions(const DiagnosticParams& p);
@@ -92,11 +88,6 @@ absl::StatusOr<ReplayOptions> ParseReplayOptions(const DiagnosticParams& p);
 absl::StatusOr<GemmOptions> ParseGemmOptions(const DiagnosticParams& p);
 absl::StatusOr<P2pRoundsOptions> ParseP2pRoundsOptions(const DiagnosticParams& p);
 
-// "r0:s>d,s>d;r1:s>d" -> rounds of transfers (round labels must be r0, r1, ... in order; a
-// round may be empty "r2:"). Every rank in [0, ranks); a rank appears at most once per round.
-absl::StatusOr<std::vector<std::vector<LinkRoundTransfer>>> ParseLinkRoundsPlan(const std::string& text, int ranks);
-// The inverse of ParseLinkRoundsPlan.
-std::string FormatLinkRoundsPlan(const std::vector<std::vector<LinkRoundTransfer>>& plan);
 
 const char* GemmDtypeName(GemmDtype dtype);
 

@@ -31,12 +31,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "diagnosis/link_plan.h"
 #include "diagnosis/link_rounds.h"
 #include "diagnosis/tools/collective_tool.h"
 #include "diagnosis/tools/device_memory.h"
@@ -60,33 +59,6 @@ struct Options {
   std::string device_buffers = "auto";
 };
 
-// "r0:s>d,s>d;r1:..." -> rounds; false with *error set when malformed.
-bool ParsePlan(const std::string& text, int world, ValidationRounds* rounds, std::string* error) {
-  for (absl::string_view round : absl::StrSplit(text, ';')) {
-    const std::string label = absl::StrCat("r", rounds->size(), ":");
-    if (!absl::StartsWith(round, label)) {
-      *error = absl::StrCat("--plan: round ", rounds->size(), " must start with ", label);
-      return false;
-    }
-    std::vector<LinkTransfer> transfers;
-    absl::string_view body = round.substr(label.size());
-    if (!body.empty()) {
-      for (absl::string_view t : absl::StrSplit(body, ',')) {
-        std::pair<std::string, std::string> sd = absl::StrSplit(t, absl::MaxSplits('>', 1));
-        LinkTransfer x;
-        if (!absl::SimpleAtoi(sd.first, &x.sender) || !absl::SimpleAtoi(sd.second, &x.receiver) || x.sender < 0 ||
-            x.receiver < 0 || x.sender >= world || x.receiver >= world || x.sender == x.receiver) {
-          *error = absl::StrCat("--plan: bad transfer \"", t, "\"");
-          return false;
-        }
-        transfers.push_back(x);
-      }
-    }
-    rounds->push_back(std::move(transfers));
-  }
-  return true;
-}
-
 constexpr CollectiveTool kTool(
     "peregrine-linkcheck",
     "[--bytes N] [--repeats N] [--topology ring|tree] [--slow-ratio R] [--init-timeout-s N]\n"
@@ -98,8 +70,9 @@ int Run(const Options& o) {
   // The plan, identical on every rank.
   ValidationRounds rounds;
   if (!o.plan.empty()) {
-    std::string error;
-    if (!ParsePlan(o.plan, o.w.world, &rounds, &error)) return kTool.Usage(error);
+    absl::StatusOr<ValidationRounds> plan = ParseLinkRoundsPlan(o.plan, o.w.world);
+    if (!plan.ok()) return kTool.Usage(absl::StrCat("--plan: ", plan.status().message()));
+    rounds = *std::move(plan);
   } else if (o.topology == "ring") {
     auto r = RingValidationRounds(o.w.world);
     if (!r.ok()) return kTool.Usage(r.status().message());

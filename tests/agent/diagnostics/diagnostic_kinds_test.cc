@@ -49,7 +49,7 @@ TEST_CASE("diagnostic kinds validate their params and name what is wrong", "[uni
        ""},
       {"p2p_rounds",
        {{"master_addr", "h"}, {"master_port", "9"}, {"ranks", "4"}, {"rank_base", "2"}, {"rounds", "r0:0>1,1>3"}},
-       "p2p_rounds: param rounds: rank used twice"},
+       "p2p_rounds: param rounds: rank 1 used twice in round r0"},
       {"p2p_rounds",
        {{"master_addr", "h"}, {"master_port", "9"}, {"ranks", "4"}, {"rank_base", "2"}, {"rounds", "r1:0>1"}},
        "p2p_rounds: param rounds"},
@@ -73,20 +73,6 @@ TEST_CASE("diagnostic timeouts are the command timeout or the kind's default", "
   CHECK(DiagnosticTimeout("eud", {{"level", "3"}}, 0) == absl::Minutes(45));
   CHECK(DiagnosticTimeout("all_to_all", {}, 0) == absl::Seconds(60));
   CHECK(DiagnosticTimeout("replay", {}, 0) == absl::Seconds(600));
-}
-
-TEST_CASE("link-round plans round-trip through their text form", "[unit]") {
-  const std::vector<std::vector<LinkRoundTransfer>> plan = {{{0, 1}, {2, 3}}, {}, {{1, 2}, {3, 0}}};
-  const std::string text = FormatLinkRoundsPlan(plan);
-  CHECK(text == "r0:0>1,2>3;r1:;r2:1>2,3>0");
-  auto parsed = ParseLinkRoundsPlan(text, 4);
-  REQUIRE(parsed.ok());
-  REQUIRE(parsed->size() == 3);
-  CHECK(FormatLinkRoundsPlan(*parsed) == text);
-  CHECK_FALSE(ParseLinkRoundsPlan("r0:0>4", 4).ok());
-  CHECK_FALSE(ParseLinkRoundsPlan("r0:0>0", 4).ok());
-  CHECK_FALSE(ParseLinkRoundsPlan("r0:0-1", 4).ok());
-  CHECK_FALSE(ParseLinkRoundsPlan("", 4).ok());
 }
 
 // DCGM 3.x shape (dcgmi diag -r 1 -j): "DCGM GPU Diagnostic", results keyed by gpu_ids.

@@ -72,6 +72,33 @@ TEST_CASE("peregrine-linkcheck flags exactly the link with an injected fault", "
               verdict["slow_links"][0]["ratio"].get<double>(), verdict["median_seconds"].get<double>() * 1e3);
 }
 
+TEST_CASE("peregrine-linkcheck refuses a bad --plan before joining the world, naming what is wrong", "[integration]") {
+  TempDir dir;
+  const struct {
+    const char* plan;
+    const char* error;
+  } cases[] = {
+      {"r0:0>1,1>0", "--plan: rank 1 used twice in round r0 (transfer \"1>0\")"},
+      {"r0:0>2", "--plan: bad transfer \"0>2\" in r0"},
+      {"garbage", "--plan: round 0 must start with \"r0:\", got \"garbage\""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.plan);
+    ChildProcess::Options o;
+    // Nothing listens on the port: a plan that passed would fail later, with another code.
+    o.argv = {PEREGRINE_BINARY_DIR "/bin/peregrine-linkcheck", "--plan", c.plan, "--init-timeout-s", "1"};
+    o.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}};
+    o.stderr_path = dir.path() + "/err";
+    auto p = ChildProcess::Start(o);
+    REQUIRE(p != nullptr);
+    std::optional<int> status = p->Wait(std::chrono::seconds(60));
+    const std::string err = ReadFileIfExists(dir.path() + "/err");
+    INFO(err);
+    CHECK(testing::ExitedWith(status, 2));
+    CHECK(err.find(c.error) != std::string::npos);
+  }
+}
+
 TEST_CASE("peregrine-gemm falls back to the CPU without CUDA and reports GFLOP/s", "[integration]") {
   TempDir dir;
   ChildProcess::Options o;
