@@ -61,6 +61,13 @@ void RankProgress::Observe(const ProgressRecord& record, absl::Time now) {
   const bool had = current_.has_progress;
   const uint64_t previous_step = current_.last_completed_step;
   const absl::Time previous_time = current_.last_step_time;
+  if (had && record.step == previous_step) {
+    // The same step again (a trainer's closing "[peregrine] final step=N ..." line after
+    // its step=N line): no new iteration, so the window's count and timing stay as they are.
+    if (record.loss) current_.last_loss = *record.loss;
+    if (record.grad_norm) current_.last_grad_norm = *record.grad_norm;
+    return;
+  }
 
   current_.has_progress = true;
   current_.last_completed_step = record.step;

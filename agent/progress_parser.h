@@ -6,13 +6,17 @@
 // required (a non-negative integer); the other keys are optional and may come in
 // any order; unknown keys are ignored; a malformed optional value is treated as
 // missing. loss/grad_norm may be "nan" or "inf" (that is exactly what the
-// controller wants to see).
+// controller wants to see). A trainer's closing line
+//   [peregrine] final step=<n> weight_digest=<hex>
+// is progress too (step <n> completed; the word "final" and the digest are ignored).
 //
 // RankProgress accumulates parsed records of one rank into what a heartbeat
 // carries (IterationSummary): the last values plus the mean iteration time and
 // step count over the window since the previous TakeWindow(). The mean uses
 // iter_ms when every record in the window has it, otherwise the observed time
-// between consecutive step lines divided by the steps they advanced.
+// between consecutive step lines divided by the steps they advanced. A record of the
+// step already observed last (the final line after the step's own line) updates the
+// last values but is no new iteration: the window's count and timing ignore it.
 //
 // Pure: no clocks (the observation time is passed in), no I/O.
 // Thread safety: none (one owner). Ownership: plain values.

@@ -43,6 +43,19 @@ TEST_CASE("progress lines in real formats are parsed", "[unit]") {
   CHECK(std::isinf(*nan_loss->grad_norm));
 }
 
+TEST_CASE("a trainer's final line is progress of its step", "[unit]") {
+  for (const char* line : {"[peregrine] final step=300 weight_digest=0f3a9c", "[peregrine] final step=300 param_digest=ab",
+                           "[rank 3] [peregrine] final step=300"}) {
+    INFO(line);
+    auto final_line = ParseProgressLine(line);
+    REQUIRE(final_line.has_value());
+    CHECK(final_line->step == 300);
+    CHECK_FALSE(final_line->loss.has_value());
+    CHECK_FALSE(final_line->iter_ms.has_value());
+  }
+  CHECK_FALSE(ParseProgressLine("[peregrine] final weight_digest=0f3a9c").has_value());
+}
+
 TEST_CASE("garbage and lines without a valid step are not progress", "[unit]") {
   for (const char* line : {"", "step=5 loss=1.0", "[peregrine]", "[peregrine] loss=1.0 iter_ms=3",
                            "[peregrine] step=-4 loss=1", "[peregrine] step=abc", "[peregrine] step=",
@@ -79,6 +92,22 @@ TEST_CASE("rank progress summarises a window", "[unit]") {
     CHECK(empty.steps_in_window == 0);
     CHECK(empty.mean_iteration_seconds == 0);
     CHECK(empty.last_completed_step == 11);
+  }
+  SECTION("the final line repeating the last step is no new iteration") {
+    progress.Observe(ProgressRecord{9, 2.0, 1.0, 100.0}, t0);
+    progress.Observe(ProgressRecord{10, 1.9, 0.9, 300.0}, t0 + absl::Seconds(1));
+    progress.Observe(*ParseProgressLine("[peregrine] final step=10 weight_digest=00"), t0 + absl::Seconds(5));
+    ProgressWindow w = progress.TakeWindow();
+    CHECK(w.last_completed_step == 10);
+    CHECK(w.steps_in_window == 2);
+    CHECK(w.mean_iteration_seconds == Approx(0.2));  // still the reported times only
+    CHECK(w.last_loss == Approx(1.9));
+    CHECK(w.last_step_time == t0 + absl::Seconds(1));
+    // A trainer that prints only its final line still shows the step completed.
+    RankProgress only_final;
+    only_final.Observe(*ParseProgressLine("[peregrine] final step=40 weight_digest=00"), t0);
+    CHECK(only_final.Current().has_progress);
+    CHECK(only_final.Current().last_completed_step == 40);
   }
   SECTION("without iter_ms the observed spacing is used, across windows") {
     progress.Observe(ProgressRecord{1, 3.0, std::nullopt, std::nullopt}, t0);
