@@ -60,6 +60,7 @@ JobStatus PopulatedStatus() {
   closed.actions = {"RestartInPlace"};
   closed.step_at_failure = 400;
   closed.resume_step = 350;
+  closed.steps_redone = 50;
   closed.training_time_lost_seconds = 42;
   Incident open;
   open.id = 2;
@@ -72,6 +73,7 @@ JobStatus PopulatedStatus() {
   open.actions = {"Evict", "ActivateStandby", "RestartInPlace"};
   open.step_at_failure = 1203;
   open.resume_step = 1150;
+  open.steps_redone = 53;
   open.training_time_lost_seconds = 42.5;
   DiagnosisStageRecord stage;
   stage.stage = "all_gather";
@@ -83,6 +85,14 @@ JobStatus PopulatedStatus() {
   stage.note = "majority digest ab12";
   open.diagnosis = {stage};
   s.incidents = {closed, open};
+  s.checkpoint.last_complete_step = 1150;
+  s.checkpoint.last_persisted_step = 1000;
+  s.checkpoint.placement = {{0, {1}}, {1, {0}}};
+  s.checkpoint.degraded_reason = "no peer outside slot 0's parallel groups: placed on the one sharing the fewest";
+  s.checkpoint.failed_steps = {1200};
+  s.checkpoint.events = {{kT0 + 600 * kSecond, "llm-p5", CheckpointEventKind::kRestoreFailed, 1200, 3,
+                          "step 1200 of rank 3: no holder has it"}};
+  s.checkpoint.events_seen = {{"llm-p5", kT0 + 600 * kSecond}};
   s.evicted = {{"node-7", "llm-p1", "Xid 79", kT0 + 601 * kSecond}};
   s.next_incident_id = 3;
   s.next_pod_serial = 7;
