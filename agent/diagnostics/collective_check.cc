@@ -9,6 +9,7 @@
 #include "agent/diagnostics/diagnostic_kinds.h"
 #include "agent/diagnostics/diagnostic_kinds_run.h"
 #include "agent/diagnostics/rank_processes.h"
+#include "base/free_port.h"
 #include "nlohmann/json.hpp"
 
 namespace peregrine {

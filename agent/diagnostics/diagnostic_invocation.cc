@@ -1,15 +1,6 @@
 #include "agent/diagnostics/diagnostic_invocation.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -68,55 +59,6 @@ std::vector<std::string> FlattenEnv(const std::map<std::string, std::string>& en
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
   return out;
-}
-
-namespace {
-
-// True when a listener (SO_REUSEADDR, as the rendezvous stores use) can bind 127.0.0.1:port.
-bool LoopbackPortFree(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-}  // namespace
-
-absl::StatusOr<int> PickFreePort() {
-  // Below the kernel's ephemeral range (outgoing connections take ephemeral ports, so a
-  // kernel-picked port can be taken again before the store listens: seen in CI).
-  int ephemeral_start = 32768;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_start;
-  if (ephemeral_start > 20000 + 64) {
-    static thread_local std::mt19937 rng{std::random_device{}()};
-    std::uniform_int_distribution<int> pick(20000, ephemeral_start - 1);
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      const int port = pick(rng);
-      if (LoopbackPortFree(port)) return port;
-    }
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(err)));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv) {

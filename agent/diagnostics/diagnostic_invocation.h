@@ -76,10 +76,6 @@ absl::StatusOr<std::string> ToolPath(const DiagnosticInvocation& inv, const std:
 // "KEY=VALUE" list of an environment map.
 std::vector<std::string> FlattenEnv(const std::map<std::string, std::string>& env);
 
-// A free TCP port on 127.0.0.1: a random one below the kernel's ephemeral range checked
-// free, else one the kernel picks (bound to 0, then released); an error if neither.
-absl::StatusOr<int> PickFreePort();
-
 // The result skeleton every kind fills: kind, machine_id, passed=true.
 v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv);
 

@@ -1,11 +1,8 @@
 #include "controller/local/local_cluster.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +12,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/free_port.h"
 #include "controller/status_json.h"
 
 extern char** environ;
@@ -386,71 +383,15 @@ namespace {
 // Rendezvous ports of a local job: the training store listens on the base port and the
 // stop-time diagnosis and fail-slow validation use base+1 onwards (one per machine pair or
 // replay group, about 3 x machines), all on 127.0.0.1 shared with every other program.
-constexpr uint32_t kRendezvousBlock = 64;
-// Blocks are drawn below the kernel's ephemeral range, so outgoing connections (which take
-// ephemeral ports) never occupy them between the check and the listen.
-constexpr uint32_t kRendezvousLowest = 20000;
-
-// The first port of the kernel's ephemeral range (ip_local_port_range); 32768 if unreadable.
-uint32_t EphemeralPortsStart() {
-  static const uint32_t start = [] {
-    std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-    uint32_t lo = 0;
-    if (in >> lo && lo > 0 && lo <= 65535) return lo;
-    return 32768u;
-  }();
-  return start;
-}
-
-// True when a TCP listener could bind 127.0.0.1:port now.
-bool LoopbackPortFree(uint32_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as listeners do
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-// A port the kernel picks (port 0): the fallback when no block below the ephemeral range
-// is free.
-absl::StatusOr<uint32_t> KernelPickedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("cannot find a free port: ", std::strerror(errno)));
-  return static_cast<uint32_t>(ntohs(addr.sin_port));
-}
+constexpr int kRendezvousBlock = 64;
 
 }  // namespace
 
 absl::StatusOr<uint32_t> LocalCluster::RendezvousPort(const TrainingJob& /*job*/) {
-  // A random block of kRendezvousBlock ports, all free now, below the ephemeral range
-  // (random so that concurrent local controllers, e.g. parallel tests, rarely pick the same).
-  const uint32_t top = EphemeralPortsStart();
-  if (top >= kRendezvousLowest + 2 * kRendezvousBlock) {
-    static thread_local std::mt19937 rng{std::random_device{}()};
-    std::uniform_int_distribution<uint32_t> pick(kRendezvousLowest, top - kRendezvousBlock);
-    for (int attempt = 0; attempt < 8; ++attempt) {
-      const uint32_t base = pick(rng);
-      bool free = true;
-      for (uint32_t p = base; free && p < base + kRendezvousBlock; ++p) free = LoopbackPortFree(p);
-      if (free) return base;
-    }
-  }
-  return KernelPickedPort();
+  // A random block of free ports below the ephemeral range (base/free_port.h).
+  absl::StatusOr<int> port = PickFreePortBlock(kRendezvousBlock);
+  if (!port.ok()) return port.status();
+  return static_cast<uint32_t>(*port);
 }
 
 absl::Status LocalCluster::KillMachine(const std::string& machine_id) {

@@ -2,6 +2,7 @@
 // sim-trainer --reference-step over the stand-in NCCL, healthy and with one machine's GPU
 // injected with corrupt or nan.
 #include "agent/diagnostics/diagnostic_invocation.h"
+#include "base/free_port.h"
 #include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {

@@ -2,6 +2,7 @@
 // machines, equal digests for healthy groups of one shape, a different one for the group
 // with a corrupt machine; the agent's own assignment gives the global ranks.
 #include "agent/diagnostics/diagnostic_invocation.h"
+#include "base/free_port.h"
 #include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {

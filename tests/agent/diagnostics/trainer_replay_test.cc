@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/diagnostics/diagnostic_invocation.h"
 #include "agent/diagnostics/rank_processes.h"
+#include "base/free_port.h"
 #include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {

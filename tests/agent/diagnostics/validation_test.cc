@@ -1,6 +1,7 @@
 // gemm and p2p_rounds (fail-slow validation) through real agents: the stand-in GPUs'
 // GEMM throughput with one GPU slowed, and the O(1) link rounds with one slow link.
 #include "agent/diagnostics/diagnostic_invocation.h"
+#include "base/free_port.h"
 #include "tests/agent/diagnostics/diagnostics_test_util.h"
 
 namespace peregrine::diagtest {
