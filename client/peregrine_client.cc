@@ -1,21 +1,25 @@
 // The C ABI of libperegrine_client.so (client/peregrine_client.h).
 //
 // Save, in the rank's store directory D (PEREGRINE_CHECKPOINT_DIR):
-//   1. lay out the shard (checkpoint/shard_format.h) and check its size against this
+//   1. reap the snapshot child still in flight, if any (its result waits for pg_wait);
+//   2. lay out the shard (checkpoint/shard_format.h) and check its size against this
 //      rank's allowance (PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES) and RLIMIT_FSIZE; over
 //      either, write D/step-N.skipped holding the reason and return PG_SKIPPED;
-//   2. claim a free-*.buf the agent kept by renaming it to D/step-N.tmp (the rename is the
-//      claim: the first renamer owns it; its pages are already allocated, so the copy
-//      does not fault fresh shared memory), else create D/step-N.tmp;
-//   3. ftruncate to the shard size and posix_fallocate it (no room: marker, PG_SKIPPED);
-//   4. map it, copy the segments (in parallel for large states, copy_pool.h), zero the
-//      alignment padding, write the header with the checksum unset, unmap;
-//   5. rename D/step-N.tmp to D/step-N.shard: the shard is published. The agent fills in
-//      the checksum (FinishShard) before it counts as stored.
-// Any failure removes the .tmp file. Saves are serialised by one process-wide mutex.
+//   3. prepare everything the writer needs (shard_writer.h: paths, the encoded header,
+//      the copy list, the name of a free-*.buf the agent kept, whose pages are already
+//      allocated so the copy faults no fresh shared memory);
+//   4. copy mode: run the writer here (claim the free buffer by rename or create
+//      D/step-N.tmp, size and allocate it, map it, copy in parallel, header, rename to
+//      D/step-N.shard) and return its result. Snapshot mode: fork; the child runs the same
+//      writer single-threaded from its copy-on-write view of memory (snapshot.h) and the
+//      trainer returns PG_OK at once. A child that cannot be forked falls back to copy.
+// The agent fills in the checksum (FinishShard) of a published shard before it counts as
+// stored. Any failure removes the .tmp file. Saves are serialised by one process-wide
+// mutex, which also guards the snapshot state and the unreported results.
 //
-// Load maps D/step-N.shard read-only and runs VerifyShard over it: a shard whose checksum
-// is unset or wrong is never returned.
+// Load first waits for the snapshot in flight (it may be the step asked for), then maps
+// D/step-N.shard read-only and runs VerifyShard over it: a shard whose checksum is unset
+// or wrong is never returned.
 //
 // The environment is read on every call (cheap, and a test may change it in-process).
 
@@ -39,22 +43,28 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "checkpoint/shard_format.h"
-#include "client/copy_pool.h"
+#include "client/shard_writer.h"
+#include "client/snapshot.h"
 
 namespace {
 
 namespace ckpt = peregrine::checkpoint;
-using peregrine::client::CopyPiece;
+using peregrine::client::ShardPlan;
+using peregrine::client::SnapshotResult;
+using peregrine::client::WriteOutcome;
 
 constexpr char kDirEnv[] = "PEREGRINE_CHECKPOINT_DIR";
 constexpr char kAllowanceEnv[] = "PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES";
 constexpr char kResumeEnv[] = "PEREGRINE_RESUME_STEP";
+constexpr char kModeEnv[] = "PEREGRINE_CHECKPOINT_MODE";
 
 std::mutex save_mu;  // one save at a time per process
 
@@ -135,32 +145,64 @@ int Skip(const std::string& dir, uint64_t step, const std::string& reason, char*
   return Fail(err, err_len, PG_SKIPPED, reason);
 }
 
-// Claims one of the agent's free-*.buf files by renaming it to `tmp_path`.
-bool ClaimFreeBuffer(const std::string& dir, const std::string& tmp_path) {
+// The name of one of the agent's free-*.buf files in `dir`, or "" (the writer claims it
+// by rename: whoever renames first owns it; a lost race just creates a fresh file).
+std::string FindFreeBuffer(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return false;
-  bool claimed = false;
+  if (d == nullptr) return "";
+  std::string found;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     if (name.size() < 10 || name.compare(0, 5, "free-") != 0 || name.compare(name.size() - 4, 4, ".buf") != 0) continue;
-    if (rename((dir + "/" + name).c_str(), tmp_path.c_str()) == 0) {
-      claimed = true;
-      break;
-    }
-    // ENOENT: the agent (or another claimer) took it first; try the next one.
+    found = dir + "/" + name;
+    break;
   }
   closedir(d);
-  return claimed;
+  return found;
 }
-
-bool NoRoom(int e) { return e == ENOSPC || e == EDQUOT || e == EFBIG; }
 
 int64_t NowUnixNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n, char* err, size_t err_len) {
+// The mode a save runs in: the argument, else PEREGRINE_CHECKPOINT_MODE, else snapshot.
+bool ResolveMode(int mode, int* out, std::string* message) {
+  if (mode == PG_MODE_COPY || mode == PG_MODE_SNAPSHOT) {
+    *out = mode;
+    return true;
+  }
+  if (mode != PG_MODE_DEFAULT) {
+    *message = "pg_save_mode: mode " + std::to_string(mode) + " is not PG_MODE_DEFAULT, PG_MODE_COPY or PG_MODE_SNAPSHOT";
+    return false;
+  }
+  const std::string v = Env(kModeEnv);
+  if (v.empty() || v == "snapshot") {
+    *out = PG_MODE_SNAPSHOT;
+  } else if (v == "copy") {
+    *out = PG_MODE_COPY;
+  } else {
+    *message = std::string(kModeEnv) + "=\"" + v + "\" is not \"copy\" or \"snapshot\"";
+    return false;
+  }
+  return true;
+}
+
+// Results of snapshot saves reaped but not yet reported by pg_wait (oldest first; the
+// oldest are dropped past kMaxUnreported). Guarded by save_mu.
+constexpr size_t kMaxUnreported = 64;
+std::deque<SnapshotResult> unreported;
+
+// Reaps the snapshot in flight (waiting for it when `block`) into `unreported`.
+void ReapLocked(bool block) {
+  if (auto r = peregrine::client::ReapSnapshot(block); r.has_value()) {
+    if (unreported.size() == kMaxUnreported) unreported.pop_front();
+    unreported.push_back(*std::move(r));
+  }
+}
+
+int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n, int mode_arg, char* err,
+         size_t err_len) {
   if (n > 0 && (data == nullptr || lengths == nullptr)) {
     return Fail(err, err_len, PG_ERROR, "pg_save: data and lengths must not be NULL when n_segments > 0");
   }
@@ -178,9 +220,10 @@ int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32
   if (dir.empty()) return Fail(err, err_len, PG_NO_AGENT, "no agent store (PEREGRINE_CHECKPOINT_DIR is not set)");
 
   std::string message;
+  int mode = PG_MODE_SNAPSHOT;
   uint64_t rank = 0, world = 1, allowance = UINT64_MAX;
-  if (!EnvU64("RANK", 0, &rank, &message) || !EnvU64("WORLD_SIZE", 1, &world, &message) ||
-      !EnvU64(kAllowanceEnv, UINT64_MAX, &allowance, &message)) {
+  if (!ResolveMode(mode_arg, &mode, &message) || !EnvU64("RANK", 0, &rank, &message) ||
+      !EnvU64("WORLD_SIZE", 1, &world, &message) || !EnvU64(kAllowanceEnv, UINT64_MAX, &allowance, &message)) {
     return Fail(err, err_len, PG_ERROR, message);
   }
   if (rank > UINT32_MAX || world > UINT32_MAX) return Fail(err, err_len, PG_ERROR, "RANK or WORLD_SIZE out of range");
@@ -190,6 +233,7 @@ int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32
   const uint64_t bytes = ckpt::ShardFileBytes(*header);
 
   std::lock_guard<std::mutex> lock(save_mu);
+  ReapLocked(/*block=*/true);  // at most one snapshot in flight: the previous one ends first
   if (bytes > allowance) {
     return Skip(dir, step,
                 "shard of " + std::to_string(bytes) + " bytes is above this rank's allowance of " +
@@ -205,52 +249,45 @@ int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32
                 err, err_len);
   }
 
-  const std::string tmp_path = dir + "/" + ckpt::TempShardFileName(step);
-  const std::string shard_path = dir + "/" + ckpt::ShardFileName(step);
-  const bool reused = ClaimFreeBuffer(dir, tmp_path);
-  const int fd = open(tmp_path.c_str(), reused ? O_RDWR | O_CLOEXEC : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Fail(err, err_len, PG_ERROR, "cannot create " + tmp_path + ": " + Errno(errno));
-  auto abandon = [&](int code, const std::string& why) {
-    close(fd);
-    unlink(tmp_path.c_str());
-    if (code == PG_SKIPPED) return Skip(dir, step, why, err, err_len);
-    return Fail(err, err_len, code, why);
-  };
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    return abandon(NoRoom(e) ? PG_SKIPPED : PG_ERROR,
-                   "cannot size " + tmp_path + " to " + std::to_string(bytes) + " bytes: " + Errno(e));
-  }
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
-    return abandon(NoRoom(e) ? PG_SKIPPED : PG_ERROR,
-                   "no room for a shard of " + std::to_string(bytes) + " bytes in " + dir + ": " + Errno(e));
-  }
-  // MAP_POPULATE maps every page up front (one pass in the kernel) instead of one fault
-  // per 4 KiB page during the copy.
-  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (map == MAP_FAILED) return abandon(PG_ERROR, "cannot map " + tmp_path + ": " + Errno(errno));
-  auto* base = static_cast<uint8_t*>(map);
-  uint8_t* payload = base + ckpt::kShardHeaderBytes;
-  std::vector<CopyPiece> pieces;
+  ShardPlan plan;
+  plan.step = step;
+  plan.bytes = bytes;
+  plan.dir = dir;
+  plan.free_buffer = FindFreeBuffer(dir);
+  plan.tmp_path = dir + "/" + ckpt::TempShardFileName(step);
+  plan.shard_path = dir + "/" + ckpt::ShardFileName(step);
+  plan.marker_path = dir + "/" + ckpt::SkippedMarkerName(step);
+  plan.marker_tmp_path = plan.marker_path + ".writing";
+  plan.header.resize(ckpt::kShardHeaderBytes);
+  ckpt::EncodeShardHeader(*header, absl::MakeSpan(plan.header));
+  plan.ranges.reserve(2 * n + 1);
   uint64_t end_of_previous = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const auto& seg = header->segments[i];
-    std::memset(payload + end_of_previous, 0, seg.offset - end_of_previous);  // padding
-    if (seg.length > 0) pieces.push_back({payload + seg.offset, data[i], seg.length});
+    if (seg.offset > end_of_previous) {
+      plan.ranges.push_back({ckpt::kShardHeaderBytes + end_of_previous, nullptr, seg.offset - end_of_previous});
+    }
+    if (seg.length > 0) plan.ranges.push_back({ckpt::kShardHeaderBytes + seg.offset, data[i], seg.length});
     end_of_previous = seg.offset + seg.length;
   }
-  std::memset(payload + end_of_previous, 0, header->payload_bytes - end_of_previous);
-  peregrine::client::ParallelCopy(pieces);
-  ckpt::EncodeShardHeader(*header, absl::MakeSpan(base, ckpt::kShardHeaderBytes));
-  munmap(map, bytes);
-  close(fd);
-  if (rename(tmp_path.c_str(), shard_path.c_str()) != 0) {
-    const int e = errno;
-    unlink(tmp_path.c_str());
-    return Fail(err, err_len, PG_ERROR, "cannot publish " + shard_path + ": " + Errno(e));
+  if (header->payload_bytes > end_of_previous) {
+    plan.ranges.push_back(
+        {ckpt::kShardHeaderBytes + end_of_previous, nullptr, header->payload_bytes - end_of_previous});
   }
-  SetError(err, err_len, "");
-  return PG_OK;
+
+  if (mode == PG_MODE_SNAPSHOT) {
+    std::string why;
+    if (peregrine::client::StartSnapshot(plan, &why)) {
+      SetError(err, err_len, "");
+      return PG_OK;
+    }
+    // No child (no memory for the page tables, process limit): save by copying instead.
+    std::fprintf(stderr, "peregrine: snapshot save of step %" PRIu64 " not possible (%s); copying instead\n", step,
+                 why.c_str());
+  }
+  auto outcome = std::make_unique<WriteOutcome>();
+  peregrine::client::WriteShard(plan, /*parallel=*/true, outcome.get());
+  return Fail(err, err_len, outcome->code, outcome->message);
 }
 
 }  // namespace
@@ -295,8 +332,13 @@ int pg_step(uint64_t step, int has_loss, double loss, const char* const* metric_
 
 int pg_save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n_segments, char* err,
             size_t err_len) {
+  return pg_save_mode(step, data, lengths, n_segments, PG_MODE_DEFAULT, err, err_len);
+}
+
+int pg_save_mode(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n_segments, int mode,
+                 char* err, size_t err_len) {
   try {
-    return Save(step, data, lengths, n_segments, err, err_len);
+    return Save(step, data, lengths, n_segments, mode, err, err_len);
   } catch (const std::bad_alloc&) {
     return Fail(err, err_len, PG_ERROR, "pg_save: out of memory");
   } catch (...) {
@@ -304,10 +346,33 @@ int pg_save(uint64_t step, const void* const* data, const uint64_t* lengths, uin
   }
 }
 
+int pg_wait(int block, uint64_t* step, char* err, size_t err_len) {
+  if (step != nullptr) *step = 0;
+  try {
+    std::lock_guard<std::mutex> lock(save_mu);
+    ReapLocked(block != 0);
+    if (unreported.empty()) {
+      SetError(err, err_len, "");
+      return PG_NOT_FOUND;
+    }
+    const SnapshotResult r = std::move(unreported.front());
+    unreported.pop_front();
+    if (step != nullptr) *step = r.step;
+    return Fail(err, err_len, r.code, r.message);
+  } catch (...) {
+    return Fail(err, err_len, PG_ERROR, "pg_wait: internal error");
+  }
+}
+
 int pg_load(uint64_t step, pg_shard** out, char* err, size_t err_len) {
   if (out == nullptr) return Fail(err, err_len, PG_ERROR, "pg_load: out must not be NULL");
   *out = nullptr;
   try {
+    {
+      // A snapshot of this very step may still be on its way: let it land first.
+      std::lock_guard<std::mutex> lock(save_mu);
+      ReapLocked(/*block=*/true);
+    }
     const std::string dir = Env(kDirEnv);
     if (dir.empty()) return Fail(err, err_len, PG_NO_AGENT, "no agent store (PEREGRINE_CHECKPOINT_DIR is not set)");
     const std::string path = dir + "/" + ckpt::ShardFileName(step);
@@ -375,3 +440,22 @@ void pg_shard_close(pg_shard* shard) {
 }
 
 }  // extern "C"
+
+namespace {
+
+// At exit (exit() or a return from main; not _exit or a fatal signal) the snapshot in
+// flight is waited for, so the process never ends with its last checkpoint half written,
+// and a failure nobody asked pg_wait about is said on stderr.
+__attribute__((destructor)) void WaitForSnapshotAtExit() {
+  std::lock_guard<std::mutex> lock(save_mu);
+  ReapLocked(/*block=*/true);
+  for (const SnapshotResult& r : unreported) {
+    if (r.code != PG_OK) {
+      std::fprintf(stderr, "peregrine: the checkpoint of step %" PRIu64 " was not saved: %s\n", r.step,
+                   r.message.c_str());
+    }
+  }
+  unreported.clear();
+}
+
+}  // namespace

@@ -9,11 +9,15 @@
  * pg_available() is 0, saves are skipped with PG_NO_AGENT and loads find nothing, so a
  * script runs unchanged anywhere.
  *
- * pg_save copies the segments into a shard file in the store (shared memory the agent
- * owns; it outlives this process) and returns once the copy is published; the agent then
- * checksums, backs up and persists it asynchronously. Never more than one save at a time
- * per process (calls are serialised internally). The shard format is
- * checkpoint/shard_format.h.
+ * pg_save writes the segments into a shard file in the store (shared memory the agent
+ * owns; it outlives this process). In snapshot mode (the default) it fork()s: the child
+ * writes the shard from its copy-on-write view of memory and pg_save returns as soon as
+ * the fork does, so the caller may change the segments' memory at once; the outcome comes
+ * later through pg_wait. In copy mode it returns once the copy is published. Either way
+ * the agent then checksums, backs up and persists the shard asynchronously. Never more
+ * than one save at a time per process (calls are serialised internally) and at most one
+ * snapshot child in flight: the next pg_save, pg_load or pg_wait(1) first waits for it,
+ * and so does the library at exit(). The shard format is checkpoint/shard_format.h.
  *
  * Errors: functions return a PG_* code and, where they take one, write a one-line
  * message naming what is wrong into err (truncated to err_len, always NUL-terminated). */
@@ -47,10 +51,30 @@ int pg_abi_version(void);
 int pg_step(uint64_t step, int has_loss, double loss, const char* const* metric_names, const double* metric_values,
             size_t n_metrics);
 
-/* Saves segment i = (data[i], lengths[i]) for i < n_segments as this rank's shard of `step`.
- * At most 250 segments. Returns PG_OK, PG_SKIPPED, PG_NO_AGENT or PG_ERROR. */
+/* Save modes. PG_MODE_DEFAULT: PEREGRINE_CHECKPOINT_MODE ("copy" or "snapshot"; unset:
+ * snapshot). PG_MODE_COPY: copy into the store before returning. PG_MODE_SNAPSHOT: fork, the
+ * child copies (falls back to copy, with a line on stderr, when fork fails). Memory that
+ * is shared with another process (MAP_SHARED) is not snapshotted by fork: save it in copy
+ * mode. */
+#define PG_MODE_DEFAULT 0
+#define PG_MODE_COPY 1
+#define PG_MODE_SNAPSHOT 2
+
+/* Saves segment i = (data[i], lengths[i]) for i < n_segments as this rank's shard of `step`
+ * in the default mode. At most 250 segments. Returns PG_OK (copy: published; snapshot: the
+ * child has its copy-on-write view and writes it), PG_SKIPPED, PG_NO_AGENT or PG_ERROR. */
 int pg_save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n_segments, char* err,
             size_t err_len);
+/* pg_save in a given mode (PG_MODE_*). */
+int pg_save_mode(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n_segments, int mode,
+                 char* err, size_t err_len);
+
+/* Reports snapshot saves' outcomes, each once, oldest first. block != 0 first waits for
+ * the snapshot in flight; block == 0 only collects one that has ended. Returns
+ * PG_NOT_FOUND when no outcome is waiting, else that save's PG_OK (published), PG_SKIPPED
+ * (no room: the marker tells the agent) or PG_ERROR, with its step in *step (may be NULL)
+ * and the reason in err. A failed snapshot never leaves a .tmp or partial .shard. */
+int pg_wait(int block, uint64_t* step, char* err, size_t err_len);
 
 /* A loaded shard, mapped read-only; valid until pg_shard_close. */
 typedef struct pg_shard pg_shard;

@@ -17,6 +17,10 @@ PG_NO_AGENT = 2
 PG_NOT_FOUND = 3
 PG_ERROR = -1
 
+PG_MODE_DEFAULT = 0
+PG_MODE_COPY = 1
+PG_MODE_SNAPSHOT = 2
+
 NO_STORE_MESSAGE = "peregrine: no agent store; checkpoints are not kept"
 
 _lock = threading.Lock()
@@ -47,6 +51,11 @@ def _declare(lib):
     lib.pg_save.restype = c.c_int
     lib.pg_save.argtypes = [c.c_uint64, c.POINTER(c.c_void_p), c.POINTER(c.c_uint64), c.c_uint32, c.c_char_p,
                             c.c_size_t]
+    lib.pg_save_mode.restype = c.c_int
+    lib.pg_save_mode.argtypes = [c.c_uint64, c.POINTER(c.c_void_p), c.POINTER(c.c_uint64), c.c_uint32, c.c_int,
+                                 c.c_char_p, c.c_size_t]
+    lib.pg_wait.restype = c.c_int
+    lib.pg_wait.argtypes = [c.c_int, c.POINTER(c.c_uint64), c.c_char_p, c.c_size_t]
     lib.pg_load.restype = c.c_int
     lib.pg_load.argtypes = [c.c_uint64, c.POINTER(c.c_void_p), c.c_char_p, c.c_size_t]
     lib.pg_shard_step.restype = c.c_uint64
@@ -57,6 +66,12 @@ def _declare(lib):
     lib.pg_shard_segment.argtypes = [c.c_void_p, c.c_uint32, c.POINTER(c.c_uint64)]
     lib.pg_shard_close.restype = None
     lib.pg_shard_close.argtypes = [c.c_void_p]
+
+
+def loaded():
+    """True when lib() has been called (whether or not a library loaded)."""
+    with _lock:
+        return _loaded
 
 
 def lib():

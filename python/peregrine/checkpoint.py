@@ -22,9 +22,21 @@ save's blocking time) and moved back to their device on load. The same tensor ob
 saved under two keys comes back as one tensor under both. Load returns fresh tensors with
 their own storage, bit-identical to what was saved, in the same container types.
 
+How a save works: in snapshot mode (the default; PEREGRINE_CHECKPOINT_MODE=copy|snapshot
+or save(..., mode=...) choose) the library fork()s the process once the skeleton is
+pickled and the tensors' addresses are collected; the child writes the shard from its
+copy-on-write view of memory and save() returns right after the fork, so the training
+loop may update its tensors at once. Tensors in memory shared with other processes
+(Tensor.is_shared(), numpy memmaps) are not snapshotted by fork: a state holding one is
+saved in copy mode. At most one snapshot is in flight: the next save(), load() or wait()
+waits for the previous one, and so does the interpreter's exit. A snapshot that failed is
+said on stderr by the next save() or wait(). In copy mode save() returns once the shard
+is written.
+
 torch and numpy are never imported here: a tensor can only exist once its module is.
 """
 
+import atexit
 import collections
 import ctypes
 import os
@@ -37,6 +49,7 @@ _FORMAT = "peregrine-python-1"
 _MAX_SEGMENTS = 250  # checkpoint/shard_format.h kMaxSegments; segment 0 is the skeleton
 _ERR_LEN = 1024
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_MODES = {None: _lib.PG_MODE_DEFAULT, "copy": _lib.PG_MODE_COPY, "snapshot": _lib.PG_MODE_SNAPSHOT}
 
 
 class _TensorRef:
@@ -96,6 +109,7 @@ class _Flattener:
         self.buffers = []  # (ref, object whose bytes to save: contiguous CPU tensor / array)
         self.seen = {}  # id(tensor) -> its ref (the same object saved once)
         self.keep = []  # originals whose ids are in `seen`, alive until the save ends
+        self.shared = None  # key path of a tensor in shared memory (fork cannot snapshot it)
 
     def walk(self, obj, path):
         t = type(obj)
@@ -145,6 +159,8 @@ class _Flattener:
         data = obj.detach()
         if data.device.type != "cpu":
             data = data.to("cpu")  # the host copy of a device tensor
+        elif self.shared is None and data.is_shared():
+            self.shared = path
         data = data.resolve_conj().resolve_neg().contiguous()
         ref = _TensorRef(kind="torch", dtype=str(obj.dtype).replace("torch.", ""), shape=tuple(obj.shape),
                          device=str(obj.device), requires_grad=bool(obj.requires_grad),
@@ -162,6 +178,8 @@ class _Flattener:
         if id(obj) in self.seen:
             return self.seen[id(obj)]
         data = numpy.ascontiguousarray(obj)
+        if self.shared is None and isinstance(obj, numpy.memmap) and numpy.shares_memory(data, obj):
+            self.shared = path
         ref = _TensorRef(kind="numpy", dtype=data.dtype.str if data.dtype.names is None else data.dtype.descr,
                          shape=tuple(obj.shape), nbytes=int(data.nbytes), ident=len(self.seen))
         self.seen[id(obj)] = ref
@@ -205,24 +223,70 @@ def _segments(flat):
     return segments, alive
 
 
-def save(step, state):
+def _report(lib, block):
+    """Collects the outcomes of finished snapshot saves (waiting for the one in flight
+    when `block`); says each failure on stderr. True when every one was published."""
+    ok = True
+    step = ctypes.c_uint64(0)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    while True:
+        rc = lib.pg_wait(1 if block else 0, ctypes.byref(step), err, _ERR_LEN)
+        if rc == _lib.PG_NOT_FOUND:
+            return ok
+        if rc != _lib.PG_OK:
+            ok = False
+            what = "skipped" if rc == _lib.PG_SKIPPED else "not saved"
+            print("peregrine: checkpoint of step %d %s: %s" % (step.value, what, err.value.decode(errors="replace")),
+                  file=sys.stderr, flush=True)
+
+
+def wait():
+    """Waits for the snapshot save in flight, if any. Returns True when every snapshot
+    save since the last report was published in the store, False when one was skipped or
+    failed (each said on stderr). Without a library it returns True."""
+    lib = _lib.lib()
+    if lib is None:
+        return True
+    return _report(lib, block=True)
+
+
+def _wait_at_exit():
+    lib = _lib.lib() if _lib.loaded() else None
+    if lib is not None:
+        _report(lib, block=True)
+
+
+atexit.register(_wait_at_exit)
+
+
+def save(step, state, mode=None):
     """Saves `state` as this rank's checkpoint of `step` in the agent's store.
 
-    Returns True once the copy is published in the store (the agent then checksums, backs
-    up and persists it), False when the save was skipped (over this rank's memory
-    allowance or no room: the reason goes to stderr and the agent records it) or there is
-    no agent store. Raises TypeError naming the key path of an object that cannot be
-    checkpointed, ValueError on a negative step, RuntimeError when the store fails.
+    mode: None (PEREGRINE_CHECKPOINT_MODE, default "snapshot"), "snapshot" or "copy".
+    Returns True once the state is safe from the caller's later writes: in snapshot mode
+    a forked child holds a copy-on-write image of it and writes the shard (its outcome is
+    reported by the next save() or wait()); in copy mode the shard is published. Either
+    way the agent then checksums, backs up and persists it. Returns False when the save
+    was skipped (over this rank's memory allowance or no room: the reason goes to stderr
+    and the agent records it) or there is no agent store. Raises TypeError naming the key
+    path of an object that cannot be checkpointed, ValueError on a negative step or an
+    unknown mode, RuntimeError when the store fails.
     """
     step = int(step)
     if step < 0:
         raise ValueError("checkpoint.save: step must be >= 0, not %d" % step)
+    if mode not in _MODES:
+        raise ValueError("checkpoint.save: mode must be 'snapshot' or 'copy', not %r" % (mode,))
     flat = _Flattener()
     skeleton = flat.walk(state, "state")
     lib = _lib.lib()
     if lib is None or not lib.pg_available():
         _lib.warn_once("no-store", _lib.NO_STORE_MESSAGE)
         return False
+    _report(lib, block=True)  # the previous snapshot ends first; a failure is said now
+    code = _MODES[mode]
+    if flat.shared is not None and code != _lib.PG_MODE_COPY:
+        code = _lib.PG_MODE_COPY  # fork would share, not snapshot, these pages
     segments, alive = _segments(flat)
     head = pickle.dumps({"format": _FORMAT, "step": step, "state": skeleton}, protocol=pickle.HIGHEST_PROTOCOL)
     n = len(segments) + 1
@@ -233,7 +297,7 @@ def save(step, state):
     for i, (address, length) in enumerate(segments, start=1):
         data[i], lengths[i] = address, length
     err = ctypes.create_string_buffer(_ERR_LEN)
-    rc = lib.pg_save(step, data, lengths, n, err, _ERR_LEN)
+    rc = lib.pg_save_mode(step, data, lengths, n, code, err, _ERR_LEN)
     del alive, head_buffer
     message = err.value.decode(errors="replace")
     if rc == _lib.PG_OK:

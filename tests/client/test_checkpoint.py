@@ -42,8 +42,19 @@ def tensors_of(obj, path="state"):
     return []
 
 
+def children():
+    """The pids of this process's children (zombies included)."""
+    pids = []
+    for tid in os.listdir("/proc/self/task"):
+        with open("/proc/self/task/%s/children" % tid) as f:
+            pids.extend(int(p) for p in f.read().split())
+    return pids
+
+
 class StoreTest(unittest.TestCase):
     """A rank's store directory named by the environment, as the agent sets it."""
+
+    MODE = "snapshot"
 
     def setUp(self):
         self.assertTrue(os.path.exists(FINISH), "PEREGRINE_FINISH_SHARD=%r is not a file" % FINISH)
@@ -51,7 +62,8 @@ class StoreTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.saved_env = dict(os.environ)
         self.addCleanup(self.restore_env)
-        os.environ.update({"PEREGRINE_CHECKPOINT_DIR": self.dir, "RANK": "0", "WORLD_SIZE": "1"})
+        os.environ.update({"PEREGRINE_CHECKPOINT_DIR": self.dir, "RANK": "0", "WORLD_SIZE": "1",
+                           "PEREGRINE_CHECKPOINT_MODE": self.MODE})
         for name in ("PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES", "PEREGRINE_RESUME_STEP",
                      "PEREGRINE_CHECKPOINT_INTERVAL"):
             os.environ.pop(name, None)
@@ -66,6 +78,7 @@ class StoreTest(unittest.TestCase):
     def save_and_load(self, step, state):
         """Saves, finishes the shard as the agent would, and loads it as a resumed rank."""
         self.assertTrue(checkpoint.save(step, state))
+        self.assertTrue(checkpoint.wait())  # a snapshot's child has published it
         subprocess.run([FINISH, self.shard(step)], check=True)
         os.environ["PEREGRINE_RESUME_STEP"] = str(step)
         loaded_step, loaded = checkpoint.load()
@@ -258,6 +271,93 @@ class CheckpointTest(StoreTest):
         loaded = self.save_and_load(9, state)
         self.assertEqual(loaded["w"].device, state["w"].device)
         self.assert_same(state, loaded)
+
+
+class CopyModeCheckpointTest(CheckpointTest):
+    """Every case above again with PEREGRINE_CHECKPOINT_MODE=copy."""
+
+    MODE = "copy"
+
+
+class SnapshotTest(StoreTest):
+    """What the snapshot mode adds: the fork's image, one child at a time, failures."""
+
+    def test_training_right_after_save_does_not_change_what_was_saved(self):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(512, 512)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(64, 512)
+        model(x).square().mean().backward()
+        opt.step()
+        state = {"model": model.state_dict(), "opt": opt.state_dict()}
+        expected = {path: digest(t) for path, t in tensors_of(state)}
+        self.assertTrue(checkpoint.save(1, state))
+        for _ in range(3):  # training goes on at once, in place
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        self.assertNotEqual(digest(model.weight), expected["state['model']['weight']"])
+        self.assertTrue(checkpoint.wait())
+        subprocess.run([FINISH, self.shard(1)], check=True)
+        _, loaded = checkpoint.load(1)
+        self.assertEqual({path: digest(t) for path, t in tensors_of(loaded)}, expected)
+
+    def test_back_to_back_saves_keep_one_child_and_all_publish(self):
+        w = torch.zeros(1 << 20)
+        for step in range(1, 6):
+            w.fill_(step)
+            self.assertTrue(checkpoint.save(step, {"w": w}))
+            self.assertLessEqual(len(children()), 1)
+        self.assertTrue(checkpoint.wait())
+        self.assertEqual(children(), [])
+        for step in range(1, 6):
+            subprocess.run([FINISH, self.shard(step)], check=True)
+            self.assertTrue(torch.equal(checkpoint.load(step)[1]["w"], torch.full((1 << 20,), float(step))))
+
+    def test_a_failed_child_is_reported_by_wait_with_a_marker_and_no_zombie(self):
+        os.mkdir(os.path.join(self.dir, "step-%020d.tmp" % 3))  # the child cannot create its file
+        saved_stderr = os.dup(2)
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                self.assertTrue(checkpoint.save(3, {"w": torch.ones(100)}))
+                self.assertFalse(checkpoint.wait())
+            finally:
+                os.dup2(saved_stderr, 2)
+                os.close(saved_stderr)
+            captured.seek(0)
+            said = captured.read().decode()
+        self.assertIn("checkpoint of step 3 not saved: cannot create", said)
+        with open(os.path.join(self.dir, "step-%020d.skipped" % 3)) as f:
+            self.assertIn("cannot create", f.read())
+        self.assertFalse(os.path.exists(self.shard(3)))
+        self.assertEqual(children(), [])
+
+    def test_load_right_after_save_waits_for_the_child(self):
+        self.assertTrue(checkpoint.save(4, {"w": torch.arange(1 << 22)}))
+        with self.assertRaisesRegex(RuntimeError, "checksum not set"):  # there, not yet finished
+            checkpoint.load(4)
+        self.assertEqual(children(), [])
+        self.assertTrue(checkpoint.wait())
+
+    def test_shared_memory_tensors_are_copied_not_forked(self):
+        w = torch.zeros(1000).share_memory_()
+        self.assertTrue(checkpoint.save(5, {"w": w}))
+        self.assertEqual(children(), [])  # copy mode: no child
+        self.assertTrue(os.path.exists(self.shard(5)))
+        with self.assertRaisesRegex(ValueError, "mode must be"):
+            checkpoint.save(6, {"w": w}, mode="later")
+
+    def test_a_script_that_ends_right_after_save_leaves_its_shard_complete(self):
+        r = run_script("""
+            import torch
+            from peregrine import checkpoint
+            print(checkpoint.save(2, {"w": torch.ones(1 << 24)}))
+        """, dict(os.environ))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "True\n")
+        subprocess.run([FINISH, self.shard(2)], check=True)
+        self.assertTrue(torch.equal(checkpoint.load(2)[1]["w"], torch.ones(1 << 24)))
 
 
 def run_script(script, env):
