@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent_components.h"
+#include "agent/checkpoint/persist_writer.h"
 #include "agent/checkpoint/restore_fetch.h"
 #include "agent/command_state.h"
 #include "agent/controller_link.h"
@@ -101,6 +102,7 @@ class Agent::Impl {
     diagnostics_.reset();  // kills a running diagnostic's helper, drops queued ones
     if (link_) link_->Stop();
     JoinWorkers();
+    persist_.reset();
     checkpoints_.sender.reset();
     checkpoints_.server.reset();
     if (checkpoints_.store) checkpoints_.store->RemoveAreaIfEmpty();
@@ -142,6 +144,7 @@ class Agent::Impl {
     absl::StatusOr<CheckpointParts> checkpoints = CreateCheckpointParts(options_);
     if (checkpoints.ok()) {
       checkpoints_ = std::move(*checkpoints);
+      if (checkpoints_.store) persist_ = std::make_unique<checkpoint::PersistWriter>(checkpoints_.store.get());
     } else {
       ReportLog(absl::StrCat("in-memory checkpoints are off: ", checkpoints.status().ToString()));
     }
@@ -321,6 +324,7 @@ class Agent::Impl {
     next_checkpoint_poll_ = now + absl::Milliseconds(200);
     SendCheckpointEvents(checkpoints_.store->Poll());
     checkpoints_.sender->Wake();
+    persist_->Wake();
   }
 
   void SendCheckpointEvents(std::vector<v1::CheckpointEvent> events) {
@@ -354,9 +358,11 @@ class Agent::Impl {
     if (plan.restore_step() > 0) {
       const std::vector<v1::CheckpointPeerAddress> holders(plan.restore_from().begin(), plan.restore_from().end());
       checkpoint::RestoreOutcome restored = checkpoint::RestoreShards(
-          *checkpoints_.store, assignment.machine_index, ranks, plan.restore_step(), holders, checkpoints_.token);
+          *checkpoints_.store, assignment.machine_index, ranks, plan.restore_step(), holders, checkpoints_.token,
+          plan.persist_dir());
       SendCheckpointEvents(std::move(restored.events));
       if (!restored.status.ok()) return restored.status;
+      persist_->DiscardNewerThan(plan.restore_step());
     }
     SendCheckpointEvents(checkpoints_.store->Poll());  // the allowance of this launch
     return absl::OkStatus();
@@ -658,6 +664,7 @@ class Agent::Impl {
   std::unique_ptr<ControllerLink> link_;
   std::unique_ptr<DiagnosticRunner> diagnostics_;
   CheckpointParts checkpoints_;  // empty when checkpoints are off
+  std::unique_ptr<checkpoint::PersistWriter> persist_;  // with the store
   absl::Time next_checkpoint_poll_ = absl::InfinitePast();
 
   // Control-loop state.

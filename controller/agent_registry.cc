@@ -155,6 +155,7 @@ CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e,
     case v1::CheckpointEvent::RESTORE_FAILED: o.kind = CheckpointEventKind::kRestoreFailed; break;
     case v1::CheckpointEvent::RESTORED: o.kind = CheckpointEventKind::kRestored; break;
     case v1::CheckpointEvent::BACKUP_FAILED: o.kind = CheckpointEventKind::kBackupFailed; break;
+    case v1::CheckpointEvent::PERSIST_FAILED: o.kind = CheckpointEventKind::kPersistFailed; break;
     default: o.kind = CheckpointEventKind::kSkipped; break;
   }
   o.step = e.step();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/checkpoint/peer_channel.h"
+#include "agent/checkpoint/persist_writer.h"
 #include "agent/checkpoint/shard_files.h"
 #include "checkpoint/shard_format.h"
 
@@ -72,7 +73,8 @@ absl::Status FetchShard(const std::string& address, const std::string& token, co
 }
 
 RestoreOutcome RestoreShards(ShardStore& store, uint32_t slot, const std::vector<uint32_t>& ranks, uint64_t step,
-                             const std::vector<v1::CheckpointPeerAddress>& restore_from, const std::string& token) {
+                             const std::vector<v1::CheckpointPeerAddress>& restore_from, const std::string& token,
+                             const std::string& persist_dir) {
   RestoreOutcome out;
   store.DiscardOwnNewerThan(step);
   for (uint32_t rank : ranks) {
@@ -97,11 +99,27 @@ RestoreOutcome RestoreShards(ShardStore& store, uint32_t slot, const std::vector
         fetched = true;
         break;
       }
-      if (absl::IsDataLoss(s)) out.events.push_back(MakeEvent(v1::CheckpointEvent::CORRUPT_SHARD, step, rank, std::string(s.message())));
+      if (absl::IsDataLoss(s)) {
+        out.events.push_back(MakeEvent(v1::CheckpointEvent::CORRUPT_SHARD, step, rank,
+                                       absl::StrCat("backup held by slot ", holder.slot(), ": ", s.message())));
+      }
       absl::StrAppend(&why, "; slot ", holder.slot(), ": ", s.message());
     }
+    if (!fetched && restore_from.empty()) absl::StrAppend(&why, "; no holder to fetch from");
+    if (!fetched && !persist_dir.empty()) {
+      absl::Status s = ReadPersistedShard(persist_dir, slot, rank, step, path);
+      if (s.ok()) {
+        out.events.push_back(MakeEvent(v1::CheckpointEvent::RESTORED, step, rank,
+                                       absl::StrCat("from the persisted copy in ", persist_dir)));
+        fetched = true;
+      } else {
+        if (absl::IsDataLoss(s)) {
+          out.events.push_back(MakeEvent(v1::CheckpointEvent::CORRUPT_SHARD, step, rank, std::string(s.message())));
+        }
+        absl::StrAppend(&why, "; ", s.message());
+      }
+    }
     if (!fetched) {
-      if (restore_from.empty()) absl::StrAppend(&why, "; no holder to fetch from");
       out.events.push_back(MakeEvent(v1::CheckpointEvent::RESTORE_FAILED, step, rank, why));
       if (out.status.ok()) {
         out.status = absl::FailedPreconditionError(

@@ -1,7 +1,8 @@
 // Restore before a start: makes sure every local rank has a verified shard of the restore
 // step in its own directory, from its own copy when that verifies, else fetched with
 // GetShard from the holders in order (chunk CRCs checked, the whole shard verified, then
-// renamed into place). Own shards newer than the step are dropped first (that timeline is
+// renamed into place), else read from the persisted copy under persist_dir (verified and
+// checked against its manifest; persist_writer.h). Own shards newer than the step are dropped first (that timeline is
 // abandoned).
 //
 // Blocking; call it from one thread at a time per store. The store must outlive the call.
@@ -31,7 +32,7 @@ struct RestoreOutcome {
 
 RestoreOutcome RestoreShards(ShardStore& store, uint32_t slot, const std::vector<uint32_t>& ranks, uint64_t step,
                              const std::vector<peregrine::v1::CheckpointPeerAddress>& restore_from,
-                             const std::string& token);
+                             const std::string& token, const std::string& persist_dir = "");
 
 }  // namespace peregrine::checkpoint
 

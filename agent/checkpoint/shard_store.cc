@@ -330,6 +330,7 @@ v1::CheckpointReport ShardStore::Report() const {
   v1::CheckpointReport report;
   for (uint64_t step : stored_) report.add_stored_steps(step);
   for (uint64_t step : backed_up_) report.add_backed_up_steps(step);
+  for (uint64_t step : persisted_) report.add_persisted_steps(step);
   report.set_store_bytes(own_bytes_ + held_bytes_);
   report.set_memory_budget_bytes(budget_);
   for (const HeldKey& k : CompleteHeld(held_, ranks_per_slot_)) {
@@ -456,6 +457,32 @@ absl::StatusOr<std::string> ShardStore::FindShard(const v1::ShardKey& key) const
   }
   return absl::NotFoundError(
       absl::StrCat("no shard of slot ", key.slot(), " rank ", key.global_rank(), " step ", key.step(), " here"));
+}
+
+PersistSource ShardStore::PersistView() const {
+  absl::MutexLock lock(&mu_);
+  PersistSource source;
+  source.slot = slot_;
+  source.ranks = ranks_;
+  source.every = plan_.persist_every_steps();
+  source.dir = plan_.persist_dir();
+  if (plan_.backup_to().empty()) {
+    source.eligible = stored_;
+  } else {
+    source.eligible.assign(backed_up_.begin(), backed_up_.end());
+  }
+  return source;
+}
+
+void ShardStore::SetPersistedSteps(std::vector<uint64_t> steps) {
+  std::sort(steps.begin(), steps.end());
+  absl::MutexLock lock(&mu_);
+  persisted_ = std::move(steps);
+}
+
+void ShardStore::DiscardPersistedNewerThan(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(persisted_, [step](uint64_t s) { return s > step; });
 }
 
 void ShardStore::DiscardOwnNewerThan(uint64_t step) {

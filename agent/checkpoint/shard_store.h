@@ -61,6 +61,17 @@ struct BackupJob {
   std::vector<std::string> peers;  // addresses still missing some rank of `step`
 };
 
+// What the persistence writer (persist_writer.h) needs of the store, as of the last Poll:
+// the plan's persist settings, this slot's ranks and the steps it may persist (backed up,
+// or stored when the plan has no backup holders).
+struct PersistSource {
+  uint32_t slot = 0;
+  std::vector<uint32_t> ranks;
+  uint32_t every = 0;
+  std::string dir;
+  std::vector<uint64_t> eligible;
+};
+
 class ShardStore {
  public:
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(ShardStoreOptions options);
@@ -109,6 +120,12 @@ class ShardStore {
   // agent's slot; kNotFound otherwise.
   absl::StatusOr<std::string> FindShard(const peregrine::v1::ShardKey& key) const;
 
+  // Persistence: the writer's view, and the steps it has persisted (reported as
+  // CheckpointReport.persisted_steps).
+  PersistSource PersistView() const;
+  void SetPersistedSteps(std::vector<uint64_t> steps);
+  void DiscardPersistedNewerThan(uint64_t step);
+
   // Restore: drops own shards newer than `step` (an abandoned timeline must not count as
   // stored) and forgets what was known about them.
   void DiscardOwnNewerThan(uint64_t step);
@@ -152,6 +169,7 @@ class ShardStore {
   // Backups: step -> acknowledged (peer, rank) pairs.
   std::map<uint64_t, std::set<std::pair<std::string, uint32_t>>> acks_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> backed_up_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> persisted_ ABSL_GUARDED_BY(mu_);
   // Held backups and their bytes.
   HeldIndex held_ ABSL_GUARDED_BY(mu_);
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;

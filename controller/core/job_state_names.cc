@@ -78,7 +78,8 @@ constexpr Names<JobEventType> kJobEventType[] = {{JobEventType::kNormal, "Normal
 constexpr Names<CheckpointEventKind> kCheckpointEventKind[] = {
     {CheckpointEventKind::kSkipped, "Skipped"},           {CheckpointEventKind::kMemoryShort, "MemoryShort"},
     {CheckpointEventKind::kCorruptShard, "CorruptShard"}, {CheckpointEventKind::kRestoreFailed, "RestoreFailed"},
-    {CheckpointEventKind::kRestored, "Restored"},         {CheckpointEventKind::kBackupFailed, "BackupFailed"}};
+    {CheckpointEventKind::kRestored, "Restored"},         {CheckpointEventKind::kBackupFailed, "BackupFailed"},
+    {CheckpointEventKind::kPersistFailed, "PersistFailed"}};
 
 }  // namespace
 

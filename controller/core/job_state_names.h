@@ -103,9 +103,9 @@ const char* ToString(JobEventType value);
 std::optional<JobEventType> ParseJobEventType(std::string_view name);
 
 // CheckpointEventObservation::kind (peregrine.v1.CheckpointEvent.Kind): "Skipped",
-// "MemoryShort", "CorruptShard", "RestoreFailed", "Restored", "BackupFailed" (the job
+// "MemoryShort", "CorruptShard", "RestoreFailed", "Restored", "BackupFailed", "PersistFailed" (the job
 // event's reason is "Checkpoint" + the name).
-enum class CheckpointEventKind { kSkipped, kMemoryShort, kCorruptShard, kRestoreFailed, kRestored, kBackupFailed };
+enum class CheckpointEventKind { kSkipped, kMemoryShort, kCorruptShard, kRestoreFailed, kRestored, kBackupFailed, kPersistFailed };
 const char* ToString(CheckpointEventKind value);
 std::optional<CheckpointEventKind> ParseCheckpointEventKind(std::string_view name);
 
