@@ -10,7 +10,8 @@
 //   }
 //   pgc::Result r = pgc::Save(step, {pgc::Bytes(weights), pgc::Bytes(momentum)});
 //
-// Ownership: Save copies the segments before it returns; a Shard owns its read-only
+// Ownership: Save has the segments' bytes before it returns (a snapshot child's image or a
+// published copy: the caller may overwrite them at once); a Shard owns its read-only
 // mapping (move-only) and its spans are valid while it lives. Thread safety as the C ABI:
 // saves are serialised inside the library; a Shard is used by one thread at a time.
 // Errors: Result carries the PG_* code and the library's one-line message; nothing throws.
@@ -76,10 +77,12 @@ inline bool Step(uint64_t step, std::optional<double> loss = std::nullopt,
          PG_OK;
 }
 
-// Saves the segments as this rank's shard of `step`. ok(): published in the store;
+// Saves the segments as this rank's shard of `step` (mode: PG_MODE_*; the default is
+// PEREGRINE_CHECKPOINT_MODE, else snapshot). ok(): published in the store (copy) or being
+// written by the snapshot child (Wait() reports it);
 // skipped(): over the allowance or no room (the agent is told, training goes on);
 // no_agent(): nothing to save into; PG_ERROR: see message.
-inline Result Save(uint64_t step, std::span<const std::span<const std::byte>> segments) {
+inline Result Save(uint64_t step, std::span<const std::span<const std::byte>> segments, int mode = PG_MODE_DEFAULT) {
   std::vector<const void*> data;
   std::vector<uint64_t> lengths;
   data.reserve(segments.size());
@@ -90,12 +93,30 @@ inline Result Save(uint64_t step, std::span<const std::span<const std::byte>> se
   }
   char err[512] = {0};
   Result r;
-  r.code = pg_save(step, data.data(), lengths.data(), static_cast<uint32_t>(segments.size()), err, sizeof(err));
+  r.code = pg_save_mode(step, data.data(), lengths.data(), static_cast<uint32_t>(segments.size()), mode, err,
+                        sizeof(err));
   if (r.code != PG_OK) r.message = err;
   return r;
 }
-inline Result Save(uint64_t step, std::initializer_list<std::span<const std::byte>> segments) {
-  return Save(step, std::span<const std::span<const std::byte>>(segments.begin(), segments.size()));
+inline Result Save(uint64_t step, std::initializer_list<std::span<const std::byte>> segments,
+                   int mode = PG_MODE_DEFAULT) {
+  return Save(step, std::span<const std::span<const std::byte>>(segments.begin(), segments.size()), mode);
+}
+
+// Waits for the snapshot save in flight (if any) and reports every snapshot outcome not
+// reported yet: ok() when all were published, else the latest failure's code and message
+// (`failed_step` gets its step).
+inline Result Wait(uint64_t* failed_step = nullptr) {
+  Result worst;
+  char err[1024] = {0};
+  uint64_t step = 0;
+  for (int code; (code = pg_wait(1, &step, err, sizeof(err))) != PG_NOT_FOUND;) {
+    if (code == PG_OK) continue;
+    worst.code = code;
+    worst.message = err;
+    if (failed_step != nullptr) *failed_step = step;
+  }
+  return worst;
 }
 
 // A verified shard mapped read-only; empty until Load fills it. Move-only.

@@ -53,6 +53,10 @@ constexpr int kExitError = 11;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Hold none of the trainer's descriptors (its sockets, pipes to the agent, device
+  // files): a peer must see them close when the trainer closes them, not when the child
+  // ends. The writer opens what it needs by path. Fails harmlessly on kernels before 5.9.
+  close_range(0, ~0U, 0);
   WriteShard(plan, /*parallel=*/false, &page->outcome);
   page->done.store(1, std::memory_order_release);
   _exit(page->outcome.code == PG_OK ? kExitPublished : page->outcome.code == PG_SKIPPED ? kExitSkipped : kExitError);

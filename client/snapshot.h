@@ -5,8 +5,8 @@
 // At most one child is in flight per process: Start first reaps the previous one (the
 // caller does, through Reap). A child's outcome (published, skipped with a marker, or an
 // error) comes back through a shared page and its exit status; Reap returns it once.
-// The child runs no atexit handler, flushes no stdio buffer (it ends with _exit), resets
-// every signal to its default disposition and stays in the trainer's process group: when
+// The child runs no atexit handler, flushes no stdio buffer (it ends with _exit), closes
+// every descriptor it inherited, resets every signal to its default disposition and stays in the trainer's process group: when
 // the agent kills the group the child dies with it and leaves at most a .tmp file, which
 // is never loaded; when only the trainer dies the child finishes and publishes (or
 // fails) on its own.

@@ -93,6 +93,18 @@ TEST_CASE("the C++ wrapper saves and loads through the same ABI", "[unit]") {
   CHECK(shard.Segment(2).empty());
   CHECK(pgc::Load(5, &shard).not_found());
   CHECK_FALSE(shard.loaded());
+
+  // A snapshot save through the wrapper; Wait reports a failed child's reason and step.
+  REQUIRE(pgc::Save(6, {pgc::Bytes(weights)}, PG_MODE_SNAPSHOT).ok());
+  CHECK(pgc::Wait().ok());
+  CHECK(std::filesystem::exists(store.Shard(6)));
+  std::filesystem::create_directory(store.Temp(8));
+  REQUIRE(pgc::Save(8, {pgc::Bytes(weights)}, PG_MODE_SNAPSHOT).ok());
+  uint64_t failed_step = 0;
+  const pgc::Result waited = pgc::Wait(&failed_step);
+  CHECK(waited.code == PG_ERROR);
+  CHECK_THAT(waited.message, Catch::Contains("cannot create"));
+  CHECK(failed_step == 8);
 }
 
 TEST_CASE("a save over the allowance leaves a .skipped marker with the reason and no shard", "[unit]") {
