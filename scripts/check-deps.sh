@@ -23,12 +23,12 @@ declare -A allowed=(
   [controller]="base/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
   [controller/kube]="base/ controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/"
   [controller/local]="base/ controller/ controller/core/ proto/ peregrine/v1/ diagnosis/ checkpoint/ sim/fault/"
-  [cli]="diagnosis/ proto/api/ agent/nccl_ring/"
-  [agent/nccl_ring]="diagnosis/"
+  [cli]="base/fnv1a.h diagnosis/ proto/api/ agent/nccl_ring/"
+  [agent/nccl_ring]="base/fnv1a.h diagnosis/"
   [agent/nccl_hook]="agent/nccl_ring/"
   [agent/checkpoint]="base/ checkpoint/ proto/ peregrine/v1/"
   [agent]="base/ proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/ agent/checkpoint/"
-  [sim]="diagnosis/parallel_layout.h diagnosis/tools/nccl_rendezvous.h diagnosis/tools/standin_device.h client/peregrine_client.h client/checkpoint_client.h"
+  [sim]="base/fnv1a.h diagnosis/parallel_layout.h diagnosis/tools/nccl_rendezvous.h diagnosis/tools/standin_device.h client/peregrine_client.h client/checkpoint_client.h"
 )
 # Files that wire the adapters together (main): they may also use these.
 declare -A main_extra=(

@@ -69,15 +69,6 @@ v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv) {
   return r;
 }
 
-uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
 
 }  // namespace peregrine

@@ -79,8 +79,7 @@ std::vector<std::string> FlattenEnv(const std::map<std::string, std::string>& en
 // The result skeleton every kind fills: kind, machine_id, passed=true.
 v1::DiagnosticResult NewResult(const DiagnosticInvocation& inv);
 
-// FNV-1a 64 over bytes, continuing from `h`; Hex prints it as 16 hex digits.
-uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull);
+// v as 16 hex digits (the digests, base/fnv1a.h).
 std::string Hex64(uint64_t v);
 
 }  // namespace peregrine

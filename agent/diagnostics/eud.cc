@@ -14,6 +14,7 @@
 #include "agent/diagnostics/diagnostic_kinds_run.h"
 #include "agent/diagnostics/rank_processes.h"
 #include "agent/supervisor.h"
+#include "base/fnv1a.h"
 #include "diagnosis/tools/standin_device.h"
 
 namespace peregrine {
@@ -79,12 +80,12 @@ GpuSelfTest RunStandInSelfTest(const StandInDevice& device, int machine, int gpu
   if (fault.corrupt) {
     for (float& x : c) x = x * 1.001f;
   }
-  uint64_t got = 0xcbf29ce484222325ull, want = got;
+  uint64_t got = kFnv1aOffsetBasis, want = got;
   bool nan = false;
   for (int i = 0; i < n * n; ++i) {
     const float w = static_cast<float>(exact[i]);
-    got = Fnv1a(&c[i], sizeof(float), got);
-    want = Fnv1a(&w, sizeof(float), want);
+    got = Fnv1aBytes(&c[i], sizeof(float), got);
+    want = Fnv1aBytes(&w, sizeof(float), want);
     nan = nan || std::isnan(c[i]);
   }
   if (got != want) {

@@ -12,6 +12,7 @@
 #include "agent/diagnostics/diagnostic_kinds.h"
 #include "agent/diagnostics/diagnostic_kinds_run.h"
 #include "agent/diagnostics/rank_processes.h"
+#include "base/fnv1a.h"
 
 namespace peregrine {
 namespace {
@@ -130,11 +131,11 @@ DiagnosticResultOr RunReplay(const DiagnosticInvocation& inv) {
       disagree = disagree || it == reference->end() || it->second.text != s.text;
     }
   }
-  uint64_t digest = 0xcbf29ce484222325ull;
+  uint64_t digest = kFnv1aOffsetBasis;
   if (reference) {
     for (const auto& [step, s] : *reference) {
-      digest = Fnv1a(s.text.data(), s.text.size(), digest);
-      digest = Fnv1a("\n", 1, digest);
+      digest = Fnv1a(s.text, digest);
+      digest = Fnv1a("\n", digest);
     }
     (*result.mutable_figures())["steps"] = static_cast<double>(reference->size());
     if (!reference->empty()) (*result.mutable_figures())["last_loss"] = reference->rbegin()->second.loss;

@@ -34,6 +34,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/fnv1a.h"
+
 namespace peregrine::nccl_ring {
 
 inline constexpr uint64_t kMagic = 0x474e495252474550ull;  // "PEGRRING" little-endian
@@ -272,15 +274,11 @@ inline SlotRead ReadRecord(const RingHeader* h, const RingSlot* slots, uint64_t 
   return SlotRead::kOk;
 }
 
-// 64-bit FNV-1a over bytes, finished with a splitmix64 avalanche; never returns 0
-// (0 means "no communicator"). Used for communicator ids on every rank alike.
+// 64-bit FNV-1a over bytes (from the offset basis xor seed), finished with a splitmix64
+// avalanche; never returns 0 (0 means "no communicator"). Used for communicator ids on
+// every rank alike.
 inline uint64_t HashBytes(const void* data, size_t n, uint64_t seed = 0) {
-  const unsigned char* b = static_cast<const unsigned char*>(data);
-  uint64_t x = 0xcbf29ce484222325ull ^ seed;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= b[i];
-    x *= 0x100000001b3ull;
-  }
+  uint64_t x = Fnv1aBytes(data, n, kFnv1aOffsetBasis ^ seed);
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
   x ^= x >> 27;

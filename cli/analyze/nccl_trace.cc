@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/fnv1a.h"
 #include "cli/analyze/text_input.h"
 
 // The text formats ParseNcclTrace accepts, detected from the content:
@@ -54,15 +55,6 @@ absl::Status LineError(absl::string_view source, int number, absl::string_view m
   return absl::InvalidArgumentError(absl::StrCat(source, ":", number, ": ", message));
 }
 
-uint64_t Fnv1a(absl::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 // "0x55d0c1a2b300" -> its value; a decimal string -> its value; anything else -> a hash.
 uint64_t CommIdFromString(absl::string_view s) {
   uint64_t v = 0;
@@ -71,7 +63,7 @@ uint64_t CommIdFromString(absl::string_view s) {
     return v;
   }
   if (absl::SimpleAtoi(s, &v)) return v;
-  return Fnv1a(s);
+  return Fnv1a(std::string_view(s.data(), s.size()));
 }
 
 // torch dtype names (Kineto "dtype" args) and NCCL names -> ncclDataType_t values.

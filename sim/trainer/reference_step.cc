@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fnv1a.h"
 #include "nccl.h"
 #include "sim/fault/fault_table.h"
 #include "diagnosis/tools/nccl_rendezvous.h"
@@ -30,15 +31,6 @@ uint64_t Mix(uint64_t z) {
 float Uniform(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   uint64_t h = Mix(Mix(Mix(Mix(a) ^ b) ^ c) ^ d);
   return static_cast<float>(static_cast<double>(h >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-uint64_t Fnv(const void* data, size_t bytes, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
 }
 
 // crash and hang as the training loop models them (nan and corrupt act on NCCL payloads).
@@ -104,7 +96,7 @@ int RunReferenceStep(const ReferenceStepOptions& o) {
     for (int jl = 0; jl < S; ++jl) w[static_cast<size_t>(i) * S + jl] = scale * Uniform(o.seed, 1, i, j0 + jl);
   }
   std::vector<float> x(H), y_part(H), y(H), a(H), gy(H);
-  uint64_t digest = 0xcbf29ce484222325ull;
+  uint64_t digest = kFnv1aOffsetBasis;
   double loss = 0, grad_norm = 0;
   bool nan = false;
   for (int step = 1; step <= o.steps; ++step) {
@@ -140,15 +132,15 @@ int RunReferenceStep(const ReferenceStepOptions& o) {
     grad_norm = std::sqrt(sq);
     nan = nan || std::isnan(loss) || std::isnan(grad_norm);
     for (size_t k = 0; k < w.size(); ++k) w[k] -= kLearningRate * grad[k];
-    digest = Fnv(&step, sizeof(step), digest);
-    digest = Fnv(&loss, sizeof(loss), digest);
-    digest = Fnv(&grad_norm, sizeof(grad_norm), digest);
+    digest = Fnv1aBytes(&step, sizeof(step), digest);
+    digest = Fnv1aBytes(&loss, sizeof(loss), digest);
+    digest = Fnv1aBytes(&grad_norm, sizeof(grad_norm), digest);
   }
   std::vector<float> all(w.size() * static_cast<size_t>(o.world_size));
   REF_NCCL(ncclAllGather(w.data(), all.data(), w.size(), ncclFloat32, comm, nullptr));
   ncclCommDestroy(comm);
   for (float v : all) nan = nan || std::isnan(v);
-  digest = Fnv(all.data(), all.size() * sizeof(float), digest);
+  digest = Fnv1aBytes(all.data(), all.size() * sizeof(float), digest);
   std::printf("[peregrine] reference-step digest=%016llx loss=%.9g grad_norm=%.9g nan=%d\n",
               static_cast<unsigned long long>(digest), loss, grad_norm, nan ? 1 : 0);
   std::fflush(stdout);
