@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/job_parser.h"
@@ -107,6 +108,58 @@ absl::Status SetGpuLimit(const TrainingJob& job, json& trainer) {
   return absl::OkStatus();
 }
 
+// spec.checkpoint.persistPath in a pod: the persisted copies are the fallback when no pod
+// kept a step in memory, so they must outlive the pods: the directory must be at or under
+// a writable volumeMount of the training container (the template's first container) whose
+// volume is not one that goes with the pod (emptyDir) or is read-only by nature.
+absl::Status ValidatePersistPath(const TrainingJob& job) {
+  const CheckpointSpec& c = job.spec.checkpoint;
+  if (c.persist_every_steps <= 0) return absl::OkStatus();
+  constexpr char kHow[] =
+      "mount a persistentVolumeClaim or hostPath volume at or above it in spec.template.spec.containers[0]";
+  if (c.persist_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.checkpoint.persistPath: required when spec.checkpoint.persistEverySteps > 0 in Kubernetes (", kHow, ")"));
+  }
+  json tmpl = json::parse(job.spec.template_json.empty() ? "{}" : job.spec.template_json, nullptr, false);
+  const json* mounts = tmpl.is_object() ? Path(tmpl, {"spec", "containers"}) : nullptr;
+  mounts = mounts != nullptr && mounts->is_array() && !mounts->empty() ? Path((*mounts)[0], {"volumeMounts"}) : nullptr;
+  const json mount_list = mounts != nullptr && mounts->is_array() ? *mounts : json::array();
+  const json* best = nullptr;
+  size_t best_length = 0;
+  for (const json& m : mount_list) {
+    std::string at = Str(m, "mountPath");
+    while (at.size() > 1 && at.back() == '/') at.pop_back();
+    if (at.empty()) continue;
+    const bool covers = c.persist_path == at || at == "/" || absl::StartsWith(c.persist_path, at + "/");
+    if (covers && at.size() >= best_length) {
+      best = &m;
+      best_length = at.size();
+    }
+  }
+  if (best == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.persistPath: '", c.persist_path,
+                                                   "' is not on a volume of the training container (", kHow, ")"));
+  }
+  const std::string name = Str(*best, "name");
+  if (const json* ro = Path(*best, {"readOnly"}); ro != nullptr && ro->is_boolean() && ro->get<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.persistPath: '", c.persist_path,
+                                                   "' is on the read-only volumeMount '", name, "'"));
+  }
+  const json* volumes = Path(tmpl, {"spec", "volumes"});
+  for (const json& v : volumes != nullptr && volumes->is_array() ? *volumes : json::array()) {
+    if (Str(v, "name") != name) continue;
+    for (const char* ephemeral : {"emptyDir", "configMap", "secret", "downwardAPI", "projected"}) {
+      if (v.contains(ephemeral)) {
+        return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.persistPath: '", c.persist_path,
+                                                       "' is on the ", ephemeral, " volume '", name,
+                                                       "', which does not outlive the pod (", kHow, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request, const PodBuildOptions& options) {
@@ -205,7 +258,7 @@ absl::Status ValidateForKubernetes(const TrainingJob& job) {
                                  PodToCreate{absl::StrCat(job.metadata.name, "-s0"), PodRole::kStandby, -1}}) {
     if (auto built = BuildPod(job, pod, options); !built.ok()) return built.status();
   }
-  return absl::OkStatus();
+  return ValidatePersistPath(job);
 }
 
 }  // namespace peregrine

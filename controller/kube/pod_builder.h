@@ -38,7 +38,10 @@ absl::StatusOr<nlohmann::json> BuildPod(const TrainingJob& job, const PodToCreat
 
 // Checks what the CRD schema cannot see but a cluster needs to run the job: that
 // BuildPod can make the active pod of the last slot and a standby from spec.template
-// and that the name fits the pod hostnames (kMaxJobNameLength, job_parser.h). OK, or
+// and that the name fits the pod hostnames (kMaxJobNameLength, job_parser.h), and with
+// spec.checkpoint.persistEverySteps > 0 that persistPath is set and lies on a writable
+// volumeMount of the training container whose volume outlives the pod (not emptyDir,
+// configMap, secret, downwardAPI or projected). OK, or
 // kInvalidArgument naming the field (reported as Valid=False; nothing is created).
 absl::Status ValidateForKubernetes(const TrainingJob& job);
 

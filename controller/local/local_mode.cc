@@ -110,6 +110,19 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   std::error_code ec;
   std::filesystem::create_directories(options.state_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", options.state_dir, ": ", ec.message()));
+  // Persisted checkpoints default to <state dir>/checkpoints (absolute: the agents run
+  // elsewhere); the directory is made here, since the agents write into an existing one.
+  CheckpointSpec& checkpoint = impl->job.spec.checkpoint;
+  if (checkpoint.persist_every_steps > 0 && checkpoint.persist_path.empty()) {
+    checkpoint.persist_path = std::filesystem::absolute(options.state_dir + "/checkpoints").lexically_normal().string();
+  }
+  if (checkpoint.persist_every_steps > 0) {
+    std::filesystem::create_directories(checkpoint.persist_path, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("spec.checkpoint.persistPath: cannot create ", checkpoint.persist_path, ": ", ec.message()));
+    }
+  }
   const std::string token_path = options.state_dir + "/token";
   auto token = EnsureToken(token_path);
   if (!token.ok()) return token.status();
@@ -176,7 +189,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   jopts.decision = options.decision;
   jopts.clock = options.clock;
   jopts.agent_token = *token;
-  impl->controller = std::make_unique<JobController>(job, impl->cluster.get(), impl->registry.get(),
+  impl->controller = std::make_unique<JobController>(impl->job, impl->cluster.get(), impl->registry.get(),
                                                      impl->metrics.get(), jopts);
   JobController* controller = impl->controller.get();
   impl->registry->SetChangeCallback([controller](const std::string&) { controller->Wake(); });
