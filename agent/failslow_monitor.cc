@@ -351,14 +351,8 @@ void FailSlowMonitor::Consume(Ring& r, int64_t offset, std::vector<v1::FailSlowE
     } else if (rec.op != nccl_ring::kOpDeviceTime) {
       r.inside_call = (rec.flags & nccl_ring::kFlagProfiled) != 0;
     }
-    if (IsNcclTrafficOp(rec.op)) {
-      NcclCallRecord c;
-      c.op = NcclOpOfRingOp(rec.op);
-      c.comm_id = rec.comm_id;
-      c.count = rec.count;
-      c.datatype = rec.datatype;
-      c.enter_ns = static_cast<int64_t>(rec.time_ns);
-      calls.push_back(c);
+    if (std::optional<NcclCallRecord> call = CallRecordOf(rec)) {
+      calls.push_back(*call);
       const bool p2p = rec.op == nccl_ring::kOpSend || rec.op == nccl_ring::kOpRecv;
       const uint64_t match_sequence =
           p2p ? r.p2p_seen[{rec.comm_id, rec.op, rec.peer}]++ : r.collectives_seen[rec.comm_id]++;

@@ -118,6 +118,17 @@ NcclOp NcclOpOfRingOp(uint8_t op) {
   }
 }
 
+std::optional<NcclCallRecord> CallRecordOf(const NcclRecord& rec) {
+  if (!IsNcclTrafficOp(rec.op)) return std::nullopt;
+  NcclCallRecord call;
+  call.op = NcclOpOfRingOp(rec.op);
+  call.comm_id = rec.comm_id;
+  call.count = rec.count;
+  call.datatype = rec.datatype;
+  call.enter_ns = static_cast<int64_t>(rec.time_ns);
+  return call;
+}
+
 bool IsNcclTrafficOp(uint8_t op) {
   switch (op) {
     case ring::kOpAllReduce:

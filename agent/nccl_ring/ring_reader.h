@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ bool IsNcclTrafficOp(uint8_t op);
 // The iteration-period analysis' op for a ring op code (kOther for ops it does not tell
 // apart, e.g. Gather, Scatter, communicator calls).
 NcclOp NcclOpOfRingOp(uint8_t op);
+// The iteration-period analysis' view of a record (op, communicator, count, datatype, entry
+// time), as the agent's fail-slow monitor and peregrinectl's offline analysis read rings;
+// nullopt for a record that is not a traffic call (IsNcclTrafficOp).
+std::optional<NcclCallRecord> CallRecordOf(const NcclRecord& rec);
 
 struct NcclCommInfo {
   uint64_t comm_id = 0;

@@ -105,17 +105,11 @@ absl::StatusOr<NcclTrace> ReadNcclRingFile(absl::string_view bytes, absl::string
     lost += poll.lost;
     records += poll.records.size();
     for (const NcclRecord& r : poll.records) {
-      if (!IsNcclTrafficOp(r.op)) {
+      if (std::optional<NcclCallRecord> call = CallRecordOf(r)) {
+        stream.calls.push_back(*call);
+      } else {
         ++other;
-        continue;
       }
-      NcclCallRecord call;
-      call.op = NcclOpOfRingOp(r.op);
-      call.comm_id = r.comm_id;
-      call.count = r.count;
-      call.datatype = r.datatype;
-      call.enter_ns = static_cast<int64_t>(r.time_ns);
-      stream.calls.push_back(call);
     }
     if (poll.next_cursor == cursor) break;  // at the write index, or an uncommitted record
     cursor = poll.next_cursor;

@@ -75,6 +75,34 @@ TEST_CASE("records come back in order with every field", "[unit]") {
   CHECK(poll.next_cursor == 2);
 }
 
+TEST_CASE("CallRecordOf: traffic records become calls with every field, other records none", "[unit]") {
+  NcclRecord rec;
+  rec.op = nccl_ring::kOpReduceScatter;
+  rec.comm_id = 0xfeed;
+  rec.count = 4096;
+  rec.datatype = 9;
+  rec.time_ns = 123456789;
+  rec.peer = 3;
+  std::optional<NcclCallRecord> call = CallRecordOf(rec);
+  REQUIRE(call.has_value());
+  CHECK(call->op == NcclOp::kReduceScatter);
+  CHECK(call->comm_id == 0xfeed);
+  CHECK(call->count == 4096);
+  CHECK(call->datatype == 9);
+  CHECK(call->enter_ns == 123456789);
+  rec.op = nccl_ring::kOpBcast;
+  REQUIRE(CallRecordOf(rec).has_value());
+  CHECK(CallRecordOf(rec)->op == NcclOp::kBroadcast);
+  rec.op = nccl_ring::kOpRecv;
+  CHECK(CallRecordOf(rec)->op == NcclOp::kRecv);
+  for (uint8_t op : {nccl_ring::kOpHostExit, nccl_ring::kOpDeviceTime, nccl_ring::kOpCommSplit,
+                     nccl_ring::kOpGetUniqueId}) {
+    rec.op = op;
+    INFO(NcclOpName(op));
+    CHECK_FALSE(CallRecordOf(rec).has_value());
+  }
+}
+
 TEST_CASE("wraparound overwrites the oldest and the reader counts exactly what it lost", "[unit]") {
   testing::TempDir dir;
   TestRing r(dir.path(), 8);
