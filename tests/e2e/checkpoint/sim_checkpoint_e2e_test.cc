@@ -86,5 +86,93 @@ TEST_CASE("sim-trainer TPxPPxDP: a killed machine's shards come from its backup 
   CHECK(FinalLines(run.logs, "weight_digest", kWorld) == reference);
 }
 
+bool HaveStackTool() {
+  return std::filesystem::exists("/usr/bin/eu-stack") || std::filesystem::exists("/usr/bin/gdb");
+}
+
+// The hang-pp-stage fault (tests/e2e/robust/hang_e2e_test.cc): slot 2's ranks block in
+// their compute, and the stack aggregation over-evicts pipeline group pp 0, slots 0 and 2.
+// Their backups were placed outside their parallel groups, so neither holds the other's
+// shards and both standbys find every shard on a surviving holder.
+TEST_CASE("sim-trainer: a hang over-evicts a pipeline group and every evicted machine's shards come back from backups", "[e2e]") {
+  if (!HaveStackTool()) {
+    WARN("neither eu-stack nor gdb is installed: stacks cannot be captured here");
+    return;
+  }
+  TrainingJob job = CheckpointedSimJob(60);
+  job.spec.fault_tolerance.hang_timeout_seconds = 5;
+  const std::map<int, FinalLine> reference = ReferenceDigests(job);
+
+  TempDir dir;
+  const JobRun run = RunJob(
+      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, kInterval / 2); },
+      [&job](LocalMode& mode, const JobStatus&) {
+        auto scenario = ScenarioByName("hang-pp-stage", job);
+        REQUIRE(scenario.ok());
+        REQUIRE(scenario->steps.size() == 1);
+        REQUIRE(scenario->steps[0].faults.size() == 1);
+        REQUIRE(scenario->steps[0].faults[0].slot == 2);
+        auto injected = mode.Inject(scenario->steps[0].faults[0]);
+        REQUIRE(injected.ok());
+      });
+  INFO(run.timeline);
+  const JobStatus& st = run.status;
+  REQUIRE(st.phase == JobPhase::kSucceeded);
+  REQUIRE(st.incidents.size() == 1);
+  const Incident& inc = st.incidents[0];
+  CHECK(inc.kind == IncidentKind::kHang);
+  CheckOnlyEvicted(run.before_fault, st, {0, 2});
+  CHECK(inc.resume_step >= static_cast<uint64_t>(kInterval));
+  CHECK(inc.resume_step % kInterval == 0);
+
+  // Placement outside the groups: the holders of slots 0 and 2 are slots 1 and 3.
+  REQUIRE(st.checkpoint.placement.size() == 4);
+  for (int evicted : {0, 2}) {
+    INFO("slot " << evicted);
+    REQUIRE(!st.checkpoint.placement[evicted].holders.empty());
+    const int holder = st.checkpoint.placement[evicted].holders[0];
+    CHECK((holder == 1 || holder == 3));
+  }
+  // Every rank of both evicted machines restored from a holder; nothing else restored.
+  std::string details;
+  CHECK(RestoredRanks(st, inc.resume_step, &details) == std::set<int>{0, 1, 4, 5});
+  INFO(details);
+  for (int evicted : {0, 2}) {
+    const int holder = st.checkpoint.placement[evicted].holders[0];
+    CHECK_THAT(run.events, Catch::Contains("CheckpointRestored: pod " + st.slots[evicted].pod) &&
+                               Catch::Contains("fetched from slot " + std::to_string(holder) + " ("));
+  }
+  CHECK(CheckpointEvents(st, CheckpointEventKind::kRestoreFailed).empty());
+
+  CHECK(FinalLines(run.logs, "weight_digest", kWorld) == reference);
+}
+
+// A small /dev/shm is modelled with spec.checkpoint.memoryLimit (a real small tmpfs needs
+// root to mount): the agents take the least of /dev/shm's size, the pod's memory limit and
+// memoryLimit as their budget. Each sim-trainer shard here (hidden 64, a quarter of the
+// model per rank) is 20608 bytes; a machine has 2 ranks and holds one backed-up step of a
+// peer (2 shards). 100Ki = 102400 bytes, about 5 shards: the first saves fit (2 ranks x 2
+// versions = 4 shards), but once a peer's backup is held (2 shards) fewer than two
+// versions per rank fit: MEMORY_SHORT, one version each, saves that do not fit are skipped
+// and training goes on.
+TEST_CASE("sim-trainer: memory for fewer than two checkpoint versions gives a MEMORY_SHORT event and training finishes", "[e2e]") {
+  TrainingJob job = CheckpointedSimJob(60);
+  job.spec.checkpoint.memory_limit_bytes = 100 * 1024;
+  TempDir dir;
+  const JobRun run = RunJob(dir, job);
+  INFO(run.timeline);
+  const JobStatus& st = run.status;
+  CHECK(st.phase == JobPhase::kSucceeded);
+  CHECK(st.incidents.empty());
+  CHECK(st.last_completed_step == 60);
+  const std::vector<CheckpointEventRecord> short_events = CheckpointEvents(st, CheckpointEventKind::kMemoryShort);
+  REQUIRE(!short_events.empty());
+  CHECK_THAT(short_events[0].detail, Catch::Contains("budget 102400 bytes") &&
+                                         Catch::Contains("fewer than two 20608-byte versions for 2 rank(s)"));
+  CHECK_THAT(run.events, Catch::Contains("CheckpointMemoryShort: pod "));
+  // Every rank trained to the end.
+  for (const auto& [rank, line] : FinalLines(run.logs, "weight_digest", kWorld)) CHECK(line.step == 60);
+}
+
 }  // namespace
 }  // namespace peregrine::e2e
