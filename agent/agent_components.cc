@@ -153,9 +153,9 @@ DiagnosticRunnerOptions DiagnosticRunnerOptionsFor(const AgentOptions& options) 
   return diag;
 }
 
-DiagnosticRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
+DiagnosticRunRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
                                         const DiagnosticTask& task) {
-  DiagnosticRequest request;
+  DiagnosticRunRequest request;
   request.command_id = command_id;
   request.kind = task.kind;
   request.params = task.params;

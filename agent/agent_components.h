@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const A
 // peregrine-diagnose next to this binary unless named; its scratch directory; RunTool as spawner.
 DiagnosticRunnerOptions DiagnosticRunnerOptionsFor(const AgentOptions& options);
 // The runner's request for the state machine's task on this machine.
-DiagnosticRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
+DiagnosticRunRequest MakeDiagnosticRequest(const std::string& command_id, const std::string& machine_id,
                                         const DiagnosticTask& task);
 
 }  // namespace peregrine

@@ -13,13 +13,13 @@
 namespace peregrine {
 namespace {
 
-v1::InspectionStatus ToWireStatus(InspectionStatus s) {
+v1::InspectionStatus ToWireStatus(InspectionOutcome s) {
   switch (s) {
-    case InspectionStatus::kOk: return v1::INSPECTION_STATUS_OK;
-    case InspectionStatus::kNotPresent: return v1::INSPECTION_STATUS_NOT_PRESENT;
-    case InspectionStatus::kWarning: return v1::INSPECTION_STATUS_WARNING;
-    case InspectionStatus::kFault: return v1::INSPECTION_STATUS_FAULT;
-    case InspectionStatus::kError: return v1::INSPECTION_STATUS_ERROR;
+    case InspectionOutcome::kOk: return v1::INSPECTION_STATUS_OK;
+    case InspectionOutcome::kNotPresent: return v1::INSPECTION_STATUS_NOT_PRESENT;
+    case InspectionOutcome::kWarning: return v1::INSPECTION_STATUS_WARNING;
+    case InspectionOutcome::kFault: return v1::INSPECTION_STATUS_FAULT;
+    case InspectionOutcome::kError: return v1::INSPECTION_STATUS_ERROR;
   }
   return v1::INSPECTION_STATUS_UNSPECIFIED;
 }

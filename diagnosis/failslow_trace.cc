@@ -74,8 +74,8 @@ void AddWarmup(std::vector<double>& mult, int64_t from, int64_t length, double a
 
 }  // namespace
 
-const char* FailSlowKindName(FailSlowKind kind) {
-  return kind == FailSlowKind::kCompute ? "compute" : "communication";
+const char* FailSlowEpisodeKindName(FailSlowEpisodeKind kind) {
+  return kind == FailSlowEpisodeKind::kCompute ? "compute" : "communication";
 }
 
 LabelledTrace GenerateFailSlowTrace(uint64_t seed, const FailSlowTraceOptions& o) {
@@ -114,7 +114,7 @@ LabelledTrace GenerateFailSlowTrace(uint64_t seed, const FailSlowTraceOptions& o
       const int64_t ramp = rng.Bernoulli(0.3) ? rng.Int(2, 10) : 0;
       for (int64_t i = ep.start; i < ep.end; ++i) {
         double s = ep.severity;
-        if (o.kind == FailSlowKind::kCommunication) s *= rng.Uniform(0.6, 1.4);
+        if (o.kind == FailSlowEpisodeKind::kCommunication) s *= rng.Uniform(0.6, 1.4);
         if (i - ep.start < ramp) {
           s *= static_cast<double>(i - ep.start + 1) / static_cast<double>(ramp + 1);
         }

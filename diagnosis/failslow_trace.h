@@ -24,11 +24,12 @@
 
 namespace peregrine {
 
-enum class FailSlowKind { kCompute, kCommunication };
-const char* FailSlowKindName(FailSlowKind kind);
+// What slows an episode of a synthetic trace (not the controller's finding kind).
+enum class FailSlowEpisodeKind { kCompute, kCommunication };
+const char* FailSlowEpisodeKindName(FailSlowEpisodeKind kind);
 
 struct FailSlowEpisode {
-  FailSlowKind kind = FailSlowKind::kCompute;
+  FailSlowEpisodeKind kind = FailSlowEpisodeKind::kCompute;
   int64_t start = 0;  // first slow iteration
   int64_t end = 0;    // first iteration after the episode (exclusive)
   double severity = 0.0;  // mean slowdown: 0.5 means 1.5x the healthy time
@@ -39,7 +40,7 @@ struct FailSlowEpisode {
 struct FailSlowTraceOptions {
   int length = 2000;
   // Which kind of episodes the trace contains (one kind per trace, like Tables 4 and 5).
-  FailSlowKind kind = FailSlowKind::kCompute;
+  FailSlowEpisodeKind kind = FailSlowEpisodeKind::kCompute;
   double fault_free_probability = 0.3;  // the whole trace has no episode
   int max_episodes = 3;
   double min_severity = 0.05;

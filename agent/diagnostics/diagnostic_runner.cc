@@ -35,7 +35,7 @@ std::string LastLines(const std::string& text, size_t n) {
 
 }  // namespace
 
-std::vector<std::string> DiagnoseHelperArgv(const std::string& helper_binary, const DiagnosticRequest& request,
+std::vector<std::string> DiagnoseHelperArgv(const std::string& helper_binary, const DiagnosticRunRequest& request,
                                             absl::Duration timeout, const std::string& pid_file) {
   std::vector<std::string> argv = {helper_binary,
                                    "--kind", request.kind,
@@ -63,7 +63,7 @@ std::vector<std::string> DiagnoseHelperArgv(const std::string& helper_binary, co
 }
 
 std::pair<v1::Status, v1::DiagnosticResult> InterpretHelperRun(const absl::StatusOr<HelperRun>& run,
-                                                               const DiagnosticRequest& request,
+                                                               const DiagnosticRunRequest& request,
                                                                absl::Duration timeout, double seconds) {
   v1::Status status;
   v1::DiagnosticResult result;
@@ -139,7 +139,7 @@ DiagnosticRunner::~DiagnosticRunner() {
   if (worker_.joinable()) worker_.join();
 }
 
-absl::Status DiagnosticRunner::Submit(DiagnosticRequest request, Done done) {
+absl::Status DiagnosticRunner::Submit(DiagnosticRunRequest request, Done done) {
   if (absl::Status s = ValidateDiagnostic(request.kind, request.params); !s.ok()) return s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -152,7 +152,7 @@ absl::Status DiagnosticRunner::Submit(DiagnosticRequest request, Done done) {
 
 void DiagnosticRunner::Work() {
   while (true) {
-    std::pair<DiagnosticRequest, Done> item;
+    std::pair<DiagnosticRunRequest, Done> item;
     std::string pid_file;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -165,7 +165,7 @@ void DiagnosticRunner::Work() {
       }
       running_pid_file_ = pid_file;
     }
-    const DiagnosticRequest& request = item.first;
+    const DiagnosticRunRequest& request = item.first;
     const absl::Duration timeout = DiagnosticTimeout(request.kind, request.params, request.timeout_ms);
     const absl::Time start = options_.clock->Now();
     absl::StatusOr<HelperRun> run =

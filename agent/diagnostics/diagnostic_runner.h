@@ -44,8 +44,9 @@
 
 namespace peregrine {
 
-// One RunDiagnostic command and what the agent knows about its machine.
-struct DiagnosticRequest {
+// One RunDiagnostic command as the agent runs it, and what the agent knows about its machine
+// (the controller side of a diagnosis is controller/core's DiagnosticRequest).
+struct DiagnosticRunRequest {
   std::string command_id;
   std::string kind;
   DiagnosticParamMap params;
@@ -78,13 +79,13 @@ struct DiagnosticRunnerOptions {
 };
 
 // The helper's command line for `request` (pure).
-std::vector<std::string> DiagnoseHelperArgv(const std::string& helper_binary, const DiagnosticRequest& request,
+std::vector<std::string> DiagnoseHelperArgv(const std::string& helper_binary, const DiagnosticRunRequest& request,
                                             absl::Duration timeout, const std::string& pid_file);
 
 // The CommandResult status and DiagnosticResult of a finished helper run (pure). `timeout`
 // is the diagnostic's; `seconds` how long the helper ran.
 std::pair<v1::Status, v1::DiagnosticResult> InterpretHelperRun(const absl::StatusOr<HelperRun>& run,
-                                                               const DiagnosticRequest& request,
+                                                               const DiagnosticRunRequest& request,
                                                                absl::Duration timeout, double seconds);
 
 class DiagnosticRunner {
@@ -98,7 +99,7 @@ class DiagnosticRunner {
 
   // InvalidArgument (nothing queued) for an unknown kind or a malformed param; otherwise
   // queues the diagnostic and calls `done` once it finished.
-  absl::Status Submit(DiagnosticRequest request, Done done);
+  absl::Status Submit(DiagnosticRunRequest request, Done done);
 
  private:
   void Work();
@@ -106,7 +107,7 @@ class DiagnosticRunner {
   const DiagnosticRunnerOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<DiagnosticRequest, Done>> queue_;  // guarded by mu_
+  std::deque<std::pair<DiagnosticRunRequest, Done>> queue_;  // guarded by mu_
   bool stopping_ = false;                                 // guarded by mu_
   std::string running_pid_file_;                          // guarded by mu_
   uint64_t sequence_ = 0;                                 // guarded by mu_

@@ -232,15 +232,15 @@ std::vector<InspectionResult> EvaluateGpus(const GpuReport& report, int expected
                                       ThrottleReasonNames(*g.throttle_reasons & t.warn_throttle_mask)));
     }
     if (!faults.empty()) {
-      r.status = InspectionStatus::kFault;
+      r.status = InspectionOutcome::kFault;
       r.machine_attributed = true;
       faults.insert(faults.end(), warnings.begin(), warnings.end());
       r.summary = absl::StrJoin(faults, "; ");
     } else if (!warnings.empty()) {
-      r.status = InspectionStatus::kWarning;
+      r.status = InspectionOutcome::kWarning;
       r.summary = absl::StrJoin(warnings, "; ");
     } else {
-      r.status = InspectionStatus::kOk;
+      r.status = InspectionOutcome::kOk;
       r.summary = "healthy";
     }
     out.push_back(std::move(r));
@@ -250,7 +250,7 @@ std::vector<InspectionResult> EvaluateGpus(const GpuReport& report, int expected
     r.kind = "gpu";
     r.component = lost;
     r.observed_at = now;
-    r.status = InspectionStatus::kFault;
+    r.status = InspectionOutcome::kFault;
     r.machine_attributed = true;
     r.summary = absl::StrCat("GPU ", lost, " is unavailable (lost by the driver)");
     r.details["source"] = report.source;
@@ -262,7 +262,7 @@ std::vector<InspectionResult> EvaluateGpus(const GpuReport& report, int expected
     r.kind = "gpu";
     r.component = "gpus";
     r.observed_at = now;
-    r.status = InspectionStatus::kFault;
+    r.status = InspectionOutcome::kFault;
     r.machine_attributed = true;
     r.summary = absl::StrFormat("%d of %d expected GPUs visible", visible, expected_gpus);
     r.details["visible"] = absl::StrCat(visible);
@@ -285,12 +285,12 @@ InspectionResult EvaluateDcgmHealth(const DcgmHealth& health, absl::Time now) {
     if (!i.gpu.empty()) r.details[absl::StrCat("gpu", i.gpu)] = i.health;
   }
   if (health.overall == "Failure") {
-    r.status = InspectionStatus::kFault;
+    r.status = InspectionOutcome::kFault;
     r.machine_attributed = true;
   } else if (health.overall == "Warning") {
-    r.status = InspectionStatus::kWarning;
+    r.status = InspectionOutcome::kWarning;
   } else {
-    r.status = InspectionStatus::kOk;
+    r.status = InspectionOutcome::kOk;
   }
   r.summary = parts.empty() ? absl::StrCat("DCGM health: ", health.overall)
                             : absl::StrJoin(parts, "; ");
@@ -455,7 +455,7 @@ class DlNvml : public NvmlGpuSource {
   nvmlReturn_t (*uuid_)(nvmlDevice_t, char*, unsigned int) = nullptr;
 };
 
-InspectionResult Single(InspectionStatus status, std::string component, std::string summary,
+InspectionResult Single(InspectionOutcome status, std::string component, std::string summary,
                         absl::Time now) {
   InspectionResult r;
   r.kind = "gpu";
@@ -511,7 +511,7 @@ std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
     } else {
       absl::StatusOr<GpuReport> parsed = ParseNvidiaSmiCsv(out->stdout_text);
       if (!parsed.ok()) {
-        return {Single(InspectionStatus::kError, "gpus",
+        return {Single(InspectionOutcome::kError, "gpus",
                        absl::StrCat("unparseable nvidia-smi output: ", parsed.status().message()),
                        now)};
       }
@@ -528,23 +528,23 @@ std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
   if (!report) {
     const std::string why = absl::StrJoin(tried, "; ");
     if (options_.expected_gpus > 0) {
-      InspectionResult r = Single(InspectionStatus::kFault, "gpus",
+      InspectionResult r = Single(InspectionOutcome::kFault, "gpus",
                                   absl::StrFormat("no GPU visible, %d expected (%s)",
                                                   options_.expected_gpus, why),
                                   now);
       r.machine_attributed = true;
       results.push_back(std::move(r));
     } else if (nvml_ == nullptr && smi_missing) {
-      results.push_back(Single(InspectionStatus::kNotPresent, "gpus",
+      results.push_back(Single(InspectionOutcome::kNotPresent, "gpus",
                                absl::StrCat("no NVIDIA GPU on this machine (", why, ")"), now));
     } else {
-      results.push_back(Single(InspectionStatus::kNotPresent, "gpus",
+      results.push_back(Single(InspectionOutcome::kNotPresent, "gpus",
                                absl::StrCat("no NVIDIA GPU reachable (", why, ")"), now));
     }
   } else {
     results = EvaluateGpus(*report, options_.expected_gpus, options_.thresholds, now);
     if (results.empty()) {
-      results.push_back(Single(InspectionStatus::kNotPresent, "gpus",
+      results.push_back(Single(InspectionOutcome::kNotPresent, "gpus",
                                absl::StrCat(report->source, " reports no GPU"), now));
     }
   }
@@ -556,11 +556,11 @@ std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
       if (health.ok()) {
         results.push_back(EvaluateDcgmHealth(*health, now));
       } else {
-        results.push_back(Single(InspectionStatus::kError, "dcgm",
+        results.push_back(Single(InspectionOutcome::kError, "dcgm",
                                  absl::StrCat("dcgmi health -c: ", health.status().message()), now));
       }
     } else if (out.status().code() != absl::StatusCode::kNotFound) {
-      results.push_back(Single(InspectionStatus::kError, "dcgm",
+      results.push_back(Single(InspectionOutcome::kError, "dcgm",
                                absl::StrCat("dcgmi health -c: ", out.status().message()), now));
     }
   }

@@ -81,7 +81,7 @@ std::vector<InspectionResult> HostInspection::Run(absl::Time now) {
     InspectionResult r;
     r.kind = "host";
     r.component = "volumes";
-    r.status = InspectionStatus::kNotPresent;
+    r.status = InspectionOutcome::kNotPresent;
     r.summary = "no job volume configured";
     r.observed_at = now;
     results.push_back(std::move(r));
@@ -116,7 +116,7 @@ std::vector<InspectionResult> HostInspection::Run(absl::Time now) {
     }
     struct statvfs st;
     if (statvfs(volume.c_str(), &st) != 0) {
-      r.status = InspectionStatus::kError;
+      r.status = InspectionOutcome::kError;
       r.summary = absl::StrCat("cannot stat volume ", volume, ": ", std::strerror(errno));
       results.push_back(std::move(r));
       continue;
@@ -129,20 +129,20 @@ std::vector<InspectionResult> HostInspection::Run(absl::Time now) {
     r.details["free_percent"] = absl::StrFormat("%.1f", 100 * free_fraction);
     const bool read_only = (st.f_flag & ST_RDONLY) != 0;
     if (read_only) {
-      r.status = InspectionStatus::kFault;
+      r.status = InspectionOutcome::kFault;
       r.machine_attributed = true;
       r.summary = absl::StrCat(volume, " is mounted read-only (a filesystem error remounts "
                                        "read-only; the job cannot write checkpoints)");
     } else if (total > 0 && free_fraction < t.free_fault_fraction) {
-      r.status = InspectionStatus::kFault;
+      r.status = InspectionOutcome::kFault;
       r.summary = absl::StrFormat("%s has %.1f%% free (< %.1f%%)", volume, 100 * free_fraction,
                                   100 * t.free_fault_fraction);
     } else if (total > 0 && free_fraction < t.free_warn_fraction) {
-      r.status = InspectionStatus::kWarning;
+      r.status = InspectionOutcome::kWarning;
       r.summary = absl::StrFormat("%s has %.1f%% free (< %.1f%%)", volume, 100 * free_fraction,
                                   100 * t.free_warn_fraction);
     } else {
-      r.status = InspectionStatus::kOk;
+      r.status = InspectionOutcome::kOk;
       r.summary = absl::StrFormat("%s: %.1f%% free", volume, 100 * free_fraction);
     }
     results.push_back(std::move(r));

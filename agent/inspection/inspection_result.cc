@@ -4,27 +4,27 @@
 
 namespace peregrine {
 
-const char* InspectionStatusName(InspectionStatus status) {
+const char* InspectionOutcomeName(InspectionOutcome status) {
   switch (status) {
-    case InspectionStatus::kOk: return "OK";
-    case InspectionStatus::kNotPresent: return "NOT_PRESENT";
-    case InspectionStatus::kWarning: return "WARNING";
-    case InspectionStatus::kFault: return "FAULT";
-    case InspectionStatus::kError: return "ERROR";
+    case InspectionOutcome::kOk: return "OK";
+    case InspectionOutcome::kNotPresent: return "NOT_PRESENT";
+    case InspectionOutcome::kWarning: return "WARNING";
+    case InspectionOutcome::kFault: return "FAULT";
+    case InspectionOutcome::kError: return "ERROR";
   }
   return "UNKNOWN";
 }
 
-int InspectionSeverity(InspectionStatus status) {
+int InspectionSeverity(InspectionOutcome status) {
   switch (status) {
-    case InspectionStatus::kWarning: return 1;
-    case InspectionStatus::kFault: return 2;
+    case InspectionOutcome::kWarning: return 1;
+    case InspectionOutcome::kFault: return 2;
     default: return 0;
   }
 }
 
 std::string InspectionResult::DebugString() const {
-  return absl::StrCat(kind, "/", component, " ", InspectionStatusName(status),
+  return absl::StrCat(kind, "/", component, " ", InspectionOutcomeName(status),
                       machine_attributed ? " (machine)" : "", ": ", summary);
 }
 

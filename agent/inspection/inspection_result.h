@@ -11,7 +11,9 @@
 
 namespace peregrine {
 
-enum class InspectionStatus {
+// What one inspection run found for one component (the controller keeps it, from the wire,
+// as its own InspectionStatus).
+enum class InspectionOutcome {
   kOk,
   kNotPresent,  // no such hardware on this machine: never a fault
   kWarning,
@@ -20,15 +22,15 @@ enum class InspectionStatus {
 };
 
 // "OK", "NOT_PRESENT", "WARNING", "FAULT", "ERROR".
-const char* InspectionStatusName(InspectionStatus status);
+const char* InspectionOutcomeName(InspectionOutcome status);
 
 // Severity order for alarms: kOk = kNotPresent = kError < kWarning < kFault.
-int InspectionSeverity(InspectionStatus status);
+int InspectionSeverity(InspectionOutcome status);
 
 struct InspectionResult {
   std::string kind;       // "gpu", "xid", "network", "rdma", "host"
   std::string component;  // "gpu0", "PCI:0000:3b:00", "eth0", "mlx5_0/1", "/data"
-  InspectionStatus status = InspectionStatus::kOk;
+  InspectionOutcome status = InspectionOutcome::kOk;
   std::string summary;
   std::map<std::string, std::string> details;
   bool machine_attributed = false;  // the machine is at fault (fatal Xid, GPU lost, ECC, disk)

@@ -23,13 +23,13 @@ InspectorPoll Inspector::Poll(absl::Time now) {
       const int severity = InspectionSeverity(r.status);
       if (severity > 0) {
         ++state.consecutive_bad;
-        const bool immediate = r.status == InspectionStatus::kFault && r.machine_attributed;
+        const bool immediate = r.status == InspectionOutcome::kFault && r.machine_attributed;
         if ((state.consecutive_bad >= e.schedule.trigger_after || immediate) &&
             severity > state.alarmed_severity) {
           state.alarmed_severity = severity;
           poll.alarms.push_back(r);
         }
-      } else if (r.status == InspectionStatus::kOk) {
+      } else if (r.status == InspectionOutcome::kOk) {
         state.consecutive_bad = 0;
         state.alarmed_severity = 0;
       }

@@ -337,7 +337,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
   };
   for (const auto& [pci, e] : fatal_) {
     InspectionResult res = base("xid", pci);
-    res.status = InspectionStatus::kFault;
+    res.status = InspectionOutcome::kFault;
     res.machine_attributed = true;
     res.summary = absl::StrFormat("Xid %d (%s, machine-fatal): %s", e.xid, XidDescription(e.xid),
                                   e.detail);
@@ -350,7 +350,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
   for (const auto& [pci, events] : this_run) {
     if (fatal_.count(pci) > 0) continue;
     InspectionResult res = base("xid", pci);
-    res.status = InspectionStatus::kWarning;
+    res.status = InspectionOutcome::kWarning;
     std::vector<std::string> parts;
     bool application = true;
     for (const XidEvent& e : events) {
@@ -367,7 +367,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
   }
   for (const auto& [dev, count] : io_errors_) {
     InspectionResult res = base("host", absl::StrCat("/dev/", dev));
-    res.status = InspectionStatus::kFault;
+    res.status = InspectionOutcome::kFault;
     res.machine_attributed = true;
     res.summary = absl::StrFormat("%d block I/O error(s) on /dev/%s in the kernel log", count, dev);
     res.details["io_errors"] = absl::StrCat(count);
@@ -375,18 +375,18 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
   }
   if (!read_error.empty()) {
     InspectionResult res = base("xid", "kernel-log");
-    res.status = InspectionStatus::kError;
+    res.status = InspectionOutcome::kError;
     res.summary = absl::StrCat("cannot read the kernel log: ", read_error);
     results.push_back(std::move(res));
   } else if (in.bad > 0) {
     InspectionResult res = base("xid", "kernel-log");
-    res.status = InspectionStatus::kError;
+    res.status = InspectionOutcome::kError;
     res.summary = absl::StrFormat("%d unparseable kernel-log record(s); first: %s", in.bad,
                                   in.first_error);
     results.push_back(std::move(res));
   } else if (results.empty()) {
     InspectionResult res = base("xid", "kernel-log");
-    res.status = InspectionStatus::kOk;
+    res.status = InspectionOutcome::kOk;
     res.summary = "no Xid or block I/O error";
     res.details["records_read"] = absl::StrCat(in.records.size());
     if (lost_records_ > 0) res.details["records_lost"] = absl::StrCat(lost_records_);

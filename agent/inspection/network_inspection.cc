@@ -82,16 +82,16 @@ void Finish(InspectionResult& r, const Findings& f) {
   all.insert(all.end(), f.warnings.begin(), f.warnings.end());
   all.insert(all.end(), f.errors.begin(), f.errors.end());
   if (!f.faults.empty()) {
-    r.status = InspectionStatus::kFault;
+    r.status = InspectionOutcome::kFault;
     r.summary = absl::StrJoin(all, "; ");
   } else if (!f.warnings.empty()) {
-    r.status = InspectionStatus::kWarning;
+    r.status = InspectionOutcome::kWarning;
     r.summary = absl::StrJoin(all, "; ");
   } else if (!f.errors.empty()) {
-    r.status = InspectionStatus::kError;
+    r.status = InspectionOutcome::kError;
     r.summary = absl::StrJoin(f.errors, "; ");
   } else {
-    r.status = InspectionStatus::kOk;
+    r.status = InspectionOutcome::kOk;
     r.summary = "healthy";
   }
 }
@@ -255,7 +255,7 @@ std::vector<InspectionResult> NetworkInspection::Run(absl::Time now) {
     InspectionResult r;
     r.kind = "network";
     r.component = "nic";
-    r.status = InspectionStatus::kNotPresent;
+    r.status = InspectionOutcome::kNotPresent;
     r.summary = "no physical network interface";
     r.observed_at = now;
     results.push_back(std::move(r));
@@ -278,7 +278,7 @@ std::vector<InspectionResult> NetworkInspection::Run(absl::Time now) {
     InspectionResult r;
     r.kind = "rdma";
     r.component = "rdma";
-    r.status = InspectionStatus::kNotPresent;
+    r.status = InspectionOutcome::kNotPresent;
     r.summary = devices.ok() ? "no RDMA port" : "no RDMA device (no /sys/class/infiniband)";
     r.observed_at = now;
     results.push_back(std::move(r));

@@ -42,7 +42,7 @@ namespace {
 using peregrine::DetectorSummary;
 using peregrine::EvaluatedDetectors;
 using peregrine::FailSlowDetectorKind;
-using peregrine::FailSlowKind;
+using peregrine::FailSlowEpisodeKind;
 using peregrine::TraceScore;
 using peregrine::JobScoreSummary;
 
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, flags)) return 2;
   const std::vector<Row> rows = Rows();
-  for (FailSlowKind kind : {FailSlowKind::kCompute, FailSlowKind::kCommunication}) {
+  for (FailSlowEpisodeKind kind : {FailSlowEpisodeKind::kCompute, FailSlowEpisodeKind::kCommunication}) {
     FailSlowTraceOptions options;
     options.kind = kind;
     options.length = flags.length;
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     int64_t min_dur = INT64_MAX, max_dur = 0;
     for (int t = 0; t < flags.traces; ++t) {
       const uint64_t seed = flags.seed * 1000003ULL + static_cast<uint64_t>(t) * 2 +
-                            (kind == FailSlowKind::kCompute ? 0 : 1);
+                            (kind == FailSlowEpisodeKind::kCompute ? 0 : 1);
       const LabelledTrace trace = GenerateFailSlowTrace(seed, options);
       fault_free += trace.episodes.empty();
       with_restart += !trace.restarts.empty();
@@ -185,10 +185,10 @@ int main(int argc, char** argv) {
         episodes[d].Add(score);
       }
     }
-    const bool compute = kind == FailSlowKind::kCompute;
+    const bool compute = kind == FailSlowEpisodeKind::kCompute;
     const SeedRow* seed_table = compute ? kSeedTable4 : kSeedTable5;
     std::printf("%s fail-slows (Falcon Table %d): %d traces x %d iterations, seed %llu\n",
-                FailSlowKindName(kind), compute ? 4 : 5, flags.traces, flags.length,
+                FailSlowEpisodeKindName(kind), compute ? 4 : 5, flags.traces, flags.length,
                 static_cast<unsigned long long>(flags.seed));
     std::printf("  traces: %d with a labelled fail-slow (P), %d without (N; %d fault-free, the "
                 "rest sub-threshold only), %d with restarts (%d restarts)\n",

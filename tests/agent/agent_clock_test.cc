@@ -81,7 +81,7 @@ TEST_CASE("the diagnostic runner times a helper on the injected clock", "[unit]"
       return HelperRun{0, 0, false, "peregrine-diagnose: result passed: true\n"};
     };
     DiagnosticRunner runner(options);
-    DiagnosticRequest request;
+    DiagnosticRunRequest request;
     request.kind = "eud";
     REQUIRE(runner.Submit(request, [&](const v1::Status&, const v1::DiagnosticResult& result) {
       std::lock_guard<std::mutex> lock(mu);

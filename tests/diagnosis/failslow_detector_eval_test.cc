@@ -22,7 +22,7 @@ struct Evaluated {
   DetectorSummary episodes;
 };
 
-Evaluated Evaluate(FailSlowKind kind, FailSlowDetectorKind detector,
+Evaluated Evaluate(FailSlowEpisodeKind kind, FailSlowDetectorKind detector,
                    const EvaluatedDetectors& options) {
   FailSlowTraceOptions trace_options;
   trace_options.kind = kind;
@@ -30,7 +30,7 @@ Evaluated Evaluate(FailSlowKind kind, FailSlowDetectorKind detector,
   Evaluated out;
   for (uint64_t t = 0; t < 120; ++t) {
     const LabelledTrace trace = GenerateFailSlowTrace(
-        7001 + 2 * t + (kind == FailSlowKind::kCompute ? 0 : 1), trace_options);
+        7001 + 2 * t + (kind == FailSlowEpisodeKind::kCompute ? 0 : 1), trace_options);
     absl::StatusOr<std::vector<int64_t>> starts =
         ReportedStarts(detector, trace.iteration_ms, trace.restarts, options);
     REQUIRE(starts.ok());
@@ -47,8 +47,8 @@ TEST_CASE("Evaluation: BOCD+V beats sliding window and classic BOCD for each fau
   classic.bocd.bocd.outlier_probability = 0.0;  // Adams & MacKay, no outlier mixture
   classic.bocd.bocd.min_run_length = 1;
   const EvaluatedDetectors robust;  // Peregrine's defaults (what the agent runs)
-  for (FailSlowKind kind : {FailSlowKind::kCompute, FailSlowKind::kCommunication}) {
-    INFO(FailSlowKindName(kind));
+  for (FailSlowEpisodeKind kind : {FailSlowEpisodeKind::kCompute, FailSlowEpisodeKind::kCommunication}) {
+    INFO(FailSlowEpisodeKindName(kind));
     const Evaluated sw = Evaluate(kind, FailSlowDetectorKind::kSlidingWindow, {});
     const Evaluated bocd = Evaluate(kind, FailSlowDetectorKind::kBocd, classic);
     const Evaluated bocdv = Evaluate(kind, FailSlowDetectorKind::kBocdVerified, classic);

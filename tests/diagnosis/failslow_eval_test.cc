@@ -37,9 +37,9 @@ TEST_CASE("Generated traces are deterministic and consistently labelled", "[unit
 TEST_CASE("ScoreDetections counts hits, misses and false positives by episode", "[unit]") {
   LabelledTrace trace;
   trace.iteration_ms.assign(1000, 1.0);
-  trace.episodes = {{FailSlowKind::kCompute, 100, 200, 0.5, true, false},
-                    {FailSlowKind::kCompute, 400, 450, 0.05, false, false},
-                    {FailSlowKind::kCompute, 600, 700, 0.3, true, false}};
+  trace.episodes = {{FailSlowEpisodeKind::kCompute, 100, 200, 0.5, true, false},
+                    {FailSlowEpisodeKind::kCompute, 400, 450, 0.05, false, false},
+                    {FailSlowEpisodeKind::kCompute, 600, 700, 0.3, true, false}};
   struct Case {
     std::vector<int64_t> starts;
     int detected;

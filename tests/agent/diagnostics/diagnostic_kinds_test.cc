@@ -152,7 +152,7 @@ TEST_CASE("dcgmi diag JSON: failed tests and GPUs from both DCGM generations, ga
 }
 
 TEST_CASE("the helper's command line and output become the CommandResult", "[unit]") {
-  DiagnosticRequest request;
+  DiagnosticRunRequest request;
   request.kind = "eud";
   request.machine_id = "7";
   request.gpus = 4;

@@ -56,12 +56,12 @@ TEST_CASE("the runner validates, then runs diagnostics one at a time in order", 
       done.push_back(result.detail());
       cv.notify_all();
     };
-    DiagnosticRequest bad;
+    DiagnosticRunRequest bad;
     bad.kind = "eud";
     bad.params = {{"level", "7"}};
     CHECK(runner.Submit(bad, on_done).code() == absl::StatusCode::kInvalidArgument);
     for (const char* kind : {"eud", "alignment", "gemm"}) {
-      DiagnosticRequest r;
+      DiagnosticRunRequest r;
       r.kind = kind;
       REQUIRE(runner.Submit(r, on_done).ok());
     }

@@ -38,20 +38,20 @@ TEST_CASE("gpu: nvidia-smi CSV of an 8-GPU node", "[unit]") {
 
   const std::vector<InspectionResult> rs = EvaluateGpus(*report, 8, GpuThresholds{}, kNow);
   REQUIRE(rs.size() == 8);
-  CHECK(Find(rs, "gpu0")->status == InspectionStatus::kOk);
-  CHECK(Find(rs, "gpu1")->status == InspectionStatus::kOk);  // corrected ECC only
+  CHECK(Find(rs, "gpu0")->status == InspectionOutcome::kOk);
+  CHECK(Find(rs, "gpu1")->status == InspectionOutcome::kOk);  // corrected ECC only
   const InspectionResult* hot = Find(rs, "gpu2");
-  CHECK(hot->status == InspectionStatus::kWarning);
+  CHECK(hot->status == InspectionOutcome::kWarning);
   CHECK(!hot->machine_attributed);
   CHECK(hot->summary.find("temperature 89 C") != std::string::npos);
   CHECK(hot->summary.find("hw_slowdown|hw_thermal") != std::string::npos);
   const InspectionResult* remap = Find(rs, "gpu3");
-  CHECK(remap->status == InspectionStatus::kFault);
+  CHECK(remap->status == InspectionOutcome::kFault);
   CHECK(remap->machine_attributed);
   CHECK(remap->summary.find("row remapping pending") != std::string::npos);
-  CHECK(Find(rs, "gpu4")->status == InspectionStatus::kOk);  // sw power cap is normal
-  CHECK(Find(rs, "gpu5")->status == InspectionStatus::kFault);
-  CHECK(Find(rs, "gpu6")->status == InspectionStatus::kOk);  // idle
+  CHECK(Find(rs, "gpu4")->status == InspectionOutcome::kOk);  // sw power cap is normal
+  CHECK(Find(rs, "gpu5")->status == InspectionOutcome::kFault);
+  CHECK(Find(rs, "gpu6")->status == InspectionOutcome::kOk);  // idle
   CHECK(Find(rs, "gpu0")->details.at("power_w") == "412.37");
   CHECK(Find(rs, "gpu0")->observed_at == kNow);
 }
@@ -65,7 +65,7 @@ TEST_CASE("gpu: lost and missing GPUs are machine faults", "[unit]") {
   const std::vector<InspectionResult> rs = EvaluateGpus(*report, 2, GpuThresholds{}, kNow);
   const InspectionResult* lost = Find(rs, "00000000:2A:00.0");
   REQUIRE(lost != nullptr);
-  CHECK(lost->status == InspectionStatus::kFault);
+  CHECK(lost->status == InspectionOutcome::kFault);
   CHECK(lost->machine_attributed);
   const InspectionResult* count = Find(rs, "gpus");
   REQUIRE(count != nullptr);
@@ -102,7 +102,7 @@ TEST_CASE("gpu: dcgmi health -c tables", "[unit]") {
   REQUIRE(healthy.ok());
   CHECK(healthy->overall == "Healthy");
   CHECK(healthy->incidents.empty());
-  CHECK(EvaluateDcgmHealth(*healthy, kNow).status == InspectionStatus::kOk);
+  CHECK(EvaluateDcgmHealth(*healthy, kNow).status == InspectionOutcome::kOk);
 
   absl::StatusOr<DcgmHealth> failure = ParseDcgmHealth(Fixture("dcgmi_health_failure.txt"));
   REQUIRE(failure.ok());
@@ -114,7 +114,7 @@ TEST_CASE("gpu: dcgmi health -c tables", "[unit]") {
         "PCIe system: Warning - Detected more than 8 PCIe replays per minute for GPU 0 : 13");
   CHECK(failure->incidents[1].gpu == "3");
   const InspectionResult r = EvaluateDcgmHealth(*failure, kNow);
-  CHECK(r.status == InspectionStatus::kFault);
+  CHECK(r.status == InspectionOutcome::kFault);
   CHECK(r.machine_attributed);
   CHECK(r.details.at("gpu3") == "Failure");
 
@@ -138,10 +138,10 @@ TEST_CASE("gpu: on this machine (no NVML, no nvidia-smi) the inspection is NOT_P
   GpuInspection inspection(options);
   const std::vector<InspectionResult> rs = inspection.Run(kNow);
   REQUIRE(rs.size() == 1);
-  if (rs[0].status != InspectionStatus::kNotPresent) {
+  if (rs[0].status != InspectionOutcome::kNotPresent) {
     // A GPU machine: then the results are real GPUs, and none may be an inspection error.
     WARN("GPUs present: " << rs[0].DebugString());
-    CHECK(rs[0].status != InspectionStatus::kError);
+    CHECK(rs[0].status != InspectionOutcome::kError);
     return;
   }
   CHECK(rs[0].component == "gpus");
@@ -153,7 +153,7 @@ TEST_CASE("gpu: on this machine (no NVML, no nvidia-smi) the inspection is NOT_P
   GpuInspection expecting(options);
   const std::vector<InspectionResult> missing = expecting.Run(kNow);
   REQUIRE(missing.size() == 1);
-  CHECK(missing[0].status == InspectionStatus::kFault);
+  CHECK(missing[0].status == InspectionOutcome::kFault);
   CHECK(missing[0].machine_attributed);
 }
 
@@ -176,9 +176,9 @@ TEST_CASE("gpu: nvidia-smi and dcgmi fallbacks run as real commands", "[integrat
   GpuInspection inspection(options);
   const std::vector<InspectionResult> rs = inspection.Run(kNow);
   REQUIRE(rs.size() == 9);
-  CHECK(Find(rs, "gpu3")->status == InspectionStatus::kFault);
+  CHECK(Find(rs, "gpu3")->status == InspectionOutcome::kFault);
   CHECK(Find(rs, "gpu3")->details.at("source") == "nvidia-smi");
-  CHECK(Find(rs, "dcgm")->status == InspectionStatus::kFault);
+  CHECK(Find(rs, "dcgm")->status == InspectionOutcome::kFault);
 
   // Garbled output is an inspection ERROR, never a fault.
   const std::string bad = dir.Write("bad-smi", "#!/bin/sh\necho 'garbled, output'\n", true);
@@ -187,7 +187,7 @@ TEST_CASE("gpu: nvidia-smi and dcgmi fallbacks run as real commands", "[integrat
   GpuInspection garbled(options);
   const std::vector<InspectionResult> g = garbled.Run(kNow);
   REQUIRE(g.size() == 1);
-  CHECK(g[0].status == InspectionStatus::kError);
+  CHECK(g[0].status == InspectionOutcome::kError);
   CHECK(g[0].summary.find("line 1") != std::string::npos);
 }
 

@@ -57,8 +57,8 @@ TEST_CASE("host: volume space, missing volumes, nothing configured", "[integrati
   CHECK(rs[0].component == dir.path());
   CHECK(rs[0].details.count("free_percent") == 1);
   CHECK(rs[0].details.count("device") == 1);
-  CHECK(rs[0].status != InspectionStatus::kError);
-  CHECK(rs[1].status == InspectionStatus::kError);
+  CHECK(rs[0].status != InspectionOutcome::kError);
+  CHECK(rs[1].status == InspectionOutcome::kError);
   CHECK(rs[1].summary.find("missing") != std::string::npos);
 
   // Thresholds above 100% free make any real volume look full: FAULT, not machine.
@@ -66,17 +66,17 @@ TEST_CASE("host: volume space, missing volumes, nothing configured", "[integrati
   options.thresholds.free_fault_fraction = 1.01;
   HostInspection full(options);
   rs = full.Run(kNow);
-  CHECK(rs[0].status == InspectionStatus::kFault);
+  CHECK(rs[0].status == InspectionOutcome::kFault);
   CHECK(!rs[0].machine_attributed);
   options.thresholds.free_fault_fraction = 0;
   options.thresholds.free_warn_fraction = 1.01;
   HostInspection low(options);
-  CHECK(low.Run(kNow)[0].status == InspectionStatus::kWarning);
+  CHECK(low.Run(kNow)[0].status == InspectionOutcome::kWarning);
 
   HostInspection none(HostInspectionOptions{});
   rs = none.Run(kNow);
   REQUIRE(rs.size() == 1);
-  CHECK(rs[0].status == InspectionStatus::kNotPresent);
+  CHECK(rs[0].status == InspectionOutcome::kNotPresent);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 // scheduling and alarm rules.)
 class ScriptedInspection : public Inspection {
  public:
-  ScriptedInspection(std::string kind, std::deque<std::pair<InspectionStatus, bool>> script,
+  ScriptedInspection(std::string kind, std::deque<std::pair<InspectionOutcome, bool>> script,
                      int* runs)
       : kind_(std::move(kind)), script_(std::move(script)), runs_(runs) {}
   std::string kind() const override { return kind_; }
@@ -34,11 +34,11 @@ class ScriptedInspection : public Inspection {
 
  private:
   std::string kind_;
-  std::deque<std::pair<InspectionStatus, bool>> script_;
+  std::deque<std::pair<InspectionOutcome, bool>> script_;
   int* runs_;
 };
 
-using S = InspectionStatus;
+using S = InspectionOutcome;
 
 TEST_CASE("inspector: each inspection runs at its own interval", "[unit]") {
   int fast_runs = 0, slow_runs = 0;

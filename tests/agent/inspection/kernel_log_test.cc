@@ -119,19 +119,19 @@ TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", 
   const InspectionResult* fallen = Find(rs, "PCI:0000:db:00");
   REQUIRE(fallen != nullptr);
   CHECK(fallen->kind == "xid");
-  CHECK(fallen->status == InspectionStatus::kFault);
+  CHECK(fallen->status == InspectionOutcome::kFault);
   CHECK(fallen->machine_attributed);
   CHECK(fallen->details.at("xid") == "79");
   // Xid 63 (a row remapping recorded, applied at the next reset) and 94 (a contained ECC
   // error) leave the GPU usable: a warning, not the machine's fault.
   const InspectionResult* remap = Find(rs, "PCI:0000:5d:00");
   REQUIRE(remap != nullptr);
-  CHECK(remap->status == InspectionStatus::kWarning);
+  CHECK(remap->status == InspectionOutcome::kWarning);
   CHECK(!remap->machine_attributed);
   CHECK(remap->details.at("class") == "recoverable");
   const InspectionResult* contained = Find(rs, "PCI:0000:9b:00");
   REQUIRE(contained != nullptr);
-  CHECK(contained->status == InspectionStatus::kWarning);
+  CHECK(contained->status == InspectionOutcome::kWarning);
   CHECK(!contained->machine_attributed);
   CHECK_THAT(contained->summary, Catch::Contains("Xid 94 (recoverable)"));
   // Xid 95 (uncontained ECC) and 154 asking for a GPU reset are the machine's.
@@ -139,19 +139,19 @@ TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", 
     INFO(pci);
     const InspectionResult* r = Find(rs, pci);
     REQUIRE(r != nullptr);
-    CHECK(r->status == InspectionStatus::kFault);
+    CHECK(r->status == InspectionOutcome::kFault);
     CHECK(r->machine_attributed);
     CHECK(r->details.at("class") == "machine_fatal");
   }
   const InspectionResult* app = Find(rs, "PCI:0000:3a:00");
   REQUIRE(app != nullptr);
-  CHECK(app->status == InspectionStatus::kWarning);
+  CHECK(app->status == InspectionOutcome::kWarning);
   CHECK(!app->machine_attributed);
   CHECK(app->details.at("class") == "application");
   const InspectionResult* disk = Find(rs, "/dev/nvme1n1");
   REQUIRE(disk != nullptr);
   CHECK(disk->kind == "host");
-  CHECK(disk->status == InspectionStatus::kFault);
+  CHECK(disk->status == InspectionOutcome::kFault);
   CHECK(disk->machine_attributed);
 
   // Second run with nothing new: fatal Xids and disk errors stay; application Xids were
@@ -170,11 +170,11 @@ TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", 
   rs = inspection.Run(kNow + absl::Seconds(20));
   const InspectionResult* recoverable = Find(rs, "PCI:0000:18:00");
   REQUIRE(recoverable != nullptr);
-  CHECK(recoverable->status == InspectionStatus::kWarning);
+  CHECK(recoverable->status == InspectionOutcome::kWarning);
   CHECK(recoverable->details.at("class") == "recoverable");
   const InspectionResult* err = Find(rs, "kernel-log");
   REQUIRE(err != nullptr);
-  CHECK(err->status == InspectionStatus::kError);
+  CHECK(err->status == InspectionOutcome::kError);
   CHECK(err->summary.find("1 unparseable") != std::string::npos);
 }
 
@@ -185,7 +185,7 @@ TEST_CASE("kernel log: the real /dev/kmsg of this machine", "[integration]") {
   for (const auto& r : rs) {
     INFO(r.DebugString());
     // Whatever this machine logged, nothing here may be a parse error of a real record.
-    CHECK((r.status != InspectionStatus::kError || r.summary.find("cannot read") != std::string::npos));
+    CHECK((r.status != InspectionOutcome::kError || r.summary.find("cannot read") != std::string::npos));
   }
 }
 
@@ -199,7 +199,7 @@ TEST_CASE("kernel log: dmesg fallback when /dev/kmsg cannot be opened", "[integr
   KernelLogInspection inspection(options);
   std::vector<InspectionResult> rs = inspection.Run(kNow);
   REQUIRE(Find(rs, "PCI:0000:db:00") != nullptr);
-  CHECK(Find(rs, "PCI:0000:db:00")->status == InspectionStatus::kFault);
+  CHECK(Find(rs, "PCI:0000:db:00")->status == InspectionOutcome::kFault);
   CHECK(Find(rs, "PCI:0000:3a:00") != nullptr);
   // dmesg prints everything again; only newer records count.
   rs = inspection.Run(kNow + absl::Seconds(10));
@@ -210,7 +210,7 @@ TEST_CASE("kernel log: dmesg fallback when /dev/kmsg cannot be opened", "[integr
   KernelLogInspection unreadable(options);
   rs = unreadable.Run(kNow);
   REQUIRE(rs.size() == 1);
-  CHECK(rs[0].status == InspectionStatus::kError);
+  CHECK(rs[0].status == InspectionOutcome::kError);
   CHECK(rs[0].summary.find("no-such-kmsg") != std::string::npos);
 }
 

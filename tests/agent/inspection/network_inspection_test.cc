@@ -89,15 +89,15 @@ TEST_CASE("network: healthy, flapping, erroring and down links in a fake sysfs",
 
   std::vector<InspectionResult> rs = inspection.Run(kT0);
   REQUIRE(rs.size() == 2);  // ens1f0 and mlx5_0/1; lo is virtual
-  CHECK(Find(rs, "ens1f0")->status == InspectionStatus::kOk);
-  CHECK(Find(rs, "mlx5_0/1")->status == InspectionStatus::kOk);
+  CHECK(Find(rs, "ens1f0")->status == InspectionOutcome::kOk);
+  CHECK(Find(rs, "mlx5_0/1")->status == InspectionOutcome::kOk);
   CHECK(Find(rs, "mlx5_0/1")->details.at("state") == "ACTIVE");
 
   // Two flaps (4 carrier changes) within a minute: WARNING, not machine-attributed.
   sys.SetNic("up", 6, 0, 0);
   rs = inspection.Run(kT0 + absl::Seconds(60));
   const InspectionResult* nic = Find(rs, "ens1f0");
-  CHECK(nic->status == InspectionStatus::kWarning);
+  CHECK(nic->status == InspectionOutcome::kWarning);
   CHECK(!nic->machine_attributed);
   CHECK(nic->details.at("flaps_in_window") == "2");
 
@@ -105,22 +105,22 @@ TEST_CASE("network: healthy, flapping, erroring and down links in a fake sysfs",
   sys.SetNic("up", 6, 600, 30000);
   rs = inspection.Run(kT0 + absl::Seconds(120));
   nic = Find(rs, "ens1f0");
-  CHECK(nic->status == InspectionStatus::kWarning);
+  CHECK(nic->status == InspectionOutcome::kWarning);
   CHECK(nic->summary.find("rx_errors 10.0/s") != std::string::npos);
   CHECK(nic->summary.find("rx_dropped 500.0/s") != std::string::npos);
 
   // Much later: the flaps left the window, counters stable -> healthy again.
   rs = inspection.Run(kT0 + absl::Minutes(20));
-  CHECK(Find(rs, "ens1f0")->status == InspectionStatus::kOk);
+  CHECK(Find(rs, "ens1f0")->status == InspectionOutcome::kOk);
 
   // Link down: FAULT. IB port down and flapping: FAULT.
   sys.SetNic("down", 7, 600, 30000);
   sys.SetIb("1: DOWN", "3: Disabled", 3, 0, 0);
   rs = inspection.Run(kT0 + absl::Minutes(21));
-  CHECK(Find(rs, "ens1f0")->status == InspectionStatus::kFault);
+  CHECK(Find(rs, "ens1f0")->status == InspectionOutcome::kFault);
   CHECK(Find(rs, "ens1f0")->summary.find("link down") != std::string::npos);
   const InspectionResult* ib = Find(rs, "mlx5_0/1");
-  CHECK(ib->status == InspectionStatus::kFault);
+  CHECK(ib->status == InspectionOutcome::kFault);
   CHECK(ib->summary.find("state DOWN") != std::string::npos);
   CHECK(ib->summary.find("3 link-down events") != std::string::npos);
   CHECK(!ib->machine_attributed);
@@ -129,7 +129,7 @@ TEST_CASE("network: healthy, flapping, erroring and down links in a fake sysfs",
   sys.SetIb("4: ACTIVE", "5: LinkUp", 3, 120, 0);
   rs = inspection.Run(kT0 + absl::Minutes(22));
   ib = Find(rs, "mlx5_0/1");
-  CHECK(ib->status == InspectionStatus::kWarning);
+  CHECK(ib->status == InspectionOutcome::kWarning);
   CHECK(ib->summary.find("symbol_error 2.0/s") != std::string::npos);
 
   // Garbage in a counter file: an inspection ERROR for that port, not a fault (once the
@@ -138,12 +138,12 @@ TEST_CASE("network: healthy, flapping, erroring and down links in a fake sysfs",
   sys.dir.Write("class/infiniband/mlx5_0/ports/1/counters/symbol_error", "garbage\n");
   rs = inspection.Run(kT0 + absl::Minutes(40));
   ib = Find(rs, "mlx5_0/1");
-  CHECK(ib->status == InspectionStatus::kError);
+  CHECK(ib->status == InspectionOutcome::kError);
   CHECK(ib->summary.find("symbol_error") != std::string::npos);
   sys.dir.Write("class/infiniband/mlx5_0/ports/1/state", "ACTIVE?\n");
   sys.dir.Write("class/infiniband/mlx5_0/ports/1/counters/symbol_error", "120\n");
   rs = inspection.Run(kT0 + absl::Minutes(41));
-  CHECK(Find(rs, "mlx5_0/1")->status == InspectionStatus::kError);
+  CHECK(Find(rs, "mlx5_0/1")->status == InspectionOutcome::kError);
 }
 
 TEST_CASE("network: without RDMA hardware the RDMA inspection is NOT_PRESENT", "[integration]") {
@@ -154,12 +154,12 @@ TEST_CASE("network: without RDMA hardware the RDMA inspection is NOT_PRESENT", "
   if (rdma == nullptr) {
     WARN("this machine has RDMA ports; skipping the NOT_PRESENT check");
   } else {
-    CHECK(rdma->status == InspectionStatus::kNotPresent);
+    CHECK(rdma->status == InspectionOutcome::kNotPresent);
     CHECK(!rdma->machine_attributed);
   }
   for (const auto& r : rs) {
     INFO(r.DebugString());
-    CHECK(r.status != InspectionStatus::kError);
+    CHECK(r.status != InspectionOutcome::kError);
   }
   // An empty sysfs: nothing present at all, and no fault.
   TempDir empty;
@@ -168,8 +168,8 @@ TEST_CASE("network: without RDMA hardware the RDMA inspection is NOT_PRESENT", "
   NetworkInspection none(options);
   rs = none.Run(kT0);
   REQUIRE(rs.size() == 2);
-  CHECK(Find(rs, "nic")->status == InspectionStatus::kNotPresent);
-  CHECK(Find(rs, "rdma")->status == InspectionStatus::kNotPresent);
+  CHECK(Find(rs, "nic")->status == InspectionOutcome::kNotPresent);
+  CHECK(Find(rs, "rdma")->status == InspectionOutcome::kNotPresent);
 }
 
 }  // namespace
