@@ -19,6 +19,13 @@ continues with the same weights and data as if nothing had happened.
 
 At the end each rank prints one line with a SHA-256 over every parameter tensor:
   [peregrine] final step=<n> param_digest=<hex>
+For checking a recovery: --print-state-digests prints a SHA-256 over the whole state each
+time one is saved and once one is loaded,
+  [train] rank=<r> saved step=<n> state_digest=<hex>
+  [train] rank=<r> loaded step=<n> state_digest=<hex>
+(equal digests for the same rank and step: the restored state is bit-identical to the
+saved one), and --params-out PATH writes the final parameters as raw float32 values in
+the model's state_dict order ("{rank}" in PATH is replaced by the rank).
 """
 
 import argparse
@@ -46,6 +53,10 @@ def parse_args():
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="steps between checkpoints (default: spec.checkpoint.intervalSteps)")
     p.add_argument("--step-sleep-ms", type=float, default=0, help="extra time per step (to pace a demo)")
+    p.add_argument("--print-state-digests", action="store_true",
+                   help="print a SHA-256 of each saved and of the loaded state")
+    p.add_argument("--params-out", default="",
+                   help="write the final parameters as raw float32 to this path ({rank}: the rank)")
     return p.parse_args()
 
 
@@ -89,6 +100,38 @@ def param_digest(model):
     return h.hexdigest()
 
 
+def state_digest(state):
+    """SHA-256 over a checkpoint state: its structure, every tensor's dtype, shape and bytes, and
+    every other value's repr, in container order (what a bit-identical restore keeps)."""
+    h = hashlib.sha256()
+
+    def walk(obj):
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().contiguous().cpu()
+            h.update(f"tensor {t.dtype} {tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(obj, dict):
+            h.update(f"{type(obj).__name__} {len(obj)}".encode())
+            for key, value in obj.items():
+                h.update(repr(key).encode())
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            h.update(f"{type(obj).__name__} {len(obj)}".encode())
+            for value in obj:
+                walk(value)
+        else:
+            h.update(repr(obj).encode())
+
+    walk(state)
+    return h.hexdigest()
+
+
+def write_params(model, path, rank):
+    with open(path.replace("{rank}", str(rank)), "wb") as out:
+        for p in model.state_dict().values():
+            out.write(p.detach().to(torch.float32).contiguous().numpy().tobytes())
+
+
 def main():
     args = parse_args()
     rank = int(os.environ.get("RANK", "0"))
@@ -104,6 +147,8 @@ def main():
     step, position = 0, 0
     restored_step, state = peregrine.checkpoint.load()
     if state is not None:
+        if args.print_state_digests:
+            print(f"[train] rank={rank} loaded step={restored_step} state_digest={state_digest(state)}", flush=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -129,16 +174,21 @@ def main():
         saved_ms = 0.0
         if every > 0 and step % every == 0:
             t = time.perf_counter()
-            peregrine.checkpoint.save(step, {
+            state = {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "rng": torch.get_rng_state(),
                 "data_position": position,
-            })
+            }
+            saved = peregrine.checkpoint.save(step, state)
             saved_ms = (time.perf_counter() - t) * 1000
+            if saved and args.print_state_digests:
+                print(f"[train] rank={rank} saved step={step} state_digest={state_digest(state)}", flush=True)
         iter_ms = (time.perf_counter() - started) * 1000
         peregrine.step(step, loss=loss.item(), iter_ms=iter_ms, checkpoint_ms=saved_ms)
 
+    if args.params_out:
+        write_params(model, args.params_out, rank)
     print(f"[peregrine] final step={step} param_digest={param_digest(model)}", flush=True)
     if distributed:
         dist.barrier()

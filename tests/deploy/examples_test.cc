@@ -1,13 +1,16 @@
-// Every example manifest is a job the product can run: for each *.yaml / *.yml in
-// examples/ and each TrainingJob document in it, the document validates against the
-// CRD's schema (as the API server would), parses with the controller's parser, and the
-// controller's pod builder makes an active and a standby pod from it whose training
-// container asks for exactly gpusPerMachine GPUs. Also the pod builder's GPU rule
+// Every example manifest is a job the product can run: for each *.yaml / *.yml under
+// examples/ (subfolders included) and each TrainingJob document in it, the document
+// validates against the CRD's schema (as the API server would) and parses with the
+// controller's parser; a document for a cluster (one with a pod template or an image)
+// also passes the Kubernetes checks and the controller's pod builder makes an active and
+// a standby pod from it whose training container asks for exactly gpusPerMachine GPUs (a
+// local-mode job, with neither, runs the command on this host). Also the pod builder's GPU rule
 // (nvidia.com/gpu filled in from gpusPerMachine; a conflicting value is invalid).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,7 +70,9 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
   const YAML::Node schema = TrainingJobSchema();
   int jobs = 0;
   bool has_cluster_example = false;
-  for (const fs::directory_entry& e : fs::directory_iterator(kSourceDir / "examples")) {
+  std::set<std::string> files;  // relative to examples/
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(kSourceDir / "examples")) {
+    if (!e.is_regular_file()) continue;
     const std::string ext = e.path().extension().string();
     if (ext != ".yaml" && ext != ".yml") continue;
     std::vector<YAML::Node> docs;
@@ -76,8 +81,10 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
     for (YAML::Node& doc : docs) {
       ++index;
       if (!doc.IsMap() || !doc["kind"] || doc["kind"].Scalar() != "TrainingJob") continue;
-      INFO(e.path().filename().string() << " document " << index);
+      const std::string file = fs::relative(e.path(), kSourceDir / "examples").string();
+      INFO(file << " document " << index);
       ++jobs;
+      files.insert(file);
       const std::string text = YAML::Dump(doc);  // before the validator applies defaults
       YAML::Node validated = YAML::Clone(doc);
       const std::vector<std::string> errors = ValidateAgainstSchema(schema, validated);
@@ -89,6 +96,7 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
       REQUIRE(job.ok());
       if (job->metadata.namespace_.empty()) job->metadata.namespace_ = "default";
       job->metadata.uid = "uid-1";
+      if (job->spec.template_json.empty() && job->spec.code.image.empty()) continue;  // local mode only
 
       CHECK(ValidateForKubernetes(*job).ok());
       PodToCreate active{ActivePodName(job->metadata.name, job->spec.machines - 1), PodRole::kActive,
@@ -104,8 +112,11 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
       if (!job->spec.template_json.empty()) has_cluster_example = true;
     }
   }
-  CHECK(jobs >= 2);
+  CHECK(jobs >= 4);
   CHECK(has_cluster_example);  // at least one example carries a pod template for a real cluster
+  // The PyTorch example's two jobs (local mode and a real cluster) are among them.
+  CHECK(files.count("pytorch/local.yaml") == 1);
+  CHECK(files.count("pytorch/kubernetes.yaml") == 1);
 }
 
 TEST_CASE("BuildPod gives the trainer gpusPerMachine GPUs and rejects a conflicting value", "[unit]") {
