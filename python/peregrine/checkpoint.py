@@ -156,12 +156,15 @@ class _Flattener:
             raise TypeError("%s: cannot checkpoint a meta tensor (it has no data)" % path)
         if id(obj) in self.seen:
             return self.seen[id(obj)]
-        data = obj.detach()
-        if data.device.type != "cpu":
-            data = data.to("cpu")  # the host copy of a device tensor
-        elif self.shared is None and data.is_shared():
-            self.shared = path
-        data = data.resolve_conj().resolve_neg().contiguous()
+        if obj.device.type != "cpu":
+            data = obj.detach().to("cpu")  # the host copy of a device tensor
+        else:
+            data = obj
+            if self.shared is None and obj.is_shared():
+                self.shared = path
+        if not data.is_contiguous() or data.is_conj() or data.is_neg():
+            data = data.detach().resolve_conj().resolve_neg().contiguous()
+        # else: the tensor's own bytes are read in place (the common case: no new tensor)
         ref = _TensorRef(kind="torch", dtype=str(obj.dtype).replace("torch.", ""), shape=tuple(obj.shape),
                          device=str(obj.device), requires_grad=bool(obj.requires_grad),
                          parameter=isinstance(obj, torch.nn.Parameter), nbytes=data.numel() * data.element_size(),
