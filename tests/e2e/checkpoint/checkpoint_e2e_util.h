@@ -101,13 +101,15 @@ struct JobRun {
   std::map<int, RankOutput> logs;
 };
 
-// Waits (generous deadline) until every slot's checkpoint of step >= `step` is complete for
-// the whole job while the job runs, and the ranks are at most `within` steps past it (so a
-// fault injected now redoes at most about that many steps); returns the status then.
-inline JobStatus WaitCheckpointComplete(LocalMode& mode, uint64_t step, uint64_t within) {
+// Waits (generous deadline) until the job runs with a checkpoint complete for the whole job
+// at a step in [first, last], and the ranks are at most `within` steps past it (so a fault
+// injected now redoes at most about that many steps, and lands before the end of a job
+// longer than last + within); returns the status then.
+inline JobStatus WaitCheckpointComplete(LocalMode& mode, uint64_t first, uint64_t last, uint64_t within) {
   auto reached = [&](const JobStatus& s) {
-    return s.phase == JobPhase::kRunning && s.checkpoint.last_complete_step >= step &&
-           s.max_completed_step <= s.checkpoint.last_complete_step + within;
+    const uint64_t complete = s.checkpoint.last_complete_step;
+    return s.phase == JobPhase::kRunning && complete >= first && complete <= last &&
+           s.max_completed_step <= complete + within;
   };
   JobStatus status;
   REQUIRE(WaitForStatus(mode, [&](const JobStatus& s) {
@@ -119,6 +121,11 @@ inline JobStatus WaitCheckpointComplete(LocalMode& mode, uint64_t step, uint64_t
                                         << status.last_completed_step << ".." << status.max_completed_step);
   REQUIRE(reached(status));
   return status;
+}
+
+// The same with no upper bound on the complete step.
+inline JobStatus WaitCheckpointComplete(LocalMode& mode, uint64_t step, uint64_t within) {
+  return WaitCheckpointComplete(mode, step, UINT64_MAX, within);
 }
 
 // Runs `job` in local mode until it finishes. When `fault` is set, it is called once

@@ -56,7 +56,7 @@ TEST_CASE("sim-trainer TPxPPxDP: a killed machine's shards come from its backup 
   TempDir dir;
   constexpr int kVictim = 2;  // ranks 4 and 5
   const JobRun run = RunJob(
-      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, kInterval / 2); },
+      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, 3 * kInterval, kInterval / 2); },
       [](LocalMode& mode, const JobStatus&) { KillSlot(mode, kVictim); });
   INFO(run.timeline);
   const JobStatus& st = run.status;
@@ -105,7 +105,7 @@ TEST_CASE("sim-trainer: a hang over-evicts a pipeline group and every evicted ma
 
   TempDir dir;
   const JobRun run = RunJob(
-      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, kInterval / 2); },
+      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, 3 * kInterval, kInterval / 2); },
       [&job](LocalMode& mode, const JobStatus&) {
         auto scenario = ScenarioByName("hang-pp-stage", job);
         REQUIRE(scenario.ok());
