@@ -34,7 +34,13 @@ void Decider::ReplaceFailedStandbys() {
   for (const StandbyStatus& sb : st.standbys) {
     std::string reason;
     if (PodLost(sb.pod, sb.observed, &reason)) {
-      st.evicted.push_back(Eviction{sb.machine_id, sb.pod, absl::StrCat("standby failed: ", reason), now_});
+      // The machine is evicted (and quarantined) only on the machine's evidence: the pod
+      // disappeared or failed on it. A standby failed for being stuck Pending (an image or
+      // scheduling problem, FailStuckStandbys) carries no machine in its observation, even
+      // when an earlier pod of it ran on one: nothing is quarantined.
+      const PodObservation* p = Pod(sb.pod);
+      const std::string machine = p == nullptr ? sb.machine_id : p->machine_id;
+      st.evicted.push_back(Eviction{machine, sb.pod, absl::StrCat("standby failed: ", reason), now_});
       plan_.delete_pods.push_back(PodToDelete{sb.pod, absl::StrCat("standby failed: ", reason)});
       Event(JobEventType::kWarning, "StandbyFailed", absl::StrCat("standby ", sb.pod, " failed: ", reason));
       continue;

@@ -351,7 +351,7 @@ std::map<uint64_t, DurationMap> Durations(const FailSlowMonitor& monitor) {
   return out;
 }
 
-TEST_CASE("monitor attaches device times that arrive late and out of order; a group's time goes to its operations",
+TEST_CASE("monitor attaches device times that arrive late and out of order, a group's time goes to its operations",
           "[unit]") {
   TempDir dir;
   const std::unique_ptr<FailSlowMonitor> created = MonitorOf(dir.path());

@@ -53,7 +53,7 @@ TEST_CASE("PickFreePort gives a loopback port a listener can bind, below the eph
   CHECK(bound);
 }
 
-TEST_CASE("a port with a listener is not free; once closed it is", "[unit]") {
+TEST_CASE("a port with a listener is not free, once closed it is", "[unit]") {
   // Ports are only free when checked, so another process may take one first: try a few.
   bool checked = false;
   for (int attempt = 0; attempt < 5 && !checked; ++attempt) {

@@ -72,7 +72,7 @@ TEST_CASE("fault table: set and read and merge and clear", "[unit]") {
   CHECK(snap->links.empty());
 }
 
-TEST_CASE("fault table: intra_corrupt and link corrupt round-trip; a link end of -1 is every other machine", "[unit]") {
+TEST_CASE("fault table: intra_corrupt and link corrupt round-trip, a link end of -1 is every other machine", "[unit]") {
   const FreshFaultTable table;
   const std::string& path = table.path;
   RankFault nvlink;

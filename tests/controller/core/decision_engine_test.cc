@@ -167,8 +167,7 @@ TEST_CASE("A lost machine is evicted, a standby takes its slot and the others re
   CHECK(w.Step().Empty());
 }
 
-TEST_CASE("Pods that cannot start: PodsStuck names them; a standby stuck past the timeout is replaced",
-          "[unit]") {
+TEST_CASE("Pods that cannot start: PodsStuck names them, a standby stuck past the timeout is replaced", "[unit]") {
   World w;
   w.Step();
   w.Step();
@@ -202,6 +201,38 @@ TEST_CASE("Pods that cannot start: PodsStuck names them; a standby stuck past th
   CHECK(plan.quarantine.empty());
   for (const StandbyStatus& sb : w.status.standbys) CHECK(sb.pod != standby);
   CHECK(FindCondition(w.status, kPodsStuckCondition)->last_transition_time == stuck_since);
+}
+
+TEST_CASE("A standby whose pod fails on its machine, or disappears, is replaced and the machine quarantined", "[unit]") {
+  for (const bool disappears : {false, true}) {
+    INFO((disappears ? "disappears" : "fails"));
+    World w;
+    w.Step();
+    w.Step();
+    const std::string standby = w.status.standbys.at(0).pod;
+    PodObservation* p = w.Pod(standby);
+    REQUIRE(p != nullptr);
+    const std::string machine = p->machine_id;
+    REQUIRE_FALSE(machine.empty());
+    if (disappears) {
+      std::erase_if(w.obs.pods, [&](const PodObservation& o) { return o.name == standby; });
+    } else {
+      p->running = false;
+      p->failed = true;
+      p->reason = "node " + machine + " NotReady";
+    }
+    w.now += kSecond;
+    const JobPlan plan = w.Step();
+    bool deleted = false;
+    for (const PodToDelete& d : plan.delete_pods) deleted = deleted || d.name == standby;
+    CHECK(deleted);
+    REQUIRE(plan.quarantine.size() == 1);
+    CHECK(plan.quarantine[0].machine_id == machine);
+    REQUIRE_FALSE(w.status.evicted.empty());
+    CHECK(w.status.evicted.back().machine_id == machine);
+    CHECK(w.status.evicted.back().pod == standby);
+    for (const StandbyStatus& sb : w.status.standbys) CHECK(sb.pod != standby);
+  }
 }
 
 TEST_CASE("An evicted machine is quarantined until the status says it is, across restarts", "[unit]") {
@@ -576,7 +607,7 @@ TEST_CASE("A user-code error with no earlier version is reattempted", "[unit]") 
 
 // A user-code error is deterministic: rolled back when an earlier version exists,
 // otherwise reattempted at most once and then the job fails; never diagnosed or replayed.
-TEST_CASE("User-code errors: roll back, else one reattempt, then Failed; never a diagnosis or replay", "[unit]") {
+TEST_CASE("User-code errors: roll back, else one reattempt, then Failed, never a diagnosis or replay", "[unit]") {
   struct Failure {
     bool user_error;
     uint64_t progress_before = 0;  // > 0: every rank completes this step before the failure
@@ -725,7 +756,7 @@ TEST_CASE("A crash with no culprit stops training and runs EUD, all-to-all and n
   CHECK(w.Step().Empty());
 }
 
-TEST_CASE("The machine failing EUD is evicted; a standby takes its slot; nothing else is evicted", "[unit]") {
+TEST_CASE("The machine failing EUD is evicted, a standby takes its slot, nothing else is evicted", "[unit]") {
   World w = RunningWorld(20);
   const std::string bad = w.status.slots[2].machine_id;
   const std::vector<std::string> before = {w.status.slots[0].machine_id, w.status.slots[1].machine_id,
@@ -786,7 +817,7 @@ TEST_CASE("A NaN loss runs the alignment test first and isolates the machine wit
   CHECK(w.status.evicted[0].machine_id == bad);
 }
 
-TEST_CASE("Alignment digests without a majority give no verdict; the other stages still run", "[unit]") {
+TEST_CASE("Alignment digests without a majority give no verdict, the other stages still run", "[unit]") {
   World w = RunningWorld(20);
   for (int i = 0; i < 4; ++i) {
     DiagnosticOutcome d;
@@ -936,7 +967,7 @@ TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the sa
   CHECK(w.status.incidents.back().diagnosis.size() == 2);  // stop recorded once, eud running
 }
 
-TEST_CASE("A live agent that never answers fails the stage at the deadline; a disconnected one gets no verdict",
+TEST_CASE("A live agent that never answers fails the stage at the deadline, a disconnected one gets no verdict",
           "[unit]") {
   World w = RunningWorld(20);
   const std::string mute = w.status.slots[1].machine_id;

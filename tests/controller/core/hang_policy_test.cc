@@ -291,7 +291,7 @@ TEST_CASE("Ranks answered for another slot are ignored (they stay uncaptured)", 
   CHECK(d.evict_slots == std::vector<int>{3});
 }
 
-TEST_CASE("Progress during the capture resolves the hang; another failure abandons it", "[unit]") {
+TEST_CASE("Progress during the capture resolves the hang, another failure abandons it", "[unit]") {
   SECTION("progress") {
     Fixture f;
     REQUIRE(f.DetectHang().verdict == HangVerdict::kHangDetected);
@@ -473,7 +473,7 @@ TEST_CASE("MFU drop: the healthy level follows the iteration time while it is no
   CHECK(f.in.state.degraded_since == f.now);
 }
 
-TEST_CASE("MFU drop: recovery or a localized fail-slow stops the rounds; a hang takes over", "[unit]") {
+TEST_CASE("MFU drop: recovery or a localized fail-slow stops the rounds, a hang takes over", "[unit]") {
   auto degraded = [](Fixture& f) {
     f.in.last_completed_step = 100;
     f.Decide();

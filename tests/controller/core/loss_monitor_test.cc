@@ -32,7 +32,7 @@ TEST_CASE("A NaN or Inf loss or grad-norm on any rank is a NaNLoss at once, even
   CHECK(v->ranks == std::vector<int>{0});
 }
 
-TEST_CASE("A loss 5x the running reference is a spike after warm-up; slow drift is not", "[unit]") {
+TEST_CASE("A loss 5x the running reference is a spike after warm-up, slow drift is not", "[unit]") {
   LossReference ref;
   // A slowly falling loss (as training does) never triggers.
   for (uint64_t step = 1; step <= 40; ++step) {
@@ -55,7 +55,7 @@ TEST_CASE("A loss 5x the running reference is a spike after warm-up; slow drift 
   CHECK(ref.step == 41);  // the spiking step was not folded in
 }
 
-TEST_CASE("A grad-norm jump is a spike too; a single outlier step barely moves the median reference", "[unit]") {
+TEST_CASE("A grad-norm jump is a spike too, a single outlier step barely moves the median reference", "[unit]") {
   LossReference ref;
   for (uint64_t step = 1; step <= 10; ++step) REQUIRE_FALSE(CheckLosses(AllRanks(step, 1.0, 2.0), 5.0, &ref));
   // 4.5x on one step is tolerated and enters the window, but the median stays put.
@@ -67,7 +67,7 @@ TEST_CASE("A grad-norm jump is a spike too; a single outlier step barely moves t
   CHECK_THAT(v->signal, Catch::Contains("grad-norm 10"));
 }
 
-TEST_CASE("No spike during warm-up; zero (not printed) losses and repeated steps never enter the reference", "[unit]") {
+TEST_CASE("No spike during warm-up, zero (not printed) losses and repeated steps never enter the reference", "[unit]") {
   LossReference ref;
   for (uint64_t step = 1; step < kLossWarmupSteps; ++step) {
     REQUIRE_FALSE(CheckLosses(AllRanks(step, 1.0, 1.0), 5.0, &ref));

@@ -50,7 +50,7 @@ TEST_CASE("Neighbour pairs: rounds are disjoint, cover every ring edge once, and
   }
 }
 
-TEST_CASE("Neighbour pairs: no failures, no culprit; two adjacent culprits are both found", "[unit]") {
+TEST_CASE("Neighbour pairs: no failures, no culprit, two adjacent culprits are both found", "[unit]") {
   CHECK(NeighbourCulprits(8, {}).empty());
   // Machines 3 and 4 faulty: edges (2,3), (3,4), (4,5) fail.
   CHECK(NeighbourCulprits(8, {2, 3, 4}) == std::set<int>{3, 4});

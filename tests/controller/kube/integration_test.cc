@@ -180,9 +180,7 @@ TEST_CASE("kube integration: 429 with Retry-After is retried and 5xx maps to Una
   CHECK((*unreachable)->Get(kPods, "p-0").status().code() == absl::StatusCode::kUnavailable);
 }
 
-TEST_CASE("kube integration: a status update with a stale resourceVersion is retried after "
-          "re-reading",
-          "[integration]") {
+TEST_CASE("kube integration: a status update with a stale resourceVersion is retried after re-reading", "[integration]") {
   Fixture f;
   REQUIRE(f.client->Create(kJobs, Job("job-a")).ok());
   int attempts = 0;
@@ -453,9 +451,7 @@ void RunTakeover(bool release_on_stop) {
   CHECK_FALSE(monitor.Finish());
 }
 
-TEST_CASE("kube integration: two electors, one leads and the other takes over when the leader "
-          "stops renewing",
-          "[integration]") {
+TEST_CASE("kube integration: two electors, one leads and the other takes over when the leader stops renewing", "[integration]") {
   RunTakeover(/*release_on_stop=*/false);
 }
 

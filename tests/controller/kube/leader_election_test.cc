@@ -96,9 +96,7 @@ TEST_CASE("leader election: records written by each action", "[unit]") {
   }
 }
 
-TEST_CASE("leader election: a candidate polling an unrenewed lease takes it after exactly the "
-          "lease duration of its own time",
-          "[unit]") {
+TEST_CASE("leader election: a candidate polling an unrenewed lease takes it after exactly the lease duration of its own time", "[unit]") {
   const LeaseRecord other = Held("other", kNow - absl::Hours(3));
   LeaseObservation obs;
   absl::Time t = kNow;

@@ -12,7 +12,7 @@
 namespace peregrine {
 namespace {
 
-TEST_CASE("final digests: sim-trainer's and PyTorch's final lines parse; other lines do not", "[unit]") {
+TEST_CASE("final digests: sim-trainer's and PyTorch's final lines parse, other lines do not", "[unit]") {
   auto sim = ParseFinalLine(
       "[peregrine] final step=300 weight_digest=9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08\n");
   REQUIRE(sim.has_value());
@@ -31,7 +31,7 @@ TEST_CASE("final digests: sim-trainer's and PyTorch's final lines parse; other l
   }
 }
 
-TEST_CASE("final digests: the last final line of each rank's log; the most recently written log wins", "[unit]") {
+TEST_CASE("final digests: the last final line of each rank's log, the most recently written log wins", "[unit]") {
   testing::TempDir dir("final-digests");
   dir.Write("logs/job-m0/rank-0.log", "[peregrine] step=1 loss=1\n[peregrine] final step=10 weight_digest=aa\n");
   dir.Write("logs/job-m0/rank-1.log", "[peregrine] step=1 loss=1\n[peregrine] final step=10 weight_digest=bb\n");

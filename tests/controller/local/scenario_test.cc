@@ -88,7 +88,7 @@ TEST_CASE("ScenarioByName: the steps of every named scenario", "[unit]") {
   }
 }
 
-TEST_CASE("ScenarioByName: code-update-rollback breaks the job's own command; unknown names are refused",
+TEST_CASE("ScenarioByName: code-update-rollback breaks the job's own command, unknown names are refused",
           "[unit]") {
   TrainingJob job;
   job.spec.machines = 2;
