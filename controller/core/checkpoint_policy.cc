@@ -82,7 +82,8 @@ std::optional<uint64_t> PersistedStep(const std::vector<const CheckpointReportOb
 std::optional<RestoreFallback> FallbackStep(const std::vector<const CheckpointReportObservation*>& slots,
                                             const std::vector<const CheckpointReportObservation*>& holders,
                                             uint64_t failed_step, const std::vector<uint64_t>& failed_steps,
-                                            uint64_t persisted_step, const std::string& persist_dir) {
+                                            uint64_t persisted_step, const std::string& persist_dir,
+                                            const std::set<int>& corrupt_copy_slots) {
   // Every candidate step: any step some report names.
   std::set<uint64_t> candidates;
   for (const auto* list : {&slots, &holders}) {
@@ -100,6 +101,10 @@ std::optional<RestoreFallback> FallbackStep(const std::vector<const CheckpointRe
     for (size_t slot = 0; slot < slots.size() && all; ++slot) {
       if (slots[slot] != nullptr && Has(slots[slot]->stored_steps, step)) {
         where.push_back(absl::StrFormat("slot %d: own copy", slot));
+        continue;
+      }
+      if (corrupt_copy_slots.contains(static_cast<int>(slot))) {
+        all = false;
         continue;
       }
       bool held = false;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,11 +48,15 @@ struct RestoreFallback {
 // The newest step below `failed_step`, not in `failed_steps`, whose shards every slot can
 // obtain: its own store (stored_steps of its report) or a copy some agent holds
 // (`holders`: every agent's report, slots' and standbys'); else `persisted_step` when it is
-// below `failed_step` and not failed. nullopt when nothing is left.
+// below `failed_step` and not failed. nullopt when nothing is left. For the slots in
+// `corrupt_copy_slots` (their restore of `failed_step` found a corrupt shard) the peers'
+// copies do not count: a holder that served one corrupt copy is not trusted with the older
+// ones, so such a slot falls back to its own copy or to the persisted step.
 std::optional<RestoreFallback> FallbackStep(const std::vector<const CheckpointReportObservation*>& slots,
                                             const std::vector<const CheckpointReportObservation*>& holders,
                                             uint64_t failed_step, const std::vector<uint64_t>& failed_steps,
-                                            uint64_t persisted_step, const std::string& persist_dir);
+                                            uint64_t persisted_step, const std::string& persist_dir,
+                                            const std::set<int>& corrupt_copy_slots = {});
 
 // The CheckpointPlan of `slot`'s assignment (interval 0, nothing else, when checkpoints
 // are off): copies go to the placement's holders, the slot holds copies for the slots

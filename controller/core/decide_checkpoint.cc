@@ -2,6 +2,7 @@
 // the agents' store reports, their store events as job events, the resume point of a new
 // attempt and the fallback when a restore fails (checkpoint_policy.h has the pure parts).
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -123,8 +124,18 @@ bool Decider::HandleRestoreFailure() {
   for (const AgentObservation& a : obs_.agents) {
     if (a.checkpoint) holders.push_back(&*a.checkpoint);
   }
-  const std::optional<RestoreFallback> fallback = FallbackStep(SlotReports(), holders, step, cp.failed_steps,
-                                                               cp.last_persisted_step, spec_.checkpoint.persist_path);
+  // Slots whose restore met a corrupt shard of the step: their holders' copies are suspect.
+  std::set<int> corrupt_copy_slots;
+  for (const SlotStatus& slot : st.slots) {
+    const AgentObservation* a = Agent(slot.pod);
+    if (a == nullptr) continue;
+    for (const CheckpointEventObservation& e : a->checkpoint_events) {
+      if (e.kind == CheckpointEventKind::kCorruptShard && e.step == step) corrupt_copy_slots.insert(slot.index);
+    }
+  }
+  const std::optional<RestoreFallback> fallback =
+      FallbackStep(SlotReports(), holders, step, cp.failed_steps, cp.last_persisted_step,
+                   spec_.checkpoint.persist_path, corrupt_copy_slots);
   if (!fallback) {
     FailJob(inc, "CheckpointRestoreFailed",
             absl::StrCat(why, "; no older complete checkpoint is left in memory or persisted"));

@@ -216,6 +216,47 @@ TEST_CASE("a failed restore falls back to the persisted step when memory holds n
   CHECK_THAT(e->message, Catch::Contains("persisted") && Catch::Contains("/ckpt") && Catch::Contains("rank 1"));
 }
 
+TEST_CASE("a restore that met a corrupt peer copy falls back to the persisted step, not to that peer's older copy", "[unit]") {
+  World w;
+  w.Progress(37);
+  w.Report({20, 30});
+  for (const SlotStatus& s : w.status.slots) w.Agent(s.pod)->checkpoint->persisted_steps = {20};
+  w.now += kSecond;
+  w.Step();
+  w.LoseMachine(2);
+  REQUIRE(w.status.resume_step == 30);
+  // The standby in slot 2 has nothing; slot 3 holds slot 2's steps 20 and 30, and its copy
+  // of 30 failed the checksum.
+  w.ReportSlot(2, {});
+  w.Agent(w.status.slots[3].pod)->checkpoint->held = {{2, 20}, {2, 30}};
+  w.Agent(w.status.slots[2].pod)->checkpoint_events.push_back(CheckpointEventObservation{
+      w.now, CheckpointEventKind::kCorruptShard, 30, 4, "backup held by slot 3: checksum mismatch"});
+  w.RestoreFailed(2, 30, 4);
+  w.now += kSecond;
+  const JobPlan plan = w.Step();
+  CHECK(w.status.resume_step == 20);
+  const auto e = std::find_if(plan.events.begin(), plan.events.end(),
+                              [](const JobEvent& x) { return x.reason == "CheckpointRestoreFallback"; });
+  REQUIRE(e != plan.events.end());
+  CHECK_THAT(e->message, Catch::Contains("to the persisted step 20") && Catch::Contains("persisted in /ckpt"));
+
+  // Without the corrupt copy the same reports fall back to the peer's copy in memory.
+  std::vector<const CheckpointReportObservation*> slots;
+  std::vector<const CheckpointReportObservation*> holders;
+  for (const SlotStatus& s : w.status.slots) {
+    slots.push_back(&*w.Agent(s.pod)->checkpoint);
+    holders.push_back(&*w.Agent(s.pod)->checkpoint);
+  }
+  const std::optional<RestoreFallback> memory = FallbackStep(slots, holders, 30, {30}, 20, "/ckpt");
+  REQUIRE(memory);
+  CHECK_FALSE(memory->persisted);
+  CHECK(memory->step == 20);
+  const std::optional<RestoreFallback> persisted = FallbackStep(slots, holders, 30, {30}, 20, "/ckpt", {2});
+  REQUIRE(persisted);
+  CHECK(persisted->persisted);
+  CHECK(FallbackStep(slots, holders, 30, {30}, 0, "", {2}) == std::nullopt);
+}
+
 TEST_CASE("store events become job events once each", "[unit]") {
   World w;
   AgentObservation* a = w.Agent(w.status.slots[1].pod);
