@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "tests/e2e/e2e_util.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/process_guard.h"
 
 namespace peregrine::e2e {
 
@@ -130,13 +132,16 @@ inline JobStatus WaitCheckpointComplete(LocalMode& mode, uint64_t step, uint64_t
 
 // Runs `job` in local mode until it finishes. When `fault` is set, it is called once
 // `ready` returns a status (typically WaitCheckpointComplete) and injects the fault. The
-// mode is always torn down; afterwards the checkpoint root (in /dev/shm) must be gone.
+// mode is always torn down; afterwards the checkpoint root (in /dev/shm) must be gone and
+// no process of the run (agents, ranks, stack tools) may be left; a DescendantGuard kills
+// any that are, also when a REQUIRE fails.
 inline JobRun RunJob(const TempDir& dir, const TrainingJob& job,
                      const std::function<JobStatus(LocalMode&)>& ready = {},
                      const std::function<void(LocalMode&, const JobStatus&)>& fault = {}) {
   JobRun run;
   run.state_dir = dir.path();
   std::string checkpoint_root;
+  ::peregrine::testing::DescendantGuard descendants;
   {
     ModeGuard mode = StartMode(job, Options(dir.path()));
     const std::filesystem::path link = std::filesystem::path(dir.path()) / "shm";
@@ -151,6 +156,7 @@ inline JobRun RunJob(const TempDir& dir, const TrainingJob& job,
     run.events = TimelineEvents(*mode);
   }
   if (!checkpoint_root.empty()) CHECK_FALSE(std::filesystem::exists(checkpoint_root));
+  CHECK(::peregrine::testing::Eventually([] { return ::peregrine::testing::NoDescendantsLeft(); }));
   run.logs = ReadRankLogs(run.state_dir);
   return run;
 }
