@@ -120,7 +120,7 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
       const DiagnosisStageRecord& r = inc.diagnosis[i];
       const bool was_finished = old != nullptr && i < old->diagnosis.size() && old->diagnosis[i].finished_at != 0;
       if (r.finished_at != 0 && !was_finished) {
-        auto l = with("stage", r.stage);
+        auto l = with("stage", ToString(r.stage));
         l["verdict"] = ToString(r.verdict);
         Series(key, diagnosis_stages_, l).Increment();
       }

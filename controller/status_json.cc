@@ -51,6 +51,14 @@ void ReadEnum(const json& j, const char* key, std::optional<E> (*parse)(std::str
   *out = *value;
 }
 
+// ReadEnum for a key that must be present (a missing one throws as json::at does).
+template <typename E>
+void ReadRequiredEnum(const json& j, const char* key, std::optional<E> (*parse)(std::string_view), const char* field,
+                      E* out) {
+  (void)j.at(key);
+  ReadEnum(j, key, parse, field, out);
+}
+
 json CheckpointToJson(const CheckpointStatus& c) {
   json placement = json::array();
   for (const CheckpointSlotPlacement& p : c.placement) placement.push_back({{"slot", p.slot}, {"holders", p.holders}});
@@ -98,7 +106,7 @@ JobPhase PhaseFromName(const std::string& s) {
 json StagesToJson(const std::vector<DiagnosisStageRecord>& stages) {
   json out = json::array();
   for (const DiagnosisStageRecord& r : stages) {
-    out.push_back({{"stage", r.stage}, {"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)},
+    out.push_back({{"stage", ToString(r.stage)}, {"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)},
                    {"verdict", ToString(r.verdict)}, {"failedMachines", r.failed_machines}, {"results", r.results},
                    {"note", r.note}});
   }
@@ -109,7 +117,7 @@ std::vector<DiagnosisStageRecord> StagesFromJson(const json& j) {
   std::vector<DiagnosisStageRecord> out;
   for (const json& r : j) {
     DiagnosisStageRecord x;
-    x.stage = r.at("stage").get<std::string>();
+    ReadRequiredEnum(r, "stage", ParseStopTimeStage, "incidents[].diagnosis[].stage", &x.stage);
     x.started_at = ParseTime(r, "startedAt");
     x.finished_at = ParseTime(r, "finishedAt");
     ReadEnum(r, "verdict", ParseStageVerdict, "incidents[].diagnosis[].verdict", &x.verdict);
@@ -268,7 +276,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   if (s.diagnosis) {
     const StopTimeDiagnosis& d = *s.diagnosis;
     j["diagnosis"] = {{"incidentId", d.incident_id}, {"numeric", d.numeric},
-                      {"stage", d.stage},            {"round", d.round},
+                      {"stage", ToString(d.stage)},  {"round", d.round},
                       {"stageStartedAt", Time(d.stage_started_at)}, {"portBase", d.port_base},
                       {"outcomes", d.outcomes}};
   }
@@ -389,7 +397,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       StopTimeDiagnosis x;
       x.incident_id = d.at("incidentId").get<uint64_t>();
       x.numeric = d.value("numeric", false);
-      x.stage = d.at("stage").get<std::string>();
+      ReadRequiredEnum(d, "stage", ParseStopTimeStage, "diagnosis.stage", &x.stage);
       x.round = d.value("round", 0);
       x.stage_started_at = ParseTime(d, "stageStartedAt");
       x.port_base = d.value("portBase", uint32_t{0});

@@ -57,22 +57,22 @@ void Decider::AdvanceDiagnosis() {
   ctx.parallelism = spec_.parallelism;
   ctx.stop_grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
   ctx.now = now_;
-  const std::string stage_before = st.diagnosis->stage;
+  const StopTimeStage stage_before = st.diagnosis->stage;
   DiagnosisAdvance step = AdvanceStopTimeDiagnosis(ctx, &*st.diagnosis, &inc->diagnosis);
   for (CommandToSend& c : step.commands) plan_.commands.push_back(std::move(c));
   if (!step.finished) {
     plan_.requeue_after_ns = step.requeue_after_ns;
     if (st.diagnosis->stage != stage_before) {
-      Event(JobEventType::kNormal, "DiagnosisStage", absl::StrCat("incident ", inc->id, ": stage ", st.diagnosis->stage));
+      Event(JobEventType::kNormal, "DiagnosisStage", absl::StrCat("incident ", inc->id, ": stage ", ToString(st.diagnosis->stage)));
     }
     return;
   }
-  const bool was_replay = st.diagnosis->stage == "replay";
+  const bool was_replay = st.diagnosis->stage == StopTimeStage::kReplay;
   if (!step.failed_slots.empty()) {
     st.diagnosis.reset();
     const DiagnosisStageRecord& r = inc->diagnosis.back();
     inc->decision = absl::StrFormat("stop-time diagnosis: %s failed on %s: evict, activate a warm standby, restart the others in place",
-                                    r.stage, absl::StrJoin(r.failed_machines, ", "));
+                                    ToString(r.stage), absl::StrJoin(r.failed_machines, ", "));
     if (was_replay) inc->kind = IncidentKind::kSilentDataCorruption;
     EvictAndActivate(step.failed_slots, inc);
     FinishRecovery(inc, false);

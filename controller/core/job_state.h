@@ -49,7 +49,7 @@ struct StandbyStatus {
 
 // One stage of a stop-time diagnosis (stop_time_diagnosis.h) as recorded in its incident.
 struct DiagnosisStageRecord {
-  std::string stage;   // stop, alignment, eud, all_to_all, all_gather, replay
+  StopTimeStage stage = StopTimeStage::kStop;
   int64_t started_at = 0;
   int64_t finished_at = 0;  // 0 while running
   StageVerdict verdict = StageVerdict::kPending;  // kPending while running
@@ -84,7 +84,7 @@ struct Incident {
 struct StopTimeDiagnosis {
   uint64_t incident_id = 0;
   bool numeric = false;     // NaN / loss spike: the alignment stage runs first
-  std::string stage;        // the current stage
+  StopTimeStage stage = StopTimeStage::kStop;  // the current stage
   int round = 0;            // the round inside it (all_gather pair rounds, replay phases)
   int64_t stage_started_at = 0;  // when the current round's commands went out
   uint32_t port_base = 0;   // rendezvous ports: port_base + 1 + pair / group index

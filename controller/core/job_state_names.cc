@@ -28,6 +28,10 @@ std::optional<E> ValueIn(const Names<E> (&table)[N], std::string_view name) {
 
 constexpr Names<ConditionStatus> kConditionStatus[] = {
     {ConditionStatus::kTrue, "True"}, {ConditionStatus::kFalse, "False"}, {ConditionStatus::kUnknown, "Unknown"}};
+constexpr Names<StopTimeStage> kStopTimeStage[] = {
+    {StopTimeStage::kStop, "stop"},           {StopTimeStage::kAlignment, "alignment"},
+    {StopTimeStage::kEud, "eud"},             {StopTimeStage::kAllToAll, "all_to_all"},
+    {StopTimeStage::kAllGather, "all_gather"}, {StopTimeStage::kReplay, "replay"}};
 constexpr Names<StageVerdict> kStageVerdict[] = {{StageVerdict::kPending, ""},
                                                  {StageVerdict::kPassed, "passed"},
                                                  {StageVerdict::kFailed, "failed"},
@@ -88,6 +92,7 @@ constexpr Names<CheckpointEventKind> kCheckpointEventKind[] = {
   std::optional<Type> Parse##Type(std::string_view name) { return ValueIn(table, name); }
 
 PEREGRINE_NAMES(ConditionStatus, kConditionStatus)
+PEREGRINE_NAMES(StopTimeStage, kStopTimeStage)
 PEREGRINE_NAMES(StageVerdict, kStageVerdict)
 PEREGRINE_NAMES(VersionOutcome, kVersionOutcome)
 PEREGRINE_NAMES(ValidationState, kValidationState)
@@ -104,5 +109,13 @@ PEREGRINE_NAMES(JobEventType, kJobEventType)
 PEREGRINE_NAMES(CheckpointEventKind, kCheckpointEventKind)
 
 #undef PEREGRINE_NAMES
+
+absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(StopTimeStage value,
+                                                                                    const absl::FormatConversionSpec& spec,
+                                                                                    absl::FormatSink* sink) {
+  (void)spec;
+  sink->Append(ToString(value));
+  return {true};
+}
 
 }  // namespace peregrine

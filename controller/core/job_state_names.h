@@ -11,12 +11,25 @@
 #include <optional>
 #include <string_view>
 
+#include "absl/strings/str_format.h"
+
 namespace peregrine {
 
 // Condition::status.
 enum class ConditionStatus { kTrue, kFalse, kUnknown };  // "True", "False", "Unknown"
 const char* ToString(ConditionStatus value);
 std::optional<ConditionStatus> ParseConditionStatus(std::string_view name);
+
+// DiagnosisStageRecord::stage and StopTimeDiagnosis::stage, the stages of a stop-time
+// diagnosis (stop_time_diagnosis.h): "stop", "alignment", "eud", "all_to_all", "all_gather",
+// "replay". The name is also the metric label and part of the stage's command ids; "%s" in
+// absl::StrFormat prints it.
+enum class StopTimeStage { kStop, kAlignment, kEud, kAllToAll, kAllGather, kReplay };
+const char* ToString(StopTimeStage value);
+std::optional<StopTimeStage> ParseStopTimeStage(std::string_view name);
+absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(StopTimeStage value,
+                                                                                    const absl::FormatConversionSpec& spec,
+                                                                                    absl::FormatSink* sink);
 
 // DiagnosisStageRecord::verdict.
 enum class StageVerdict { kPending, kPassed, kFailed, kNoVerdict };  // "" while running, "passed", "failed", "no-verdict"

@@ -59,9 +59,10 @@ constexpr const char* kReplaySteps = "4";
 constexpr const char* kSeed = "1234";
 constexpr const char* kBytes = "1048576";
 
-std::vector<std::string> MachineStages(bool numeric) {
-  if (numeric) return {"stop", "alignment", "eud", "all_to_all", "all_gather"};
-  return {"stop", "eud", "all_to_all", "all_gather"};
+std::vector<StopTimeStage> MachineStages(bool numeric) {
+  using S = StopTimeStage;
+  if (numeric) return {S::kStop, S::kAlignment, S::kEud, S::kAllToAll, S::kAllGather};
+  return {S::kStop, S::kEud, S::kAllToAll, S::kAllGather};
 }
 
 // One command of a round.
@@ -131,12 +132,15 @@ Judged JudgeTask(const DiagnosisContext& ctx, const DiagnosisMachine& m, const s
   return j;
 }
 
-uint32_t TimeoutOf(const std::string& stage) {
-  if (stage == "eud") return kEudTimeoutMs;
-  if (stage == "all_to_all") return kAllToAllTimeoutMs;
-  if (stage == "all_gather") return kAllGatherTimeoutMs;
-  if (stage == "alignment") return kAlignmentTimeoutMs;
-  if (stage == "replay") return kReplayTimeoutMs;
+uint32_t TimeoutOf(StopTimeStage stage) {
+  switch (stage) {
+    case StopTimeStage::kEud: return kEudTimeoutMs;
+    case StopTimeStage::kAllToAll: return kAllToAllTimeoutMs;
+    case StopTimeStage::kAllGather: return kAllGatherTimeoutMs;
+    case StopTimeStage::kAlignment: return kAlignmentTimeoutMs;
+    case StopTimeStage::kReplay: return kReplayTimeoutMs;
+    case StopTimeStage::kStop: return 0;
+  }
   return 0;
 }
 
@@ -152,27 +156,27 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
                              std::string* skip_note) {
   std::vector<Task> tasks;
   const int n = static_cast<int>(ctx.machines.size());
-  const std::string& stage = st.stage;
+  const StopTimeStage stage = st.stage;
   *rounds = 1;
-  if (stage == "stop") {
+  if (stage == StopTimeStage::kStop) {
     for (const DiagnosisMachine& m : ctx.machines) tasks.push_back(Task{m.slot, m.slot, CommandKind::kStop, {}});
     return tasks;
   }
-  if (stage == "eud" || stage == "all_to_all" || stage == "alignment") {
+  if (stage == StopTimeStage::kEud || stage == StopTimeStage::kAllToAll || stage == StopTimeStage::kAlignment) {
     for (const DiagnosisMachine& m : ctx.machines) {
       Task t{m.slot, m.slot, CommandKind::kRunDiagnostic, {}};
-      t.request.kind = stage == "eud"          ? DiagnosticKind::kEud
-                       : stage == "all_to_all" ? DiagnosticKind::kAllToAll
+      t.request.kind = stage == StopTimeStage::kEud          ? DiagnosticKind::kEud
+                       : stage == StopTimeStage::kAllToAll ? DiagnosticKind::kAllToAll
                                                : DiagnosticKind::kAlignment;
       t.request.timeout_ms = TimeoutOf(stage);
-      if (stage == "eud") t.request.params = {{"level", "1"}};
-      if (stage == "all_to_all") t.request.params = {{"bytes", kBytes}};
-      if (stage == "alignment") t.request.params = {{"seed", kSeed}, {"steps", "2"}};
+      if (stage == StopTimeStage::kEud) t.request.params = {{"level", "1"}};
+      if (stage == StopTimeStage::kAllToAll) t.request.params = {{"bytes", kBytes}};
+      if (stage == StopTimeStage::kAlignment) t.request.params = {{"seed", kSeed}, {"steps", "2"}};
       tasks.push_back(std::move(t));
     }
     return tasks;
   }
-  if (stage == "all_gather") {
+  if (stage == StopTimeStage::kAllGather) {
     const auto plan = PlanNeighbourPairs(n);
     *rounds = static_cast<int>(plan.size());
     if (plan.empty()) {
@@ -196,7 +200,7 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
     }
     return tasks;
   }
-  if (stage == "replay") {
+  if (stage == StopTimeStage::kReplay) {
     auto plan = ReplayPlan(ctx);
     *rounds = 2;
     if (!plan.ok()) {
@@ -228,7 +232,7 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
     return tasks;
   }
   *rounds = 0;
-  *skip_note = absl::StrCat("unknown stage ", stage);
+  *skip_note = absl::StrCat("unknown stage ", ToString(stage));
   return tasks;
 }
 
@@ -341,15 +345,15 @@ std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& sampl
   return out;
 }
 
-std::string DiagnosisCommandId(const std::string& prefix, const std::string& stage, int round, const std::string& pod) {
-  return absl::StrCat(prefix, "/", stage, round > 0 ? absl::StrCat("-r", round) : "", "/", pod);
+std::string DiagnosisCommandId(const std::string& prefix, StopTimeStage stage, int round, const std::string& pod) {
+  return absl::StrCat(prefix, "/", ToString(stage), round > 0 ? absl::StrCat("-r", round) : "", "/", pod);
 }
 
 StopTimeDiagnosis BeginStopTimeDiagnosis(uint64_t incident_id, bool numeric, uint32_t port_base, int64_t now) {
   StopTimeDiagnosis st;
   st.incident_id = incident_id;
   st.numeric = numeric;
-  st.stage = "stop";
+  st.stage = StopTimeStage::kStop;
   st.round = 0;
   st.stage_started_at = now;
   st.port_base = port_base != 0 ? port_base : 29500;
@@ -357,7 +361,7 @@ StopTimeDiagnosis BeginStopTimeDiagnosis(uint64_t incident_id, bool numeric, uin
 }
 
 void StartReplayStage(StopTimeDiagnosis* state, int64_t now) {
-  state->stage = "replay";
+  state->stage = StopTimeStage::kReplay;
   state->round = 0;
   state->stage_started_at = now;
   state->outcomes.clear();
@@ -380,7 +384,7 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
     } else {
       const int64_t deadline =
           st->stage_started_at +
-          (st->stage == "stop" ? static_cast<int64_t>(ctx.stop_grace_ms) * 1'000'000 : int64_t{TimeoutOf(st->stage)} * 1'000'000) +
+          (st->stage == StopTimeStage::kStop ? static_cast<int64_t>(ctx.stop_grace_ms) * 1'000'000 : int64_t{TimeoutOf(st->stage)} * 1'000'000) +
           kAnswerMarginNs;
       const bool deadline_passed = ctx.now >= deadline;
       std::vector<Judged> judged;
@@ -411,12 +415,12 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
         return out;
       }
       // The round is complete: judge it.
-      if (st->stage == "all_to_all" || st->stage == "all_gather") ApplyBandwidthRule(ctx, tasks, &judged);
+      if (st->stage == StopTimeStage::kAllToAll || st->stage == StopTimeStage::kAllGather) ApplyBandwidthRule(ctx, tasks, &judged);
       const std::string round_tag = rounds > 1 ? absl::StrFormat("round %d: ", st->round) : "";
       for (const Judged& j : judged) record.results.push_back(absl::StrCat(round_tag, j.line));
-      if (st->stage == "stop") {
+      if (st->stage == StopTimeStage::kStop) {
         stage_done = true;
-      } else if (st->stage == "eud" || st->stage == "all_to_all" || st->stage == "alignment") {
+      } else if (st->stage == StopTimeStage::kEud || st->stage == StopTimeStage::kAllToAll || st->stage == StopTimeStage::kAlignment) {
         int participating = 0;
         std::set<int> failed;
         std::vector<std::string> digests;
@@ -424,12 +428,12 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
           if (judged[i].answer == Answer::kExcluded) continue;
           ++participating;
           if (judged[i].answer == Answer::kFailed) failed.insert(tasks[i].slot);
-          if (st->stage == "alignment" && judged[i].answer == Answer::kPassed && judged[i].outcome &&
+          if (st->stage == StopTimeStage::kAlignment && judged[i].answer == Answer::kPassed && judged[i].outcome &&
               !judged[i].outcome->not_present) {
             digests.push_back(judged[i].outcome->digest);
           }
         }
-        if (st->stage == "alignment") {
+        if (st->stage == StopTimeStage::kAlignment) {
           // The strict-majority digest is healthy; a machine with another digest fails.
           std::map<std::string, int> count;
           for (const std::string& d : digests) ++count[d];
@@ -455,7 +459,7 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
         failed_slots = MajorityGuard(failed, participating, &note);
         if (!note.empty()) record.note = note;
         stage_done = true;
-      } else if (st->stage == "all_gather") {
+      } else if (st->stage == StopTimeStage::kAllGather) {
         std::map<int, Answer> edge;
         for (size_t i = 0; i < tasks.size(); ++i) {
           Answer& e = edge.emplace(tasks[i].unit, Answer::kPassed).first->second;
@@ -483,7 +487,7 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
         failed_slots = MajorityGuard(culprits, n, &note);
         if (!note.empty()) record.note = note;
         stage_done = true;
-      } else if (st->stage == "replay") {
+      } else if (st->stage == StopTimeStage::kReplay) {
         // Each group: its members' common digest, "failed" or "unavailable".
         std::map<int, std::string> group;
         for (size_t i = 0; i < tasks.size(); ++i) {
@@ -569,11 +573,11 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
       return out;
     }
     st->outcomes.clear();
-    if (st->stage == "replay") {
+    if (st->stage == StopTimeStage::kReplay) {
       out.finished = true;
       return out;
     }
-    const std::vector<std::string> stages = MachineStages(st->numeric);
+    const std::vector<StopTimeStage> stages = MachineStages(st->numeric);
     auto it = std::find(stages.begin(), stages.end(), st->stage);
     if (it == stages.end() || it + 1 == stages.end()) {
       out.finished = true;

@@ -87,7 +87,7 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& context, StopT
                                           std::vector<DiagnosisStageRecord>* records);
 
 // The command id of `pod`'s command in a stage round.
-std::string DiagnosisCommandId(const std::string& prefix, const std::string& stage, int round, const std::string& pod);
+std::string DiagnosisCommandId(const std::string& prefix, StopTimeStage stage, int round, const std::string& pod);
 
 }  // namespace peregrine
 

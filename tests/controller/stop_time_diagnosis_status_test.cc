@@ -2,6 +2,8 @@
 // survive the status JSON round trip (a restarted controller resumes from them).
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "controller/status_json.h"
 #include "tests/testing/status_samples.h"
 
@@ -22,7 +24,7 @@ TEST_CASE("Diagnosis state, stage records, loss reference and rollbacks round-tr
   REQUIRE(back.ok());
   CHECK(JobStatusToJson(*back) == text);
   REQUIRE(back->diagnosis.has_value());
-  CHECK(back->diagnosis->stage == "replay");
+  CHECK(back->diagnosis->stage == StopTimeStage::kReplay);
   CHECK(back->diagnosis->round == 1);
   CHECK(back->diagnosis->numeric);
   CHECK(back->diagnosis->port_base == 41000);
@@ -47,6 +49,50 @@ TEST_CASE("Diagnosis state, stage records, loss reference and rollbacks round-tr
   auto none = JobStatusFromJson(JobStatusToJson(s));
   REQUIRE(none.ok());
   CHECK_FALSE(none->diagnosis.has_value());
+}
+
+TEST_CASE("Stop-time stages are named in the status JSON, and an unknown stage name is an error naming the field", "[unit]") {
+  const std::pair<StopTimeStage, const char*> stages[] = {
+      {StopTimeStage::kStop, "stop"},           {StopTimeStage::kAlignment, "alignment"},
+      {StopTimeStage::kEud, "eud"},             {StopTimeStage::kAllToAll, "all_to_all"},
+      {StopTimeStage::kAllGather, "all_gather"}, {StopTimeStage::kReplay, "replay"}};
+  for (const auto& [stage, name] : stages) {
+    INFO(name);
+    CHECK(std::string(ToString(stage)) == name);
+    CHECK(ParseStopTimeStage(name) == stage);
+    CHECK(absl::StrFormat("%s", stage) == name);
+    JobStatus s = testing::PopulatedStatus();
+    s.diagnosis->stage = stage;
+    s.incidents.back().diagnosis[0].stage = stage;
+    const std::string text = JobStatusToJson(s);
+    // Both the state and the record carry the name.
+    const std::string field = absl::StrCat("\"stage\":\"", name, "\"");
+    const size_t first = text.find(field);
+    REQUIRE(first != std::string::npos);
+    CHECK(text.find(field, first + 1) != std::string::npos);
+    auto back = JobStatusFromJson(text);
+    REQUIRE(back.ok());
+    CHECK(back->diagnosis->stage == stage);
+    CHECK(back->incidents.back().diagnosis[0].stage == stage);
+  }
+  CHECK_FALSE(ParseStopTimeStage("").has_value());
+  CHECK_FALSE(ParseStopTimeStage("Replay").has_value());
+
+  // A persisted status with a stage this controller does not know: the field is named.
+  JobStatus s = testing::PopulatedStatus();
+  s.incidents.back().diagnosis[0].stage = StopTimeStage::kEud;  // the state stays in replay
+  const std::string text = JobStatusToJson(s);
+  std::string bad_state = text;
+  bad_state.replace(bad_state.find("\"stage\":\"replay\""), 16, "\"stage\":\"warp\"");
+  absl::StatusOr<JobStatus> bad = JobStatusFromJson(bad_state);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("diagnosis.stage: unknown value 'warp'"));
+  std::string bad_record = text;
+  bad_record.replace(bad_record.find("\"stage\":\"eud\""), 13, "\"stage\":\"gpu-burn\"");
+  bad = JobStatusFromJson(bad_record);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Contains("incidents[].diagnosis[].stage: unknown value 'gpu-burn'"));
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ JobStatus PopulatedStatus() {
   open.steps_redone = 53;
   open.training_time_lost_seconds = 42.5;
   DiagnosisStageRecord stage;
-  stage.stage = "all_gather";
+  stage.stage = StopTimeStage::kAllGather;
   stage.started_at = kT0 + 602 * kSecond;
   stage.finished_at = kT0 + 603 * kSecond;
   stage.verdict = StageVerdict::kFailed;
@@ -140,7 +140,7 @@ JobStatus PopulatedStatus() {
   StopTimeDiagnosis d;
   d.incident_id = 2;
   d.numeric = true;
-  d.stage = "replay";
+  d.stage = StopTimeStage::kReplay;
   d.round = 1;
   d.stage_started_at = kT0 + 604 * kSecond;
   d.port_base = 41000;

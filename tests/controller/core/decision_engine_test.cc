@@ -712,7 +712,7 @@ void Crash(World& w, int slot) {
 
 std::vector<std::string> StageNames(const Incident& inc) {
   std::vector<std::string> out;
-  for (const DiagnosisStageRecord& r : inc.diagnosis) out.push_back(r.stage);
+  for (const DiagnosisStageRecord& r : inc.diagnosis) out.push_back(ToString(r.stage));
   return out;
 }
 
@@ -731,7 +731,7 @@ TEST_CASE("A crash with no culprit stops training and runs EUD, all-to-all and n
   Crash(w, 1);
   JobPlan first = EndTriage(w);  // triage over: stop every machine
   REQUIRE(w.status.diagnosis.has_value());
-  CHECK(w.status.diagnosis->stage == "stop");
+  CHECK(w.status.diagnosis->stage == StopTimeStage::kStop);
   int stops = 0;
   for (const CommandToSend& c : first.commands) {
     CHECK(c.kind == CommandKind::kStop);
@@ -948,7 +948,7 @@ TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the sa
   w.now += kSecond;
   w.Step();  // eud goes out
   REQUIRE(w.status.diagnosis.has_value());
-  REQUIRE(w.status.diagnosis->stage == "eud");
+  REQUIRE(w.status.diagnosis->stage == StopTimeStage::kEud);
   const size_t sent = w.diagnostics_seen.size();
   // Persist and reload the status; the new controller's registry has no pending commands.
   auto reloaded = JobStatusFromJson(JobStatusToJson(w.status));
@@ -958,7 +958,7 @@ TEST_CASE("A controller restart mid-diagnosis resumes the same stage with the sa
   for (auto& a : w.obs.agents) a.pending_command_ids.clear();
   w.now += kSecond;
   JobPlan plan = w.Step();
-  CHECK(w.status.diagnosis->stage == "eud");
+  CHECK(w.status.diagnosis->stage == StopTimeStage::kEud);
   REQUIRE(plan.commands.size() == 1);  // only the unanswered one goes out again, same id
   CHECK(plan.commands[0].pod == w.status.slots[1].pod);
   bool same = false;
@@ -979,14 +979,14 @@ TEST_CASE("A live agent that never answers fails the stage at the deadline, a di
   EndTriage(w);
   w.now += kSecond;
   w.Step();
-  REQUIRE(w.status.diagnosis->stage == "eud");
+  REQUIRE(w.status.diagnosis->stage == StopTimeStage::kEud);
   w.now += 119 * kSecond;
   w.Step();
   CHECK(w.status.diagnosis.has_value());  // deadline = timeout + margin not reached
   w.now += 60 * kSecond;
   w.Settle();
   const Incident& inc = w.status.incidents.back();
-  CHECK(inc.diagnosis.back().stage == "eud");
+  CHECK(inc.diagnosis.back().stage == StopTimeStage::kEud);
   CHECK(inc.diagnosis.back().failed_machines == std::vector<std::string>{mute});
   bool excluded = false;
   for (const std::string& line : inc.diagnosis.back().results) excluded = excluded || line.find(gone + ": agent disconnected") == 0;

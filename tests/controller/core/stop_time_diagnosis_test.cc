@@ -122,7 +122,7 @@ struct Harness {
       if (adv.finished) return adv;
       REQUIRE_FALSE(adv.commands.empty());
       std::map<std::string, double> by_pod;
-      for (const AgentObservation& a : agents) by_pod[a.pod] = busbw(st.stage, a.pod);
+      for (const AgentObservation& a : agents) by_pod[a.pod] = busbw(ToString(st.stage), a.pod);
       Answer(adv, by_pod);
       ctx.now += 1'000'000;
     }
@@ -133,7 +133,7 @@ struct Harness {
 
 const DiagnosisStageRecord* Stage(const std::vector<DiagnosisStageRecord>& records, const std::string& stage) {
   for (const DiagnosisStageRecord& r : records) {
-    if (r.stage == stage) return &r;
+    if (ToString(r.stage) == stage) return &r;
   }
   return nullptr;
 }
@@ -184,7 +184,7 @@ TEST_CASE("stop-time diagnosis: healthy bandwidth spread does not fail anyone", 
   const DiagnosisAdvance done = h.Run([&](const std::string&, const std::string& pod) { return spread.at(pod); });
   CHECK(done.failed_slots.empty());
   for (const DiagnosisStageRecord& r : h.records) {
-    INFO(r.stage << ": " << r.note);
+    INFO(ToString(r.stage) << ": " << r.note);
     CHECK(r.verdict == StageVerdict::kPassed);
   }
 }

@@ -16,7 +16,7 @@ namespace {
 // The stages `incident`'s diagnosis ran, in order.
 std::vector<std::string> StagesOf(const Incident& incident) {
   std::vector<std::string> stages;
-  for (const DiagnosisStageRecord& r : incident.diagnosis) stages.push_back(r.stage);
+  for (const DiagnosisStageRecord& r : incident.diagnosis) stages.push_back(ToString(r.stage));
   return stages;
 }
 
@@ -54,12 +54,12 @@ TEST_CASE("A one-off crash with no culprit is diagnosed, nothing is evicted, a r
   for (const DiagnosisStageRecord& r : inc.diagnosis) {
     // A loaded test machine may make a pair's all-gather fail; that is recorded, never a
     // verdict against a healthy machine (which would show as "failed" and an eviction).
-    INFO(r.stage << ": " << r.note);
+    INFO(ToString(r.stage) << ": " << r.note);
     CHECK(r.verdict != StageVerdict::kFailed);
     CHECK(r.finished_at >= r.started_at);
     // The agents run every diagnostic for real: every machine answered with a result.
     for (const std::string& line : r.results) {
-      INFO(r.stage << ": " << line);
+      INFO(ToString(r.stage) << ": " << line);
       CHECK(line.find("unavailable") == std::string::npos);
       CHECK(line.find("no answer") == std::string::npos);
     }
@@ -122,9 +122,9 @@ TEST_CASE("NaN loss from one machine: the alignment test isolates it, it is evic
   CHECK(inc.kind == IncidentKind::kNaNLoss);
   CHECK_THAT(inc.signal, Catch::Contains("non-finite loss"));
   REQUIRE(inc.diagnosis.size() == 2);
-  CHECK(inc.diagnosis[0].stage == "stop");
+  CHECK(inc.diagnosis[0].stage == StopTimeStage::kStop);
   const DiagnosisStageRecord& alignment = inc.diagnosis[1];
-  CHECK(alignment.stage == "alignment");
+  CHECK(alignment.stage == StopTimeStage::kAlignment);
   CHECK_THAT(alignment.note, Catch::Contains("3 of 4 machines"));
   // The live /metrics count the finished diagnosis stages by stage and verdict.
   const std::string metrics = ScrapeMetrics(*mode);
@@ -166,7 +166,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   CHECK_THAT(first.decision, Catch::Contains("reattempt"));
   CHECK(first.machines.empty());
   for (const DiagnosisStageRecord& r : first.diagnosis) {
-    INFO(r.stage << ": " << r.note);
+    INFO(ToString(r.stage) << ": " << r.note);
     CHECK(r.verdict != StageVerdict::kFailed);  // "no-verdict" is possible for all_gather on a loaded machine
   }
   CHECK(StagesOf(first) == std::vector<std::string>{"stop", "alignment", "eud", "all_to_all", "all_gather"});
@@ -174,7 +174,7 @@ TEST_CASE("Silent data corruption on one machine: stop-time checks pass, dual-ph
   CHECK(second.kind == IncidentKind::kSilentDataCorruption);
   REQUIRE_FALSE(second.diagnosis.empty());
   const DiagnosisStageRecord& replay = second.diagnosis.back();
-  CHECK(replay.stage == "replay");
+  CHECK(replay.stage == StopTimeStage::kReplay);
   CHECK_THAT(replay.note, Catch::Contains("intersect in slot 1"));
   for (size_t i = 0; i + 1 < second.diagnosis.size(); ++i) CHECK(second.diagnosis[i].verdict != StageVerdict::kFailed);
   // Every machine replayed in both rounds and every replay ran to the end (digests, no errors).
@@ -210,14 +210,14 @@ void RunCulpritStageScenario(const FaultRequest& culprit_fault, const std::strin
   CHECK(StagesOf(inc) == want);
   REQUIRE_FALSE(inc.diagnosis.empty());
   for (size_t i = 0; i + 1 < inc.diagnosis.size(); ++i) {
-    INFO(inc.diagnosis[i].stage << ": " << inc.diagnosis[i].note);
+    INFO(ToString(inc.diagnosis[i].stage) << ": " << inc.diagnosis[i].note);
     CHECK(inc.diagnosis[i].verdict == StageVerdict::kPassed);
   }
   const DiagnosisStageRecord& decided = inc.diagnosis.back();
   std::string answers;
   for (const std::string& line : decided.results) answers += line + "\n";
-  INFO(decided.stage << ": " << decided.note << "\n" << answers);
-  CHECK(decided.stage == deciding_stage);
+  INFO(ToString(decided.stage) << ": " << decided.note << "\n" << answers);
+  CHECK(ToString(decided.stage) == deciding_stage);
   CheckCulpritEvicted(before, st, inc, decided, 1, 400);
 }
 
@@ -262,9 +262,9 @@ TEST_CASE("A crash repeated on one machine is caught by EUD, which evicts it", "
   const Incident& inc = st.incidents[0];
   CHECK(inc.kind == IncidentKind::kProcessCrash);
   REQUIRE(inc.diagnosis.size() == 2);
-  CHECK(inc.diagnosis[0].stage == "stop");
+  CHECK(inc.diagnosis[0].stage == StopTimeStage::kStop);
   const DiagnosisStageRecord& eud = inc.diagnosis[1];
-  CHECK(eud.stage == "eud");
+  CHECK(eud.stage == StopTimeStage::kEud);
   bool named = false;
   for (const std::string& line : eud.results) named = named || line.find("gpu1: self-test aborted") != std::string::npos;
   CHECK(named);
