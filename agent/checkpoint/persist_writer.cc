@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -156,6 +157,10 @@ absl::StatusOr<PersistManifest> ReadManifest(const std::string& dir, uint32_t sl
 
 absl::Status PersistStepFiles(const std::string& dir, uint32_t slot, uint64_t step,
                               const std::vector<std::pair<uint32_t, std::string>>& sources) {
+  // persistPath may name a directory below the mounted volume: it is created on first use.
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "persist directory", dir);
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(errno, "persist directory", dir);
   if (!S_ISDIR(st.st_mode)) return absl::NotFoundError(absl::StrCat("persist directory ", dir, " is not a directory"));

@@ -1,7 +1,8 @@
 // Persisted checkpoints, the I/O: writes this slot's newest backed-up step to the plan's
 // persist_dir every persist_every_steps steps (layout and choice: persist_policy.h), keeps
 // the newest two persisted steps of the slot and reports them through the store
-// (CheckpointReport.persisted_steps). A failed write (ENOSPC, EACCES, a missing mount)
+// (CheckpointReport.persisted_steps). A failed write (ENOSPC, EACCES, a path that cannot be
+// created)
 // becomes a PERSIST_FAILED event and is retried at the next eligible step; training never
 // waits for the disk.
 //
@@ -34,8 +35,8 @@ namespace peregrine::checkpoint {
 // Writes `step` of `slot` under `dir`: each (global rank, source shard path) is copied to
 // its rank file through a temp file (fsync, verified against its header, rename), then
 // the manifest the same way, then the slot, step and persist directories are fsynced.
-// `dir` itself must exist (it is the mount). A source that changes during the copy fails
-// the verification (kDataLoss).
+// `dir` is created when missing (it may lie below the mounted volume). A source that
+// changes during the copy fails the verification (kDataLoss).
 absl::Status PersistStepFiles(const std::string& dir, uint32_t slot, uint64_t step,
                               const std::vector<std::pair<uint32_t, std::string>>& sources);
 

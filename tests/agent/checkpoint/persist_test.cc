@@ -152,13 +152,16 @@ TEST_CASE("PersistStepFiles writes the shards and the manifest; ScanPersisted an
   }
 }
 
-TEST_CASE("PersistStepFiles: a missing directory, a file as directory and a corrupt source are errors", "[integration]") {
+TEST_CASE("PersistStepFiles: a directory that cannot be made, a file as directory and a corrupt source are errors", "[integration]") {
   TempDir dir("persist-errors");
-  absl::Status missing = PersistStepFiles(dir.Path("gone"), 0, 4, Sources(dir, 4, {0}));
-  CHECK(absl::IsNotFound(missing));
-  CHECK(absl::StrContains(missing.message(), dir.Path("gone")));
   dir.Write("file", "x");
+  absl::Status blocked = PersistStepFiles(dir.Path("file/below"), 0, 4, Sources(dir, 4, {0}));
+  CHECK(absl::IsNotFound(blocked));
+  CHECK(absl::StrContains(blocked.message(), dir.Path("file/below")));
   CHECK_FALSE(PersistStepFiles(dir.Path("file"), 0, 4, Sources(dir, 4, {0})).ok());
+  // A missing directory below an existing one is made (persistPath below a volume's mount).
+  REQUIRE(PersistStepFiles(dir.Path("mount/job"), 0, 4, Sources(dir, 4, {0})).ok());
+  CHECK(ScanPersisted(dir.Path("mount/job"), 0).value() == std::vector<uint64_t>{4});
   fs::create_directories(dir.Path("persist"));
   auto sources = Sources(dir, 4, {0});
   std::vector<uint8_t> bytes = ReadBytes(sources[0].second);
@@ -250,24 +253,21 @@ TEST_CASE("PersistWriter persists every N steps, keeps two, and a restarted writ
   for (const auto& e : f.events) CHECK(e.kind() != v1::CheckpointEvent::PERSIST_FAILED);
 }
 
-TEST_CASE("PersistWriter: a missing directory is a PERSIST_FAILED event, retried at the next eligible step", "[integration]") {
+TEST_CASE("PersistWriter: a directory that cannot be made is a PERSIST_FAILED event, retried at the next eligible step", "[integration]") {
   WriterFixture f;
-  f.Configure(2, f.persist);  // not created yet
+  f.dir.Write("persist", "a file where the directory should be");
+  f.Configure(2, f.persist);
   f.writer = std::make_unique<PersistWriter>(f.store.get());
   f.Save(2);
-  REQUIRE(f.Until([&](const auto&) {
-    for (const auto& e : f.events) {
-      if (e.kind() == v1::CheckpointEvent::PERSIST_FAILED) return true;
-    }
-    return false;
-  }));
-  const auto failed = std::find_if(f.events.begin(), f.events.end(),
-                                   [](const auto& e) { return e.kind() == v1::CheckpointEvent::PERSIST_FAILED; });
-  CHECK(failed->step() == 2);
+  auto write_failed = [](const v1::CheckpointEvent& e) {
+    return e.kind() == v1::CheckpointEvent::PERSIST_FAILED && e.step() == 2;
+  };
+  REQUIRE(f.Until([&](const auto&) { return std::any_of(f.events.begin(), f.events.end(), write_failed); }));
+  const auto failed = std::find_if(f.events.begin(), f.events.end(), write_failed);
   CHECK(absl::StrContains(failed->detail(), f.persist));
   CHECK(absl::StrContains(failed->detail(), "retried at the next eligible step"));
   CHECK(f.store->Report().persisted_steps_size() == 0);
-  fs::create_directories(f.persist);
+  fs::remove(f.persist);
   f.Save(4);
   REQUIRE(f.Until([](const auto& r) { return WriterFixture::Persisted(r) == std::vector<uint64_t>{4}; }));
   f.writer.reset();
