@@ -48,6 +48,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/shard_format.h"
@@ -58,6 +59,7 @@ namespace {
 
 namespace ckpt = peregrine::checkpoint;
 using peregrine::client::ShardPlan;
+using peregrine::client::ShardRange;
 using peregrine::client::SnapshotResult;
 using peregrine::client::WriteOutcome;
 
@@ -201,6 +203,24 @@ void ReapLocked(bool block) {
   }
 }
 
+// True when two segments' bytes overlap in memory (views of one buffer saved twice).
+bool SourcesOverlap(const std::vector<ShardRange>& ranges) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+  for (const ShardRange& r : ranges) {
+    if (r.src != nullptr && r.length > 0) {
+      const auto lo = reinterpret_cast<uintptr_t>(r.src);
+      spans.emplace_back(lo, lo + r.length);
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  uintptr_t end_so_far = 0;  // the furthest end of the spans before (one may hold several)
+  for (const auto& [lo, hi] : spans) {
+    if (lo < end_so_far) return true;
+    end_so_far = std::max(end_so_far, hi);
+  }
+  return false;
+}
+
 int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32_t n, int mode_arg, char* err,
          size_t err_len) {
   if (n > 0 && (data == nullptr || lengths == nullptr)) {
@@ -276,6 +296,7 @@ int Save(uint64_t step, const void* const* data, const uint64_t* lengths, uint32
   }
 
   if (mode == PG_MODE_SNAPSHOT) {
+    plan.release_sources = !SourcesOverlap(plan.ranges);
     std::string why;
     if (peregrine::client::StartSnapshot(plan, &why)) {
       SetError(err, err_len, "");

@@ -43,6 +43,11 @@ struct ShardPlan {
   std::string marker_tmp_path;     // dir/step-N.skipped.writing
   std::vector<uint8_t> header;     // the encoded header (checksum unset), written at offset 0
   std::vector<ShardRange> ranges;  // the payload, in file order, covering every payload byte
+  // After copying each piece, drop this process's mapping of the whole source pages inside
+  // it (MADV_DONTNEED on its private view). Only in a forked child that never reads them
+  // again (the parent's memory is untouched), and only when no two sources overlap (a
+  // released page reads back as zeros). Never in the trainer itself.
+  bool release_sources = false;
 };
 
 struct WriteOutcome {

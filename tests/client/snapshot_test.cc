@@ -86,6 +86,23 @@ TEST_CASE("a snapshot save is published by its child and loads bit-identical tho
   CHECK(NoDescendantsLeft());
 }
 
+TEST_CASE("a snapshot of segments that overlap in memory saves every byte of each", "[unit]") {
+  DescendantGuard guard;
+  Store store("snapshot");
+  // One buffer saved whole and through two views (a tensor and views of its storage): the
+  // child must not release pages another segment still has to read.
+  std::string buffer = Pattern(8 << 20, 11);
+  const std::vector<std::string> expected = {buffer, buffer.substr(4096, 3 << 20), buffer.substr(6 << 20, 1 << 20)};
+  const void* data[] = {buffer.data(), buffer.data() + 4096, buffer.data() + (6 << 20)};
+  const uint64_t lengths[] = {buffer.size(), 3 << 20, 1 << 20};
+  char err[256] = "";
+  REQUIRE(pg_save_mode(2, data, lengths, 3, PG_MODE_SNAPSHOT, err, sizeof(err)) == PG_OK);
+  std::memset(buffer.data(), 0, buffer.size());
+  REQUIRE(Wait().code == PG_OK);
+  Finish(store.Shard(2));
+  CHECK(LoadStrings(2) == expected);
+}
+
 TEST_CASE("back-to-back snapshot saves each wait for the previous child and all publish", "[unit]") {
   DescendantGuard guard;
   Store store("copy");  // the argument overrides the environment
