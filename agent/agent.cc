@@ -444,6 +444,13 @@ class Agent::Impl {
           RunQueuedWork();
         }
         break;
+      case v1::ControllerMessage::kCheckpointCommit:
+        // The job's committed step advanced: the store keeps it from now on.
+        if (registered_ && checkpoints_.store && commands_.running_assignment() &&
+            commands_.running_assignment()->attempt == message.checkpoint_commit().attempt()) {
+          checkpoints_.store->SetCommittedStep(message.checkpoint_commit().committed_step());
+        }
+        break;
       case v1::ControllerMessage::kReject:
         std::fprintf(stderr, "peregrine-agent: controller rejected a message: %s\n",
                      message.reject().reason().c_str());

@@ -182,8 +182,30 @@ void AgentRegistry::BindJob(const std::string& job_key, JobBinding binding) {
 }
 
 void AgentRegistry::SetDesired(const std::string& job_key, const std::map<std::string, DesiredAgent>& desired) {
-  absl::MutexLock lock(&mu_);
-  jobs_[job_key].desired = desired;
+  std::vector<std::pair<std::shared_ptr<AgentStreamSink>, v1::ControllerMessage>> out;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord& job = jobs_[job_key];
+    job.desired = desired;
+    // A committed step that advanced while an attempt runs reaches the connected agents
+    // of that attempt (their stores keep it); the ack or command of a new attempt carries
+    // its own.
+    for (const auto& [pod, want] : desired) {
+      const CheckpointPlanSpec& plan = want.assignment.checkpoint;
+      if (want.standby || plan.interval_steps == 0 || plan.committed_step == 0) continue;
+      auto rec = job.agents.find(pod);
+      if (rec == job.agents.end() || !rec->second.sink) continue;
+      AgentRecord& r = rec->second;
+      if (r.obs.acked_attempt != want.assignment.attempt && r.obs.attempt != want.assignment.attempt) continue;
+      if (r.commit_sent == std::make_pair(want.assignment.attempt, plan.committed_step)) continue;
+      r.commit_sent = {want.assignment.attempt, plan.committed_step};
+      v1::ControllerMessage m;
+      m.mutable_checkpoint_commit()->set_attempt(want.assignment.attempt);
+      m.mutable_checkpoint_commit()->set_committed_step(plan.committed_step);
+      out.emplace_back(r.sink, std::move(m));
+    }
+  }
+  for (auto& [sink, message] : out) sink->Send(message);
 }
 
 std::vector<AgentObservation> AgentRegistry::Observe(const std::string& job_key) const {
@@ -444,6 +466,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     if (!want.standby) {
       *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, DataAddresses(job->second));
       obs.acked_attempt = want.assignment.attempt;
+      rec.commit_sent = {want.assignment.attempt, want.assignment.checkpoint.committed_step};
       // The ack converges an agent; it is no longer a standby once told to be active.
       if (want.assignment.attempt > 0) obs.registered_as_standby = false;
     }

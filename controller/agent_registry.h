@@ -76,6 +76,8 @@ class AgentRegistry {
 
   // Job controller side.
   void BindJob(const std::string& job_key, JobBinding binding);
+  // Also sends a CheckpointCommit to each connected agent of the desired attempt whose
+  // committed checkpoint step changed since it was last told.
   void SetDesired(const std::string& job_key, const std::map<std::string, DesiredAgent>& desired);
   std::vector<AgentObservation> Observe(const std::string& job_key) const;
   // Sends a command (or re-sends it if it is not pending yet); a no-op while the pod's
@@ -116,6 +118,8 @@ class AgentRegistry {
     std::map<std::string, int64_t> pending_sent_at;  // id -> when last sent
     std::vector<std::string> recent_exit_summaries;
     std::vector<std::string> result_order;  // command_results ids, oldest first
+    // (attempt, committed step) last told to the agent (ack or CheckpointCommit).
+    std::pair<uint64_t, uint64_t> commit_sent{0, 0};
   };
   struct JobRecord {
     JobBinding binding;

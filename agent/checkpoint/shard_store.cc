@@ -557,7 +557,7 @@ void ShardStore::ScanHeldLocked() {
 void ShardStore::DropHeldLocked() {
   if (!configured_) return;
   const std::set<uint32_t> hold_for(plan_.hold_for().begin(), plan_.hold_for().end());
-  for (const HeldKey& k : HeldToDrop(held_, hold_for, ranks_per_slot_)) {
+  for (const HeldKey& k : HeldToDrop(held_, hold_for, ranks_per_slot_, plan_.committed_step())) {
     for (uint32_t rank : held_[k.slot][k.step]) {
       const std::string path = absl::StrCat(HeldDir(k.slot, rank), "/", ShardFileName(k.step));
       const uint64_t bytes = FileBytes(path);

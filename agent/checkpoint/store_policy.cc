@@ -95,14 +95,15 @@ std::vector<HeldKey> CompleteHeld(const HeldIndex& held, uint32_t ranks_per_slot
   return out;
 }
 
-std::vector<HeldKey> HeldToDrop(const HeldIndex& held, const std::set<uint32_t>& hold_for, uint32_t ranks_per_slot) {
+std::vector<HeldKey> HeldToDrop(const HeldIndex& held, const std::set<uint32_t>& hold_for, uint32_t ranks_per_slot,
+                                uint64_t committed_step) {
   std::vector<HeldKey> drop;
   for (const auto& [slot, steps] : held) {
     const bool wanted = hold_for.contains(slot);
     int complete_seen = 0;
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       // Newest first: keep until two complete steps have been seen, then drop the rest.
-      const bool drop_it = !wanted || complete_seen >= 2;
+      const bool drop_it = !wanted || (complete_seen >= 2 && it->first != committed_step);
       if (drop_it) {
         drop.push_back(HeldKey{slot, it->first});
       } else if (ranks_per_slot > 0 && it->second.size() >= ranks_per_slot) {

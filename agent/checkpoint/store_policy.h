@@ -85,8 +85,9 @@ std::vector<HeldKey> CompleteHeld(const HeldIndex& held, uint32_t ranks_per_slot
 
 // Held steps to drop: every step of a slot not in `hold_for`; of the others, per slot,
 // everything older than the second-newest complete step (newer partial steps are still
-// arriving and are kept).
-std::vector<HeldKey> HeldToDrop(const HeldIndex& held, const std::set<uint32_t>& hold_for, uint32_t ranks_per_slot);
+// arriving and are kept), except the job's `committed_step` (a restart resumes from it).
+std::vector<HeldKey> HeldToDrop(const HeldIndex& held, const std::set<uint32_t>& hold_for, uint32_t ranks_per_slot,
+                                uint64_t committed_step);
 
 // The wait before retry `attempt` (0-based) of a failed copy: 100 ms doubling, at most 10 s.
 absl::Duration RetryDelay(int attempt);

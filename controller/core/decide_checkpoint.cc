@@ -2,6 +2,7 @@
 // the agents' store reports, their store events as job events, the resume point of a new
 // attempt and the fallback when a restore fails (checkpoint_policy.h has the pure parts).
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -66,15 +67,36 @@ void Decider::ObserveCheckpoints() {
   TrimFront(cp.events, kMaxCheckpointEvents);
 }
 
-void Decider::SetResumePoint(Incident* inc) {
+uint64_t Decider::NewestRestorableStep() const {
+  // Own copies count only from agents that are still there (a lost machine's memory is
+  // gone); copies held for a slot count from any connected agent, standbys included.
+  std::vector<const CheckpointReportObservation*> slots, holders;
+  for (const SlotStatus& slot : plan_.status.slots) {
+    const AgentObservation* a = Agent(slot.pod);
+    slots.push_back(a != nullptr && a->connected && a->checkpoint ? &*a->checkpoint : nullptr);
+  }
+  for (const AgentObservation& a : obs_.agents) {
+    if (a.connected && a.checkpoint) holders.push_back(&*a.checkpoint);
+  }
+  const std::optional<RestoreFallback> newest =
+      FallbackStep(slots, holders, std::numeric_limits<uint64_t>::max(), plan_.status.checkpoint.failed_steps,
+                   /*persisted_step=*/0, spec_.checkpoint.persist_path);
+  return newest ? newest->step : 0;
+}
+
+void Decider::SetResumePoint(Incident* inc, bool newest_restorable) {
   JobStatus& st = plan_.status;
   if (!spec_.checkpoint.enabled()) {
     st.resume_step = st.last_completed_step;
     return;
   }
   // Training goes back to the newest complete checkpoint: progress of this attempt
-  // starts there, whatever was printed before.
+  // starts there, whatever was printed before. The committed step (every slot stored and
+  // backed up) lags what the stores hold by a report or two, and a fast trainer's store
+  // may already have pruned it: a step every slot can restore right now (own copies of
+  // the machines that stay, held copies of the lost ones) is at least as good and newer.
   st.resume_step = st.checkpoint.last_complete_step;
+  if (newest_restorable) st.resume_step = std::max(st.resume_step, NewestRestorableStep());
   st.last_completed_step = st.resume_step;
   st.max_completed_step = st.resume_step;
   if (inc != nullptr) {
@@ -148,7 +170,7 @@ bool Decider::HandleRestoreFailure() {
   Event(JobEventType::kWarning, "CheckpointRestoreFallback", absl::StrCat(why, "; ", inc->actions.back()));
   st.phase = JobPhase::kRecovering;
   st.attempt += 1;
-  SetResumePoint(inc);
+  SetResumePoint(inc, /*newest_restorable=*/false);  // the fallback's step, nothing newer
   st.attempt_started_at = now_;
   st.master_addr = MasterAddr();
   st.master_port = obs_.candidate_master_port;

@@ -87,6 +87,47 @@ TEST_CASE("the assignment's checkpoint plan names its peers by the data addresse
   CHECK_FALSE(ToWire(AssignmentSpec{}, spec).has_checkpoint());
 }
 
+
+TEST_CASE("a committed step that advances while an attempt runs reaches its agents once; other attempts' do not", "[unit]") {
+  const TrainingJobSpec spec = testing::TrainJob(2, 2, 2).spec;
+  AgentRegistry registry("test");
+  registry.BindJob("default/j", AgentRegistry::JobBinding{spec, ""});
+  auto desired = [](uint64_t attempt, uint64_t committed) {
+    AssignmentSpec a0 = WithPlan(0, 1), a1 = WithPlan(1, 0);
+    a0.attempt = a1.attempt = attempt;
+    a0.checkpoint.committed_step = a1.checkpoint.committed_step = committed;
+    return std::map<std::string, DesiredAgent>{{"j-m0", DesiredAgent{false, a0}}, {"j-m1", DesiredAgent{false, a1}}};
+  };
+  registry.SetDesired("default/j", desired(1, 30));
+  auto s0 = std::make_shared<RecordingSink>();
+  auto s1 = std::make_shared<RecordingSink>();
+  REQUIRE(registry.OnRegister(s0, "", Reg("j-m0", "10.0.0.1:7000"), 1).ok());
+  REQUIRE(registry.OnRegister(s1, "", Reg("j-m1", "10.0.0.2:7000"), 1).ok());
+  const auto commits = [](const RecordingSink& sink) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const v1::ControllerMessage& m : sink.sent) {
+      if (m.has_checkpoint_commit()) out.emplace_back(m.checkpoint_commit().attempt(), m.checkpoint_commit().committed_step());
+    }
+    return out;
+  };
+  // The acks carried step 30: nothing more to say.
+  registry.SetDesired("default/j", desired(1, 30));
+  CHECK(commits(*s0).empty());
+  // Step 40 is complete: each agent hears it once.
+  registry.SetDesired("default/j", desired(1, 40));
+  registry.SetDesired("default/j", desired(1, 40));
+  CHECK(commits(*s0) == std::vector<std::pair<uint64_t, uint64_t>>{{1, 40}});
+  CHECK(commits(*s1) == std::vector<std::pair<uint64_t, uint64_t>>{{1, 40}});
+  // A new attempt the agents have not been told about yet: its commit waits for its
+  // command (which carries the step).
+  registry.SetDesired("default/j", desired(2, 40));
+  CHECK(commits(*s0).size() == 1);
+  // A disconnected agent gets nothing.
+  registry.OnDisconnect(s1.get(), 2);
+  registry.SetDesired("default/j", desired(1, 50));
+  CHECK(commits(*s0).back() == std::pair<uint64_t, uint64_t>{1, 50});
+  CHECK(commits(*s1).size() == 1);
+}
 TEST_CASE("store reports and events become the agent's observation", "[unit]") {
   AgentRegistry registry("test");
   registry.BindJob("default/j", AgentRegistry::JobBinding{testing::TrainJob(2, 2, 2).spec, ""});

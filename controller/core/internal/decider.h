@@ -99,9 +99,13 @@ class Decider {
   // The slots' store reports (nullptr: none yet), by slot.
   std::vector<const CheckpointReportObservation*> SlotReports() const;
   // The step a new attempt resumes after: the newest complete checkpoint when checkpoints
-  // are on (progress of the attempt starts there; `inc` records it and the steps redone),
-  // else the last step every rank completed.
-  void SetResumePoint(Incident* inc);
+  // are on, or with `newest_restorable` the newest step every slot can restore now when
+  // that is newer (progress of the attempt starts there; `inc` records it and the steps
+  // redone), else the last step every rank completed.
+  void SetResumePoint(Incident* inc, bool newest_restorable = true);
+  // The newest step, not failed before, whose shards every slot can obtain now: its own
+  // store while its agent is connected, else a copy a connected agent holds; 0: none.
+  uint64_t NewestRestorableStep() const;
   // A slot's agent could not restore the resume step: restart from an older complete (or
   // the persisted) step, or fail the job when none is left. True when it acted.
   bool HandleRestoreFailure();

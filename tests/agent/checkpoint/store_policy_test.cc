@@ -101,9 +101,12 @@ TEST_CASE("held backups: two complete steps per slot in hold_for, newer partial 
   held[1][30] = {0};      // partial, newest: still arriving
   held[1][25] = {0, 1};
   held[2][10] = {2, 3};  // slot 2 is no longer ours
-  const std::vector<HeldKey> drop = HeldToDrop(held, {1}, 2);
+  const std::vector<HeldKey> drop = HeldToDrop(held, {1}, 2, /*committed_step=*/0);
   CHECK(drop == std::vector<HeldKey>{{1, 10}, {2, 10}});
   CHECK(CompleteHeld(held, 2) == std::vector<HeldKey>{{1, 10}, {1, 20}, {1, 25}, {2, 10}});
+  // The job's committed step is kept even when newer complete steps arrived (another slot's
+  // backups lag, so the job has not committed them); not for a slot no longer ours.
+  CHECK(HeldToDrop(held, {1}, 2, /*committed_step=*/10) == std::vector<HeldKey>{{2, 10}});
 }
 
 TEST_CASE("retry delays double from 100 ms up to 10 s", "[unit]") {

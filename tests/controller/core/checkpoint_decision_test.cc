@@ -136,6 +136,31 @@ TEST_CASE("lastCompleteStep is the newest step every slot backed up; a restart r
   CHECK(w.status.training_time_lost_seconds - lost_before == Approx(downtime + 7 * 0.1));
 }
 
+TEST_CASE("a restart resumes from the newest step every slot can restore now when the committed one lags", "[unit]") {
+  for (const bool held_by_peer : {true, false}) {
+    INFO("slot 2's step 30 held by its backup holder: " << held_by_peer);
+    World w;
+    w.Progress(34);
+    w.Report({10, 20});
+    w.now += kSecond;
+    w.Step();
+    REQUIRE(w.status.checkpoint.last_complete_step == 20);
+    // Every slot stored step 30; its backups are still in flight, so 20 is the committed
+    // step, while the stores may already have pruned it.
+    for (const SlotStatus& s : w.status.slots) w.Agent(s.pod)->checkpoint->stored_steps = {20, 30};
+    const int holder = w.status.checkpoint.placement[2].holders.at(0);
+    if (held_by_peer) w.Agent(w.status.slots[holder].pod)->checkpoint->held = {{2, 20}, {2, 30}};
+    else w.Agent(w.status.slots[holder].pod)->checkpoint->held = {{2, 20}};
+    const JobPlan plan = w.LoseMachine(2);
+    REQUIRE(w.status.attempt == 2);
+    // Slot 2's machine is gone: its own copies do not count; the holder's do.
+    const uint64_t expected = held_by_peer ? 30 : 20;
+    CHECK(w.status.resume_step == expected);
+    CHECK(w.status.incidents.back().steps_redone == 34 - expected);
+    for (const CommandToSend& c : plan.commands) CHECK(c.assignment.checkpoint.restore_step == expected);
+  }
+}
+
 TEST_CASE("checkpoints on but none complete yet: a restart starts from scratch", "[unit]") {
   World w;
   w.Progress(8);

@@ -1,6 +1,8 @@
 // The issue's demo as a test: a 4-machine x 2-GPU job (TP=2 PP=2 DP=2) with one warm
 // standby; a machine is killed mid-training; the controller evicts it, activates the
-// standby in its slot, restarts the others in place, and training finishes.
+// standby in its slot, restarts the others in place from the newest complete in-memory
+// checkpoint (the standby fetching the lost machine's shards from their backup holder),
+// and training finishes.
 #include <sstream>
 
 #include "cli/peregrinectl.h"
@@ -13,7 +15,12 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
   TempDir dir;
   ModeGuard mode = StartMode(ShortDemoJob(80), Options(dir.path()));
 
-  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) { return s.standby_ready >= 1; });
+  // The kill comes once a checkpoint is complete (stored and backed up by every machine),
+  // so the restart resumes from it rather than from step 0.
+  const JobStatus before = WaitRunning(*mode, 20, [](const JobStatus& s) {
+    return s.standby_ready >= 1 && s.checkpoint.last_complete_step >= 10;
+  });
+  const uint64_t complete_before = before.checkpoint.last_complete_step;
   REQUIRE(before.slots.size() == 4);
   REQUIRE(before.standbys.size() == 1);
   const std::string victim_machine = before.slots[2].machine_id;
@@ -39,8 +46,12 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
   CHECK(inc.kind == IncidentKind::kMachineLost);
   CHECK(inc.machines == std::vector<std::string>{victim_machine});
   CHECK(inc.resumed_at > inc.decided_at);
-  CHECK(inc.resume_step >= 20);
+  // Resumed from a complete checkpoint (every 10 steps), at least the one seen before the
+  // kill; the steps redone are counted.
+  CHECK(inc.resume_step >= complete_before);
+  CHECK(inc.resume_step % 10 == 0);
   CHECK(inc.resume_step <= inc.step_at_failure);
+  CHECK(inc.steps_redone == inc.step_at_failure - inc.resume_step);
   CHECK(inc.training_time_lost_seconds > 0);
   REQUIRE(st.evicted.size() == 1);
   CHECK(st.evicted[0].machine_id == victim_machine);
@@ -60,6 +71,7 @@ TEST_CASE("A killed machine is replaced by the warm standby and training finishe
   CHECK_THAT(timeline, Catch::Contains("Evicted: evict machine " + victim_machine));
   CHECK_THAT(timeline, Catch::Contains("StandbyActivated"));
   CHECK_THAT(timeline, Catch::Contains("Recovered"));
+  CHECK_THAT(timeline, Catch::Contains("CheckpointRestored: pod " + standby_pod));
 
   // Teardown leaves nothing running.
   std::vector<pid_t> pods;
