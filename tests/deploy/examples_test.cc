@@ -66,6 +66,20 @@ long long GpuLimit(const json& pod) {
   return q.is_string() ? std::stoll(q.get<std::string>()) : -1;
 }
 
+// The training container mounts /dev/shm from an emptyDir volume with medium Memory.
+bool MountsMemoryShm(const json& pod) {
+  std::string volume;
+  for (const json& m : pod["spec"]["containers"][0].value("volumeMounts", json::array())) {
+    if (m.value("mountPath", "") == "/dev/shm") volume = m.value("name", "");
+  }
+  for (const json& v : pod["spec"].value("volumes", json::array())) {
+    if (!volume.empty() && v.value("name", "") == volume && v.contains("emptyDir")) {
+      return v["emptyDir"].value("medium", "") == "Memory";
+    }
+  }
+  return false;
+}
+
 TEST_CASE("every example TrainingJob validates against the CRD then parses then builds pods with its GPUs", "[unit]") {
   const YAML::Node schema = TrainingJobSchema();
   int jobs = 0;
@@ -108,6 +122,9 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
         REQUIRE(pod.ok());
         CHECK(GpuLimit(*pod) == job->spec.gpus_per_machine);
         CHECK((*pod)["metadata"]["name"] == request.name);
+        // Checkpoints live in /dev/shm: a pod template of an example that takes them
+        // mounts a memory-backed emptyDir there (the runtime's default /dev/shm is 64 MiB).
+        if (job->spec.checkpoint.enabled() && !job->spec.template_json.empty()) CHECK(MountsMemoryShm(*pod));
       }
       if (!job->spec.template_json.empty()) has_cluster_example = true;
     }
