@@ -147,19 +147,36 @@ int Skip(const std::string& dir, uint64_t step, const std::string& reason, char*
   return Fail(err, err_len, PG_SKIPPED, reason);
 }
 
+// The directory whose leftovers this process has removed (guarded by save_mu).
+std::string swept_dir;
+
 // The name of one of the agent's free-*.buf files in `dir`, or "" (the writer claims it
 // by rename: whoever renames first owns it; a lost race just creates a fresh file).
+// The first time a process saves into `dir` it also removes the step-*.tmp files and
+// marker temps an earlier process of this rank left (killed in the middle of a save):
+// one process saves per rank directory, and this one has no save in flight yet, so they
+// are garbage that would hold shared memory.
 std::string FindFreeBuffer(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return "";
+  const bool sweep = swept_dir != dir;
   std::string found;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.size() < 10 || name.compare(0, 5, "free-") != 0 || name.compare(name.size() - 4, 4, ".buf") != 0) continue;
+    auto ends_with = [&name](const char* suffix) {
+      const size_t n = std::strlen(suffix);
+      return name.size() > n && name.compare(name.size() - n, n, suffix) == 0;
+    };
+    if (sweep && name.compare(0, 5, "step-") == 0 && (ends_with(".tmp") || ends_with(".skipped.writing"))) {
+      unlink((dir + "/" + name).c_str());
+      continue;
+    }
+    if (!found.empty() || name.size() < 10 || name.compare(0, 5, "free-") != 0 || !ends_with(".buf")) continue;
     found = dir + "/" + name;
-    break;
+    if (!sweep) break;
   }
   closedir(d);
+  if (sweep) swept_dir = dir;
   return found;
 }
 

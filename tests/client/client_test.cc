@@ -145,6 +145,15 @@ TEST_CASE("a save that cannot grow its file is skipped, not killed by SIGXFSZ", 
   CHECK_THAT(ReadFile(store.Skipped(9)), Catch::Contains("file size limit"));
 }
 
+TEST_CASE("the first save of a process removes the .tmp files an earlier process of the rank left", "[unit]") {
+  Store store;
+  WriteFile(store.Temp(5), std::string(8192, 'x'));  // killed in the middle of a save
+  WriteFile(store.Skipped(5) + ".writing", "half a reason");
+  std::filesystem::create_directory(store.dir.Path("other"));
+  REQUIRE(SaveStrings(6, {Pattern(100, 6)}) == PG_OK);
+  CHECK(store.Names() == std::vector<std::string>{"other", ckpt::ShardFileName(6)});
+}
+
 TEST_CASE("a save claims the agent's free buffer by rename and reuses its pages", "[unit]") {
   Store store;
   // A pruned 1 MiB shard file the agent kept, full of old bytes.
