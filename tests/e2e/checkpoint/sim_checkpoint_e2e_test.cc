@@ -18,11 +18,12 @@ namespace {
 constexpr int kInterval = 10;
 constexpr int kWorld = 8;
 
-// The demo layout with a short run, paced so that a fault lands mid-run, and checkpoints.
-TrainingJob CheckpointedSimJob(int steps) {
+// The demo layout with a short run, paced so that a fault lands mid-run (`compute_ms` per
+// micro-batch), and checkpoints.
+TrainingJob CheckpointedSimJob(int steps, int compute_ms = 30) {
   TrainingJob job = ShortDemoJob(steps);
   job.spec.code.command = {"sim-trainer", "--steps", std::to_string(steps), "--micro-batches", "2",
-                           "--hidden", "64", "--compute-ms", "30", "--seed", "11"};
+                           "--hidden", "64", "--compute-ms", std::to_string(compute_ms), "--seed", "11"};
   job.spec.checkpoint.interval_steps = kInterval;
   job.spec.checkpoint.backup_copies = 1;
   return job;
@@ -50,7 +51,9 @@ std::set<int> RestoredRanks(const JobStatus& s, uint64_t step, std::string* deta
 }
 
 TEST_CASE("sim-trainer TPxPPxDP: a killed machine's shards come from its backup holder and the digests match an uninterrupted run", "[e2e]") {
-  const TrainingJob job = CheckpointedSimJob(60);
+  // Slower steps (about 0.1 s): the ranks are at most a few steps past the complete
+  // checkpoint the controller has seen when the machine dies, so stepsRedone <= interval.
+  const TrainingJob job = CheckpointedSimJob(60, 50);
   const std::map<int, FinalLine> reference = ReferenceDigests(job);
 
   TempDir dir;
@@ -105,7 +108,7 @@ TEST_CASE("sim-trainer: a hang over-evicts a pipeline group and every evicted ma
 
   TempDir dir;
   const JobRun run = RunJob(
-      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, 3 * kInterval, kInterval / 2); },
+      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, 3 * kInterval, kInterval); },
       [&job](LocalMode& mode, const JobStatus&) {
         auto scenario = ScenarioByName("hang-pp-stage", job);
         REQUIRE(scenario.ok());
