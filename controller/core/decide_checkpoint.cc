@@ -95,6 +95,9 @@ void Decider::SetResumePoint(Incident* inc, bool newest_restorable) {
   // backed up) lags what the stores hold by a report or two, and a fast trainer's store
   // may already have pruned it: a step every slot can restore right now (own copies of
   // the machines that stay, held copies of the lost ones) is at least as good and newer.
+  if (inc != nullptr && FallBackFromBadRestore(inc)) {
+    newest_restorable = false;
+  }
   st.resume_step = st.checkpoint.last_complete_step;
   if (newest_restorable) st.resume_step = std::max(st.resume_step, NewestRestorableStep());
   st.last_completed_step = st.resume_step;
@@ -103,6 +106,34 @@ void Decider::SetResumePoint(Incident* inc, bool newest_restorable) {
     inc->resume_step = st.resume_step;
     inc->steps_redone = inc->step_at_failure - std::min(inc->step_at_failure, st.resume_step);
   }
+}
+
+bool Decider::FallBackFromBadRestore(Incident* inc) {
+  JobStatus& st = plan_.status;
+  CheckpointStatus& cp = st.checkpoint;
+  const uint64_t restored = st.resume_step;  // what the failed attempt restored
+  if (!IsNumeric(inc->kind) || restored == 0 || cp.last_complete_step > restored ||
+      inc->step_at_failure > restored + static_cast<uint64_t>(spec_.checkpoint.interval_steps)) {
+    return false;
+  }
+  cp.failed_steps.push_back(restored);
+  TrimFront(cp.failed_steps, kMaxFailedSteps);
+  std::vector<const CheckpointReportObservation*> holders;
+  for (const AgentObservation& a : obs_.agents) {
+    if (a.connected && a.checkpoint) holders.push_back(&*a.checkpoint);
+  }
+  const std::optional<RestoreFallback> fallback = FallbackStep(
+      SlotReports(), holders, restored, cp.failed_steps, cp.last_persisted_step, spec_.checkpoint.persist_path);
+  cp.last_complete_step = fallback ? fallback->step : 0;
+  const std::string where =
+      fallback ? absl::StrFormat("%s step %d, %s", fallback->persisted ? "the persisted" : "the older in-memory",
+                                 fallback->step, fallback->why)
+               : std::string("scratch (no older checkpoint is left)");
+  inc->actions.push_back(absl::StrFormat(
+      "the state restored from checkpoint step %d went bad at once (%s at step %d): resume from %s", restored,
+      ToString(inc->kind), inc->step_at_failure, where));
+  Event(JobEventType::kWarning, "CheckpointRestoreFallback", inc->actions.back());
+  return true;
 }
 
 bool Decider::HandleRestoreFailure() {

@@ -19,9 +19,6 @@
 namespace peregrine::decision_internal {
 namespace {
 
-// A NaN / Inf loss or a loss spike: the numeric incidents.
-bool IsNumeric(IncidentKind kind) { return kind == IncidentKind::kNaNLoss || kind == IncidentKind::kLossSpike; }
-
 // The incident a stack investigation opens or evicts for.
 IncidentKind IncidentKindOf(InvestigationKind kind) {
   switch (kind) {

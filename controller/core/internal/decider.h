@@ -31,6 +31,9 @@ void TrimFront(std::vector<T>& v, size_t max) {
 // "rank R killed by signal S" / "rank R exited with code C".
 std::string ExitText(const RankExit& e);
 
+// A NaN / Inf loss or a loss spike: the numeric incidents.
+inline bool IsNumeric(IncidentKind kind) { return kind == IncidentKind::kNaNLoss || kind == IncidentKind::kLossSpike; }
+
 class Decider {
  public:
   Decider(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
@@ -106,6 +109,11 @@ class Decider {
   // The newest step, not failed before, whose shards every slot can obtain now: its own
   // store while its agent is connected, else a copy a connected agent holds; 0: none.
   uint64_t NewestRestorableStep() const;
+  // A numeric incident (NaN, loss spike) at once after a restore of a checkpoint (within
+  // its interval, before a newer one completed): that step is marked failed and the
+  // resume point falls back to an older complete one (or the persisted one, or scratch),
+  // so the job does not loop on a bad state. True when it fell back (resume_step set).
+  bool FallBackFromBadRestore(Incident* inc);
   // A slot's agent could not restore the resume step: restart from an older complete (or
   // the persisted) step, or fail the job when none is left. True when it acted.
   bool HandleRestoreFailure();

@@ -5,9 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "controller/core/checkpoint_policy.h"
 #include "controller/core/decision_engine.h"
 #include "tests/testing/job_fixtures.h"
@@ -58,6 +60,36 @@ struct World : testing::PlanWorld {
     }
     now += 2 * kSecond;
     return Step();
+  }
+  // Every diagnostic passes (the alignment digests agree): a stop-time diagnosis finds no
+  // machine and the incident ends in a reattempt.
+  bool OnCommand(const CommandToSend& c, AgentObservation& a) override {
+    if (c.kind != CommandKind::kRunDiagnostic) return false;
+    DiagnosticOutcome d;
+    d.kind = ToString(c.diagnostic.kind);
+    d.passed = true;
+    d.machine_id = a.machine_id;
+    d.digest = "good";
+    a.command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, d, false, {}};
+    return true;
+  }
+  // Steps until a running stop-time diagnosis has its verdict.
+  void Settle() {
+    Step();
+    for (int i = 0; i < 40 && status.diagnosis; ++i) {
+      now += kSecond;
+      Step();
+    }
+    REQUIRE_FALSE(status.diagnosis.has_value());
+  }
+  // Every rank reports a NaN loss at `step`.
+  void NaNAt(uint64_t step) {
+    for (const SlotStatus& slot : status.slots) {
+      AgentObservation* a = Agent(slot.pod);
+      for (int r = slot.index * 2; r < slot.index * 2 + 2; ++r) {
+        a->rank_losses[r] = RankLossObservation{step, std::numeric_limits<double>::quiet_NaN(), 1.0};
+      }
+    }
   }
   void RestoreFailed(int slot, uint64_t step, int rank) {
     Agent(status.slots[slot].pod)->checkpoint_events.push_back(
@@ -159,6 +191,55 @@ TEST_CASE("a restart resumes from the newest step every slot can restore now whe
     CHECK(w.status.incidents.back().steps_redone == 34 - expected);
     for (const CommandToSend& c : plan.commands) CHECK(c.assignment.checkpoint.restore_step == expected);
   }
+}
+
+TEST_CASE("a restored state that goes NaN at once falls back to the previous checkpoint instead of looping", "[unit]") {
+  World w;
+  w.Progress(27);
+  w.Report({10, 20});
+  w.now += kSecond;
+  w.Step();
+  w.LoseMachine(2);
+  REQUIRE(w.status.resume_step == 20);
+  // The standby in slot 2 fetched only step 20; its holder keeps steps 10 and 20 of slot 2.
+  w.ReportSlot(2, {20});
+  const int holder = w.status.checkpoint.placement[2].holders.at(0);
+  w.Agent(w.status.slots[holder].pod)->checkpoint->held = {{2, 10}, {2, 20}};
+  // The restored step-20 state makes NaN two steps later: step 20 is marked failed and
+  // the reattempt resumes from step 10, which every store still holds.
+  w.Progress(22);
+  w.NaNAt(22);
+  w.now += kSecond;
+  w.Step();
+  REQUIRE(w.status.incidents.back().kind == IncidentKind::kNaNLoss);
+  w.now += 2 * kSecond;
+  w.Settle();
+  CHECK(w.status.resume_step == 10);
+  CHECK(w.status.checkpoint.failed_steps == std::vector<uint64_t>{20});
+  const Incident& inc = w.status.incidents.back();
+  CHECK_THAT(absl::StrJoin(inc.actions, "\n"), Catch::Contains("restored from checkpoint step 20 went bad at once"));
+  CHECK_THAT(absl::StrJoin(inc.actions, "\n"), Catch::Contains("older in-memory step 10"));
+
+  // A NaN long after the restore (a newer checkpoint completed since) is not the
+  // restored state's fault: the resume point is the newest complete step as usual.
+  World later;
+  later.Progress(27);
+  later.Report({10, 20});
+  later.now += kSecond;
+  later.Step();
+  later.LoseMachine(2);
+  later.Progress(45);
+  later.Report({20, 30, 40});
+  later.now += kSecond;
+  later.Step();
+  REQUIRE(later.status.checkpoint.last_complete_step == 40);
+  later.NaNAt(45);
+  later.now += kSecond;
+  later.Step();
+  later.now += 2 * kSecond;
+  later.Settle();
+  CHECK(later.status.resume_step == 40);
+  CHECK(later.status.checkpoint.failed_steps.empty());
 }
 
 TEST_CASE("checkpoints on but none complete yet: a restart starts from scratch", "[unit]") {
