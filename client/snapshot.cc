@@ -6,13 +6,14 @@
 // when `done` is set; otherwise (the child was killed) the exit status says why. Should
 // someone else reap the child first (a waitpid(-1) in the trainer), the page still tells.
 //
-// _Fork() (glibc 2.34) is fork without the atfork handlers: the libraries the trainer
-// loaded (PyTorch, OpenMP, the Python runtime) do not get to run code in the child or
-// take their locks around the fork, which also keeps the parent's blocking time to the
-// kernel's copy of the page tables.
+// _Fork() (glibc 2.34; the raw clone system call before it) is fork without the atfork
+// handlers: the libraries the trainer loaded (PyTorch, OpenMP, the Python runtime) do not
+// get to run code in the child or take their locks around the fork, which also keeps the
+// parent's blocking time to the kernel's copy of the page tables.
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,16 @@ std::string child_tmp_path;  // removed when the child failed
 constexpr int kExitPublished = 0;
 constexpr int kExitSkipped = 10;
 constexpr int kExitError = 11;
+
+pid_t ForkWithoutHandlers() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  return _Fork();
+#else
+  // Older C libraries: the raw system call skips the atfork handlers the same way (the
+  // child only makes system calls, so it needs none of the library's fork bookkeeping).
+  return static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
+#endif
+}
 
 [[noreturn]] void RunChild(const ShardPlan& plan) {
   // Default dispositions, nothing blocked: a SIGTERM or SIGINT to the trainer's process
@@ -106,7 +117,7 @@ bool StartSnapshot(const ShardPlan& plan, std::string* error) {
   page->outcome.code = PG_ERROR;
   page->outcome.message[0] = '\0';
   child_tmp_path = plan.tmp_path;  // allocated before the fork, not in the child
-  const pid_t pid = _Fork();
+  const pid_t pid = ForkWithoutHandlers();
   if (pid < 0) {
     *error = std::string("fork: ") + std::strerror(errno);
     child_tmp_path.clear();

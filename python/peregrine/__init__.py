@@ -8,6 +8,7 @@ the Peregrine agent.
     start, state = checkpoint.load()                      # (0, None) on a fresh start
     if checkpoint.interval() and step % checkpoint.interval() == 0:
         checkpoint.save(step, {"model": model.state_dict(), "opt": opt.state_dict()})
+    checkpoint.wait()                                     # optional: did every save land?
 
 Outside an agent (or without the client library) step() still prints its line and the
 checkpoint calls do nothing. torch is imported only when a checkpoint holds tensors.
