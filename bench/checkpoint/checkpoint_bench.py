@@ -159,34 +159,49 @@ def train_check(args, store_parent):
     print("examples/pytorch/train.py --hidden %d --layers %d --batch %d: %s of parameters + momentum, %d steps "
           "(the first %d not counted), one process" % (hidden, layers, args.train_batch, human(2 * 4 * params),
                                                       args.train_steps, args.train_warmup))
-    results = {}
-    for label, mode, every in (("never", "snapshot", 0), ("every step, copy", "copy", 1),
-                               ("every step, snapshot", "snapshot", 1), ("never (again)", "snapshot", 0)):
-        directory = tempfile.mkdtemp(prefix="peregrine-bench-train-", dir=store_parent)
-        env = dict(os.environ)
-        env.update({"PEREGRINE_CHECKPOINT_DIR": directory, "RANK": "0", "WORLD_SIZE": "1",
-                    "PEREGRINE_CHECKPOINT_MODE": mode, "PYTHONPATH": os.path.join(args.build, "python")})
-        env.pop("PEREGRINE_CHECKPOINT_INTERVAL", None)
-        pruner = Pruner(directory)
-        pruner.start()
-        try:
-            out = subprocess.run(["/usr/bin/python3", script, "--steps", str(args.train_steps), "--hidden", str(hidden),
-                                  "--layers", str(layers), "--batch", str(args.train_batch), "--checkpoint-every",
-                                  str(every)], env=env, capture_output=True, text=True, check=True).stdout
-        finally:
-            pruner.stop.set()
-            pruner.join()
-            shutil.rmtree(directory, ignore_errors=True)
-        steps = [dict(kv.split("=", 1) for kv in line.split()[1:]) for line in out.splitlines()
-                 if line.startswith("[peregrine] step=")]
-        counted = steps[args.train_warmup:]
-        iter_ms = statistics.mean(float(s["iter_ms"]) for s in counted)
-        save_ms = statistics.mean(float(s["checkpoint_ms"]) for s in counted)
-        results[label] = iter_ms
-        print("  %-22s mean step %8.2f ms   of which save() %6.2f ms" % (label, iter_ms, save_ms))
-    base = (results["never"] + results["never (again)"]) / 2
-    for label in ("every step, copy", "every step, snapshot"):
-        print("  overhead %-22s %+6.1f%% of the step (budget: < 1%%)" % (label, 100 * (results[label] - base) / base))
+    print("  (configurations interleaved over %d rounds; CPU: train.py and its snapshot children, from "
+          "getrusage, robust to other load on the host)" % args.train_rounds)
+    configs = (("never", "snapshot", 0), ("every step, copy", "copy", 1), ("every step, snapshot", "snapshot", 1))
+    wall = {label: [] for label, _, _ in configs}
+    save = {label: [] for label, _, _ in configs}
+    cpu = {label: [] for label, _, _ in configs}
+    for _ in range(args.train_rounds):
+        for label, mode, every in configs:
+            directory = tempfile.mkdtemp(prefix="peregrine-bench-train-", dir=store_parent)
+            env = dict(os.environ)
+            env.update({"PEREGRINE_CHECKPOINT_DIR": directory, "RANK": "0", "WORLD_SIZE": "1",
+                        "PEREGRINE_CHECKPOINT_MODE": mode, "PYTHONPATH": os.path.join(args.build, "python")})
+            env.pop("PEREGRINE_CHECKPOINT_INTERVAL", None)
+            pruner = Pruner(directory)
+            pruner.start()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            try:
+                out = subprocess.run(["/usr/bin/python3", script, "--steps", str(args.train_steps), "--hidden",
+                                      str(hidden), "--layers", str(layers), "--batch", str(args.train_batch),
+                                      "--checkpoint-every", str(every)],
+                                     env=env, capture_output=True, text=True, check=True).stdout
+            finally:
+                pruner.stop.set()
+                pruner.join()
+                shutil.rmtree(directory, ignore_errors=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[label].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            steps = [dict(kv.split("=", 1) for kv in line.split()[1:]) for line in out.splitlines()
+                     if line.startswith("[peregrine] step=")]
+            counted = steps[args.train_warmup:]
+            wall[label].append(statistics.mean(float(s["iter_ms"]) for s in counted))
+            save[label].append(statistics.mean(float(s["checkpoint_ms"]) for s in counted))
+    mean = statistics.mean
+    base = mean(wall["never"])
+    for label, _, _ in configs:
+        extra_cpu_ms = 1e3 * (mean(cpu[label]) - mean(cpu["never"])) / args.train_steps
+        line = "  %-22s mean step %8.2f ms (runs: %s)   save() %6.2f ms" % (
+            label, mean(wall[label]), ", ".join("%.1f" % w for w in wall[label]), mean(save[label]))
+        if label != "never":
+            line += "\n  %-22s overhead: wall %+6.1f%% of the step; CPU %+.1f ms per step = %+.1f%% of the step " \
+                    "(budget: < 1%%)" % ("", 100 * (mean(wall[label]) - base) / base, extra_cpu_ms,
+                                        100 * extra_cpu_ms / base)
+        print(line)
 
 
 def main():
@@ -200,8 +215,9 @@ def main():
     parser.add_argument("--no-thp", action="store_true",
                         help="skip the second pass with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (malloc on huge pages)")
     parser.add_argument("--train", action="store_true", help="run the every-step check on examples/pytorch/train.py")
-    parser.add_argument("--train-steps", type=int, default=60)
-    parser.add_argument("--train-warmup", type=int, default=10)
+    parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--train-warmup", type=int, default=8)
+    parser.add_argument("--train-rounds", type=int, default=2)
     parser.add_argument("--train-batch", type=int, default=32)
     args = parser.parse_args()
 
