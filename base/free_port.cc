@@ -40,7 +40,9 @@ absl::StatusOr<int> KernelPickedPort() {
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   const int err = errno;
   ::close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("cannot find a free port: bind 127.0.0.1:0: ", std::strerror(err)));
+  if (!ok) {
+    return absl::UnavailableError(absl::StrCat("cannot find a free port: bind 127.0.0.1:0: ", std::strerror(err)));
+  }
   return static_cast<int>(ntohs(addr.sin_port));
 }
 

@@ -110,9 +110,8 @@ PEREGRINE_NAMES(CheckpointEventKind, kCheckpointEventKind)
 
 #undef PEREGRINE_NAMES
 
-absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(StopTimeStage value,
-                                                                                    const absl::FormatConversionSpec& spec,
-                                                                                    absl::FormatSink* sink) {
+absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(
+    StopTimeStage value, const absl::FormatConversionSpec& spec, absl::FormatSink* sink) {
   (void)spec;
   sink->Append(ToString(value));
   return {true};

@@ -27,9 +27,8 @@ std::optional<ConditionStatus> ParseConditionStatus(std::string_view name);
 enum class StopTimeStage { kStop, kAlignment, kEud, kAllToAll, kAllGather, kReplay };
 const char* ToString(StopTimeStage value);
 std::optional<StopTimeStage> ParseStopTimeStage(std::string_view name);
-absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(StopTimeStage value,
-                                                                                    const absl::FormatConversionSpec& spec,
-                                                                                    absl::FormatSink* sink);
+absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(
+    StopTimeStage value, const absl::FormatConversionSpec& spec, absl::FormatSink* sink);
 
 // DiagnosisStageRecord::verdict.
 enum class StageVerdict { kPending, kPassed, kFailed, kNoVerdict };  // "" while running, "passed", "failed", "no-verdict"

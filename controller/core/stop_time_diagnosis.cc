@@ -165,9 +165,9 @@ std::vector<Task> RoundTasks(const DiagnosisContext& ctx, const StopTimeDiagnosi
   if (stage == StopTimeStage::kEud || stage == StopTimeStage::kAllToAll || stage == StopTimeStage::kAlignment) {
     for (const DiagnosisMachine& m : ctx.machines) {
       Task t{m.slot, m.slot, CommandKind::kRunDiagnostic, {}};
-      t.request.kind = stage == StopTimeStage::kEud          ? DiagnosticKind::kEud
+      t.request.kind = stage == StopTimeStage::kEud        ? DiagnosticKind::kEud
                        : stage == StopTimeStage::kAllToAll ? DiagnosticKind::kAllToAll
-                                               : DiagnosticKind::kAlignment;
+                                                           : DiagnosticKind::kAlignment;
       t.request.timeout_ms = TimeoutOf(stage);
       if (stage == StopTimeStage::kEud) t.request.params = {{"level", "1"}};
       if (stage == StopTimeStage::kAllToAll) t.request.params = {{"bytes", kBytes}};
@@ -384,7 +384,8 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
     } else {
       const int64_t deadline =
           st->stage_started_at +
-          (st->stage == StopTimeStage::kStop ? static_cast<int64_t>(ctx.stop_grace_ms) * 1'000'000 : int64_t{TimeoutOf(st->stage)} * 1'000'000) +
+          (st->stage == StopTimeStage::kStop ? static_cast<int64_t>(ctx.stop_grace_ms) * 1'000'000
+                                              : int64_t{TimeoutOf(st->stage)} * 1'000'000) +
           kAnswerMarginNs;
       const bool deadline_passed = ctx.now >= deadline;
       std::vector<Judged> judged;
@@ -415,12 +416,15 @@ DiagnosisAdvance AdvanceStopTimeDiagnosis(const DiagnosisContext& ctx, StopTimeD
         return out;
       }
       // The round is complete: judge it.
-      if (st->stage == StopTimeStage::kAllToAll || st->stage == StopTimeStage::kAllGather) ApplyBandwidthRule(ctx, tasks, &judged);
+      if (st->stage == StopTimeStage::kAllToAll || st->stage == StopTimeStage::kAllGather) {
+        ApplyBandwidthRule(ctx, tasks, &judged);
+      }
       const std::string round_tag = rounds > 1 ? absl::StrFormat("round %d: ", st->round) : "";
       for (const Judged& j : judged) record.results.push_back(absl::StrCat(round_tag, j.line));
       if (st->stage == StopTimeStage::kStop) {
         stage_done = true;
-      } else if (st->stage == StopTimeStage::kEud || st->stage == StopTimeStage::kAllToAll || st->stage == StopTimeStage::kAlignment) {
+      } else if (st->stage == StopTimeStage::kEud || st->stage == StopTimeStage::kAllToAll ||
+                 st->stage == StopTimeStage::kAlignment) {
         int participating = 0;
         std::set<int> failed;
         std::vector<std::string> digests;

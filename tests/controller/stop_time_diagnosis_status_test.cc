@@ -51,7 +51,7 @@ TEST_CASE("Diagnosis state, stage records, loss reference and rollbacks round-tr
   CHECK_FALSE(none->diagnosis.has_value());
 }
 
-TEST_CASE("Stop-time stages are named in the status JSON, and an unknown stage name is an error naming the field", "[unit]") {
+TEST_CASE("Stop-time stages are named in the status JSON, an unknown name is refused naming the field", "[unit]") {
   const std::pair<StopTimeStage, const char*> stages[] = {
       {StopTimeStage::kStop, "stop"},           {StopTimeStage::kAlignment, "alignment"},
       {StopTimeStage::kEud, "eud"},             {StopTimeStage::kAllToAll, "all_to_all"},
