@@ -100,6 +100,10 @@ void Decider::SetResumePoint(Incident* inc, bool newest_restorable) {
   }
   st.resume_step = st.checkpoint.last_complete_step;
   if (newest_restorable) st.resume_step = std::max(st.resume_step, NewestRestorableStep());
+  // A code version applied in this decision (hot update, rollback) runs from here.
+  if (!st.version_history.empty() && st.version_history.back().applied_at == now_) {
+    st.version_history.back().applied_at_step = st.resume_step;
+  }
   st.last_completed_step = st.resume_step;
   st.max_completed_step = st.resume_step;
   if (inc != nullptr) {

@@ -88,7 +88,7 @@ TEST_CASE("the assignment's checkpoint plan names its peers by the data addresse
 }
 
 
-TEST_CASE("a committed step that advances while an attempt runs reaches its agents once; other attempts' do not", "[unit]") {
+TEST_CASE("a committed step that advances while an attempt runs reaches its agents once, other attempts' do not", "[unit]") {
   const TrainingJobSpec spec = testing::TrainJob(2, 2, 2).spec;
   AgentRegistry registry("test");
   registry.BindJob("default/j", AgentRegistry::JobBinding{spec, ""});

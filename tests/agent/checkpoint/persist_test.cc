@@ -95,7 +95,7 @@ std::vector<std::pair<uint32_t, std::string>> Sources(const TempDir& dir, uint64
   return out;
 }
 
-TEST_CASE("PersistStepFiles writes the shards and the manifest; ScanPersisted and ReadPersistedShard read them", "[integration]") {
+TEST_CASE("PersistStepFiles writes the shards and the manifest, ScanPersisted and ReadPersistedShard read them", "[integration]") {
   TempDir dir("persist-files");
   const std::string persist = dir.Path("persist");
   fs::create_directories(persist);

@@ -125,7 +125,7 @@ TEST_CASE("a skipped save's marker becomes a SKIPPED event with its reason", "[i
   CHECK(!fs::exists(marker));
 }
 
-TEST_CASE("pruning keeps the newest two stored steps and the committed one; one pruned file is kept for reuse",
+TEST_CASE("pruning keeps the newest two stored steps and the committed one, one pruned file is kept for reuse",
           "[integration]") {
   StoreFixture f;
   v1::CheckpointPlan plan;

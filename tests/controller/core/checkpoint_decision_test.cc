@@ -133,7 +133,7 @@ TEST_CASE("checkpoints on: every assignment carries the plan, copies go outside 
   CHECK(off.status.checkpoint.placement.empty());
 }
 
-TEST_CASE("lastCompleteStep is the newest step every slot backed up; a restart resumes after it", "[unit]") {
+TEST_CASE("lastCompleteStep is the newest step every slot backed up, a restart resumes after it", "[unit]") {
   World w;
   w.Progress(27);
   w.Report({10, 20});

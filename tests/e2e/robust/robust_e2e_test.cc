@@ -87,8 +87,8 @@ TEST_CASE("Scenario nic-flap-twice: one flap is tolerated, a second within the w
 // The code-update-rollback scenario through the demo's driver: an urgent update to a
 // broken revision (every rank exits at start-up); the diagnosis finds no machine, the
 // reattempt fails again before passing the failure step, the update is rolled back to
-// the last healthy version, training resumes from where it was and completes. No
-// machine is acted on.
+// the last healthy version, training resumes from its newest complete checkpoint and
+// completes. No machine is acted on.
 TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, progress kept, the job completes",
           "[e2e]") {
   TempDir dir;
@@ -110,7 +110,11 @@ TEST_CASE("Scenario code-update-rollback: the broken update is rolled back, prog
     // Every rank of the broken version fails at start-up the same way: user code.
     CHECK(inc.kind == IncidentKind::kUserCodeError);
     CHECK(inc.machines.empty());
-    CHECK(inc.resume_step >= before.last_completed_step);  // progress kept through both restarts
+    // Progress kept through both restarts: from the newest complete checkpoint (every 10
+    // steps) known before the update, never from scratch.
+    CHECK(inc.resume_step >= before.checkpoint.last_complete_step);
+    CHECK(inc.resume_step > 0);
+    CHECK(inc.resume_step % 10 == 0);
   }
   // The rollback restored the version that ran healthy, and the broken one is marked.
   CheckRolledBack(st, job, "v1-broken");

@@ -39,11 +39,13 @@ CtlResult Ctl(LocalMode& mode, std::vector<std::string> args) {
   return r;
 }
 
-// The sim-trainer command of ShortDemoJob with a different hidden size: a new command
-// line, so the update changes more than the revision string.
+// The sim-trainer command of ShortDemoJob with a different compute time: a new command
+// line, so the update changes more than the revision string, for the same model (a new
+// revision restores the job's checkpoint, which only loads into the shape it was saved
+// from; a shape change fails at start-up on every rank: a user-code error).
 std::vector<std::string> NewCommand(int steps) {
-  return {"sim-trainer", "--steps", std::to_string(steps), "--micro-batches", "2", "--hidden", "32",
-          "--compute-ms", "4"};
+  return {"sim-trainer", "--steps", std::to_string(steps), "--micro-batches", "2", "--hidden", "64",
+          "--compute-ms", "5"};
 }
 
 // Rank log headers under the state dir that name `revision`.
@@ -81,7 +83,8 @@ TEST_CASE("an urgent update restarts training in place with the new revision", "
   TempDir dir;
   const TrainingJob job = ShortDemoJob(400);
   ModeGuard mode = StartMode(job, Options(dir.path()));
-  WaitRunning(*mode, 10);
+  // A checkpoint is complete before the update, so the restart has one to resume from.
+  WaitRunning(*mode, 10, [](const JobStatus& s) { return s.checkpoint.last_complete_step >= 10; });
   const std::string name = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
 
   // Invalid: refused with the parser's message; the job runs on untouched.
@@ -116,7 +119,9 @@ TEST_CASE("an urgent update restarts training in place with the new revision", "
   }));
   const JobStatus after = mode->controller().Snapshot();
   CHECK(after.attempt == before.attempt + 1);
-  CHECK(after.resume_step >= before.last_completed_step);  // progress kept
+  // Progress kept: the new revision starts from the newest complete checkpoint.
+  CHECK(after.resume_step >= before.checkpoint.last_complete_step);
+  CHECK(after.resume_step > 0);
   CHECK(PlacementOf(after) == PlacementOf(before));        // same pods, same machines
   CHECK(after.incidents.empty());
   CHECK(after.evicted.empty());
