@@ -64,14 +64,8 @@ absl::Status SendShard(const std::string& address, const std::string& token, con
       local = absl::CancelledError("backup: stopped");
       break;
     }
-    v1::ShardChunk chunk;
-    if (offset == 0) {
-      *chunk.mutable_key() = key;
-      chunk.set_total_bytes(static_cast<uint64_t>(total));
-    }
-    chunk.set_offset(offset);
-    chunk.set_data(buffer.data(), static_cast<size_t>(n));
-    chunk.set_crc32c(Crc32c(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(buffer.data()), n)));
+    const v1::ShardChunk chunk =
+        MakeShardChunk(key, static_cast<uint64_t>(total), offset, buffer.data(), static_cast<size_t>(n));
     if (!stream->Write(chunk)) break;  // the holder ended the call: Finish says why
     offset += static_cast<uint64_t>(n);
     if (n == 0) break;

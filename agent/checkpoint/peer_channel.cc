@@ -4,6 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "checkpoint/shard_format.h"
 
 namespace peregrine::checkpoint {
 
@@ -40,6 +42,19 @@ std::unique_ptr<peregrine::v1::CheckpointPeer::Stub> PeerStub(const std::string&
   args.SetMaxReceiveMessageSize(4 * static_cast<int>(kShardChunkBytes));
   return peregrine::v1::CheckpointPeer::NewStub(
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+peregrine::v1::ShardChunk MakeShardChunk(const peregrine::v1::ShardKey& key, uint64_t total_bytes, uint64_t offset,
+                                         const char* data, size_t n) {
+  peregrine::v1::ShardChunk chunk;
+  if (offset == 0) {
+    *chunk.mutable_key() = key;
+    chunk.set_total_bytes(total_bytes);
+  }
+  chunk.set_offset(offset);
+  chunk.set_data(data, n);
+  chunk.set_crc32c(Crc32c(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(data), n)));
+  return chunk;
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {

@@ -87,14 +87,8 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
         status = grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("GetShard: read ", *path, " failed"));
         break;
       }
-      v1::ShardChunk chunk;
-      if (offset == 0) {
-        *chunk.mutable_key() = request->key();
-        chunk.set_total_bytes(static_cast<uint64_t>(total));
-      }
-      chunk.set_offset(offset);
-      chunk.set_data(buffer.data(), static_cast<size_t>(n));
-      chunk.set_crc32c(Crc32c(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(buffer.data()), n)));
+      const v1::ShardChunk chunk =
+          MakeShardChunk(request->key(), static_cast<uint64_t>(total), offset, buffer.data(), static_cast<size_t>(n));
       if (!writer->Write(chunk)) {
         status = grpc::Status(grpc::StatusCode::CANCELLED, "GetShard: the reader went away");
         break;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "diagnosis/link_plan.h"
 #include "diagnosis/link_rounds.h"
 
 // How a fail-slow validation runs (Falcon section 4.3; "pause by trapping NCCL calls;
@@ -484,25 +485,25 @@ absl::StatusOr<std::vector<CommGroup>> SuspectGroups(const ParallelLayout& layou
 absl::StatusOr<ValidationLinkPlan> PlanValidationLinks(const ParallelLayout& layout,
                                                        const std::vector<GroupKind>& kinds) {
   ValidationLinkPlan plan;
-  std::vector<std::string> rounds;
+  ValidationRounds rounds;  // over global ranks
   std::set<GroupKind> seen;
   for (GroupKind kind : kinds) {
     if (!seen.insert(kind).second || layout.GroupSize(kind) < 2) continue;
     absl::StatusOr<ValidationRounds> ring = RingValidationRounds(layout.GroupSize(kind));
     if (!ring.ok()) return ring.status();
     for (const std::vector<LinkTransfer>& round : *ring) {
-      std::vector<std::string> transfers;
+      std::vector<LinkTransfer>& transfers = rounds.emplace_back();
       for (const CommGroup& g : layout.Groups(kind)) {
         for (const LinkTransfer& t : round) {
           const int s = g.ranks[t.sender], d = g.ranks[t.receiver];
-          transfers.push_back(absl::StrCat(s, ">", d));
+          transfers.push_back(LinkTransfer{s, d});
           plan.link_kind[{s, d}] = kind;
         }
       }
-      rounds.push_back(absl::StrCat("r", plan.round_count++, ":", absl::StrJoin(transfers, ",")));
     }
   }
-  plan.rounds = absl::StrJoin(rounds, ";");
+  plan.round_count = static_cast<int>(rounds.size());
+  plan.rounds = FormatLinkRoundsPlan(rounds);
   return plan;
 }
 

@@ -13,6 +13,7 @@
 #include "agent/launch_plan.h"
 #include "agent/log_tail.h"
 #include "agent/progress_parser.h"
+#include "tests/agent/process_env.h"
 
 namespace peregrine {
 namespace {
@@ -237,11 +238,7 @@ peregrine::v1::Assignment TwoRankAssignment() {
   return a;
 }
 
-std::map<std::string, std::string> EnvOf(const ProcessSpec& spec) {
-  std::map<std::string, std::string> env;
-  for (const std::string& e : spec.env) env[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
-  return env;
-}
+using testing::EnvOf;
 
 TEST_CASE("launch plan sets the rendezvous and layout environment per rank", "[unit]") {
   LaunchContext context;

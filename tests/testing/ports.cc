@@ -1,21 +1,17 @@
 #include "tests/testing/ports.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include "absl/status/statusor.h"
+#include "base/free_port.h"
 
 namespace peregrine::testing {
 
 int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  absl::StatusOr<int> port = PickFreePort();
+  INFO(port.status().ToString());
+  REQUIRE(port.ok());
+  return *port;
 }
 
 }  // namespace peregrine::testing

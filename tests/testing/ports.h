@@ -4,7 +4,8 @@
 
 namespace peregrine::testing {
 
-// A loopback port that was free a moment ago (bound to 0, then released).
+// A loopback port that was free a moment ago (base/free_port.h's PickFreePort, outside the
+// kernel's ephemeral range); REQUIREs that one is found.
 int FreeLoopbackPort();
 
 }  // namespace peregrine::testing

@@ -11,6 +11,7 @@
 #include "agent/agent_flags.h"
 #include "agent/launch_plan.h"
 #include "agent/proto_translation.h"
+#include "tests/agent/process_env.h"
 
 namespace peregrine {
 namespace {
@@ -76,11 +77,7 @@ v1::Assignment Assignment(uint32_t interval) {
   return a;
 }
 
-std::map<std::string, std::string> EnvOf(const ProcessSpec& spec) {
-  std::map<std::string, std::string> env;
-  for (const std::string& e : spec.env) env[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
-  return env;
-}
+using testing::EnvOf;
 
 TEST_CASE("ranks get the store's directory, interval and allowance when the plan saves", "[unit]") {
   LaunchContext context;
