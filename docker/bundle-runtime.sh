@@ -11,6 +11,16 @@
 #                           and each shared library given on the command line as is
 #                           (libperegrine_nccl.so: preloaded into training processes, so
 #                           it links only libc and must use the image's own)
+#   PREFIX/lib/<dir>/       for a shared library given on the command line whose DT_RPATH
+#                           or DT_RUNPATH is $ORIGIN/<dir> (libperegrine_client.so:
+#                           $ORIGIN/client-deps): the libraries it needs (ldd) other than
+#                           glibc's, libstdc++ and libgcc_s. It runs in the training
+#                           process, which uses the image's glibc and C++ runtime: a
+#                           process that already loaded a libstdc++.so.6 (torch's) reuses
+#                           it whatever our search path says, and a bundled one loaded
+#                           first could be older than what the image's own libraries need.
+#                           Only the image's libstdc++ is then safe to use (the docs state
+#                           the GLIBCXX and GLIBC versions it needs).
 #
 # The library search path is passed to the loader, not set in the environment, so the
 # processes the agent starts (training) see the image's libraries only.
@@ -19,7 +29,8 @@
 # bundle's lib/) or the loader's default paths.
 #
 # Usage: docker/bundle-runtime.sh PREFIX FILE...   (executables and .so files)
-# Fails (exit 1, naming it) on a file that is missing or a library ldd cannot resolve.
+# Fails (exit 1, naming it) on a file that is missing, a library ldd cannot resolve, or a
+# search path of a given library that is not one $ORIGIN/<dir>.
 set -euo pipefail
 
 if (($# < 2)); then
@@ -56,6 +67,49 @@ copy_deps() {
   done <<< "${out}"
 }
 
+# The directory under lib/ a given library's $ORIGIN/<dir> search path names ("" when it
+# has none).
+origin_dir() {
+  local so="$1" paths
+  paths="$(readelf -d "${so}" | sed -n 's/.*(\(RPATH\|RUNPATH\)).*\[\(.*\)\]/\2/p')"
+  [ -z "${paths}" ] && return 0
+  case "${paths}" in
+    '$ORIGIN/'*[!/]*)
+      case "${paths#\$ORIGIN/}" in
+        *:*|*/*|.*) ;;
+        *) echo "${paths#\$ORIGIN/}"; return 0 ;;
+      esac ;;
+  esac
+  echo "bundle-runtime: ${so}: search path '${paths}' is not one \$ORIGIN/<dir>" >&2
+  exit 1
+}
+
+# Copies into DIR the libraries SO needs (ldd) other than glibc's, libstdc++, libgcc_s
+# and NCCL: what the training image is not expected to have.
+copy_foreign_deps() {
+  local so="$1" dir="$2" line lib out
+  if ! out="$(ldd "${so}" 2>&1)"; then
+    echo "bundle-runtime: ldd ${so} failed: ${out}" >&2
+    exit 1
+  fi
+  mkdir -p "${dir}"
+  while IFS= read -r line; do
+    line="${line#"${line%%[![:space:]]*}"}"
+    case "${line}" in
+      *"not found"*)
+        echo "bundle-runtime: ${so}: ${line}" >&2
+        exit 1 ;;
+      libc.so.*|libm.so.*|libmvec.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|\
+      libutil.so.*|libanl.so.*|libnsl.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*|libnccl.so*)
+        ;;
+      *" => "/*)
+        lib="${line#* => }"
+        lib="${lib%% (*}"
+        cp -L "${lib}" "${dir}/" ;;
+    esac
+  done <<< "${out}"
+}
+
 for f in "$@"; do
   if [ ! -f "${f}" ]; then
     echo "bundle-runtime: ${f}: no such file (build it first)" >&2
@@ -64,7 +118,11 @@ for f in "$@"; do
   name="$(basename "${f}")"
   case "${name}" in
     *.so|*.so.*)
-      cp -L "${f}" "${prefix}/lib/${name}" ;;
+      cp -L "${f}" "${prefix}/lib/${name}"
+      deps="$(origin_dir "${f}")"
+      if [ -n "${deps}" ]; then
+        copy_foreign_deps "${f}" "${prefix}/lib/${deps}"
+      fi ;;
     *)
       cp -L "${f}" "${prefix}/libexec/${name}"
       copy_deps "${f}"

@@ -12,7 +12,13 @@
 //   - the build: each --target the Dockerfile builds is a target of this build, and
 //     each file it takes from build/ is one of their outputs;
 //   - scripts/build-images.sh --dry-run names exactly the images the chart deploys,
-//     with its default tag and with an explicit one.
+//     with its default tag and with an explicit one;
+//   - the checkpoint client in the agent bundle: the Dockerfile builds and bundles
+//     libperegrine_client.so and the `peregrine` package where the agent's client dir
+//     (the bundle's root) points training processes; the bundled client needs nothing
+//     outside its bundle but glibc, libstdc++ and libgcc_s (readelf), and Debian's
+//     /usr/bin/python3 with real torch imports it from the bundle, maps Abseil from the
+//     bundle (not the system's) and round-trips a checkpoint.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -340,6 +346,153 @@ TEST_CASE("the Dockerfile builds targets this build has, and takes only their ou
     CHECK(targets.count(library ? stem : name) == 1);
     CHECK(local.parent_path().filename() == (library ? "lib" : "bin"));
   }
+}
+
+// The NEEDED entries and the RPATH/RUNPATH of an ELF file (readelf -d).
+struct DynamicSection {
+  std::vector<std::string> needed;
+  std::string search_path;
+};
+DynamicSection ReadDynamic(const fs::path& elf) {
+  const ProcessResult r = Run({"readelf", "-d", elf.string()});
+  INFO(elf << ": " << r.err);
+  REQUIRE(r.exit_code == 0);
+  DynamicSection out;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    const size_t open = line.find('[');
+    const size_t close = line.rfind(']');
+    if (open == absl::string_view::npos || close == absl::string_view::npos || close < open) continue;
+    const std::string value(line.substr(open + 1, close - open - 1));
+    if (absl::StrContains(line, "(NEEDED)")) out.needed.push_back(value);
+    if (absl::StrContains(line, "(RPATH)") || absl::StrContains(line, "(RUNPATH)")) out.search_path = value;
+  }
+  return out;
+}
+
+// What the training image provides to the client: glibc's libraries and the C++ runtime.
+bool FromTheImage(const std::string& soname) {
+  for (const char* prefix : {"libc.so.", "libm.so.", "libpthread.so.", "libdl.so.", "librt.so.", "ld-linux",
+                             "libstdc++.so.", "libgcc_s.so."}) {
+    if (absl::StartsWith(soname, prefix)) return true;
+  }
+  return false;
+}
+
+// Saves a checkpoint through the bundled package, finishes it as the agent would, loads
+// it back and compares; then lists where the client, Abseil and libstdc++ were mapped from.
+constexpr char kRoundTrip[] = R"py(
+import os, subprocess, torch, peregrine
+from peregrine import checkpoint, _lib
+assert _lib.lib() is not None, "the client library did not load"
+state = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "step": 7}
+assert checkpoint.save(7, state)
+assert checkpoint.wait()
+shard = os.path.join(os.environ["PEREGRINE_CHECKPOINT_DIR"], "step-%020d.shard" % 7)
+subprocess.run([os.environ["FINISH_SHARD"], shard], check=True)
+os.environ["PEREGRINE_RESUME_STEP"] = "7"
+step, loaded = checkpoint.load()
+assert step == 7 and torch.equal(loaded["w"], state["w"]) and loaded["step"] == 7, (step, loaded)
+print("round trip ok")
+for line in open("/proc/self/maps"):
+    p = line.split()[-1]
+    if "absl" in p or "peregrine_client" in p or "libstdc++" in p:
+        print("mapped", p)
+)py";
+
+TEST_CASE("the agent bundle carries the checkpoint client where the agent points training, loadable in a foreign image", "[integration]") {
+  const auto stages = Dockerfile();
+  const Stage& build = stages.at("build");
+  // Built: the library and the package.
+  const std::vector<std::string> targets = RunWords(build, {"cmake", "--build", "build", "--target"});
+  CHECK(std::count(targets.begin(), targets.end(), "peregrine_client") == 1);
+  CHECK(std::count(targets.begin(), targets.end(), "peregrine_python") == 1);
+  // Bundled: the library by the bundle script, the package copied to <bundle>/python/.
+  const std::vector<std::string> bundle = RunWords(build, {"docker/bundle-runtime.sh"});
+  REQUIRE(bundle.size() >= 3);
+  CHECK(std::count(bundle.begin() + 2, bundle.end(), "build/lib/libperegrine_client.so") == 1);
+  const std::vector<std::string> copy = RunWords(build, {"cp", "-r"});
+  REQUIRE(copy.size() == 4);
+  CHECK(copy[2] == "build/python/peregrine");
+  CHECK(copy[3] == bundle[1] + "/python/");
+
+  // The same steps on this build.
+  ScratchDir scratch;
+  const fs::path prefix = scratch.path() / "opt/peregrine";
+  std::vector<std::string> argv = {(SourceDir() / "docker/bundle-runtime.sh").string(), prefix.string()};
+  for (size_t i = 2; i < bundle.size(); ++i) argv.push_back(LocalBuildPath(bundle[i]).string());
+  // readlink, bundled like the agent, shows what /proc/self/exe is for a bundled program.
+  argv.push_back("/usr/bin/readlink");
+  const ProcessResult made = Run(argv);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  fs::create_directories(prefix / "python");
+  REQUIRE(Run({"cp", "-r", LocalBuildPath(copy[2]).string(), (prefix / "python/").string()}).exit_code == 0);
+
+  // The agent's client dir (no --client-dir; the pod sets none): the parent of the
+  // directory of /proc/self/exe, which for a bundled program is the loader in lib/.
+  const ProcessResult exe = Run({(prefix / "bin/readlink").string(), "/proc/self/exe"});
+  REQUIRE(exe.exit_code == 0);
+  const fs::path client_dir = fs::path(std::string(absl::StripAsciiWhitespace(exe.out))).parent_path().parent_path();
+  CHECK(client_dir == prefix);
+  // What the agent sets for training (agent/launch_plan.h).
+  const fs::path client_lib = client_dir / "lib/libperegrine_client.so";
+  const fs::path python_dir = client_dir / "python";
+  REQUIRE(fs::is_regular_file(client_lib));
+  REQUIRE(fs::is_regular_file(python_dir / "peregrine/__init__.py"));
+
+  // (a) Every library the client needs, directly or through its bundled dependencies,
+  // is in its dependency dir or comes from the image (glibc, the C++ runtime).
+  const DynamicSection client = ReadDynamic(client_lib);
+  std::string deps_name = client.search_path;
+  REQUIRE(ConsumePrefix(&deps_name, "$ORIGIN/"));
+  const fs::path deps = client_lib.parent_path() / deps_name;
+  REQUIRE(fs::is_directory(deps));
+  std::vector<fs::path> checked = {client_lib};
+  int bundled = 0;
+  for (const auto& entry : fs::directory_iterator(deps)) {
+    checked.push_back(entry.path());
+    const std::string name = entry.path().filename().string();
+    INFO(name);
+    CHECK(!FromTheImage(name));
+    ++bundled;
+  }
+  CHECK(bundled >= 5);  // Abseil's status, statusor, strings, str_format, cord at least
+  for (const fs::path& elf : checked) {
+    for (const std::string& needed : ReadDynamic(elf).needed) {
+      INFO(elf << " needs " << needed);
+      CHECK((FromTheImage(needed) || fs::is_regular_file(deps / needed)));
+    }
+  }
+
+  // (b) Debian's python3 with real torch imports the bundled package and client and
+  // round-trips a checkpoint; Abseil comes from the bundle even though the system has it.
+  ScratchDir store;
+  const ProcessResult py = Run(
+      {"/usr/bin/python3", "-c", kRoundTrip},
+      {"PYTHONPATH=" + python_dir.string(), "PEREGRINE_CLIENT_LIB=" + client_lib.string(),
+       "PEREGRINE_CHECKPOINT_DIR=" + store.path().string(), "RANK=0", "WORLD_SIZE=1", "PYTHONDONTWRITEBYTECODE=1",
+       "FINISH_SHARD=" + (BinaryDir() / "bin/peregrine-finish-shard").string()});
+  INFO(py.out << py.err);
+  REQUIRE(py.exit_code == 0);
+  CHECK(absl::StrContains(py.out, "round trip ok"));
+  int absl_mapped = 0;
+  bool client_mapped = false;
+  for (absl::string_view line : absl::StrSplit(py.out, '\n')) {
+    std::string path(line);
+    if (!ConsumePrefix(&path, "mapped ")) continue;
+    INFO(path);
+    if (absl::StrContains(path, "absl")) {
+      CHECK(absl::StartsWith(path, deps.string() + "/"));
+      ++absl_mapped;
+    } else if (absl::StrContains(path, "libstdc++")) {
+      CHECK(!absl::StartsWith(path, prefix.string()));  // the image's own
+    } else {
+      CHECK(path == client_lib.string());
+      client_mapped = true;
+    }
+  }
+  CHECK(absl_mapped >= 5);
+  CHECK(client_mapped);
 }
 
 // "docker build ... --target T --tag REF ..." lines of the dry run: target -> ref.
