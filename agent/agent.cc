@@ -22,8 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent_components.h"
-#include "agent/checkpoint/persist_writer.h"
-#include "agent/checkpoint/restore_fetch.h"
+#include "agent/checkpoint/agent_checkpoints.h"
 #include "agent/command_state.h"
 #include "agent/controller_link.h"
 #include "agent/diagnostics/diagnostic_runner.h"
@@ -102,11 +101,7 @@ class Agent::Impl {
     diagnostics_.reset();  // kills a running diagnostic's helper, drops queued ones
     if (link_) link_->Stop();
     JoinWorkers();
-    persist_.reset();
-    checkpoints_.sender.reset();
-    checkpoints_.server.reset();
-    if (checkpoints_.store) checkpoints_.store->RemoveAreaIfEmpty();
-    checkpoints_.store.reset();
+    if (checkpoints_) checkpoints_->Shutdown();
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
@@ -141,10 +136,10 @@ class Agent::Impl {
     diagnostics_ = std::make_unique<DiagnosticRunner>(DiagnosticRunnerOptionsFor(options_));
     // Without a store (no shared memory, a port taken) training still runs, without
     // in-memory checkpoints; the reason goes to the controller as a log event.
-    absl::StatusOr<CheckpointParts> checkpoints = CreateCheckpointParts(options_);
+    absl::StatusOr<std::unique_ptr<checkpoint::AgentCheckpoints>> checkpoints =
+        checkpoint::AgentCheckpoints::Create(CheckpointOptionsFor(options_));
     if (checkpoints.ok()) {
       checkpoints_ = std::move(*checkpoints);
-      if (checkpoints_.store) persist_ = std::make_unique<checkpoint::PersistWriter>(checkpoints_.store.get());
     } else {
       ReportLog(absl::StrCat("in-memory checkpoints are off: ", checkpoints.status().ToString()));
     }
@@ -315,16 +310,11 @@ class Agent::Impl {
     }
   }
 
-  // The checkpoint store: every ~200 ms it finishes new shards, prunes and reports; its
-  // events go out at once; the backup sender looks for a new stored step.
+  // The checkpoint store's pass (every ~200 ms, agent/checkpoint/agent_checkpoints.h);
+  // its events go out at once.
   void PollCheckpoints() {
-    if (!checkpoints_.store || commands_.shutting_down()) return;
-    const absl::Time now = Now();
-    if (now < next_checkpoint_poll_) return;
-    next_checkpoint_poll_ = now + absl::Milliseconds(200);
-    SendCheckpointEvents(checkpoints_.store->Poll());
-    checkpoints_.sender->Wake();
-    persist_->Wake();
+    if (!checkpoints_ || commands_.shutting_down()) return;
+    SendCheckpointEvents(checkpoints_->Poll(Now()));
   }
 
   void SendCheckpointEvents(std::vector<v1::CheckpointEvent> events) {
@@ -336,36 +326,15 @@ class Agent::Impl {
     }
   }
 
-  // Before ranks start: the store takes the assignment's plan (the slot, its ranks'
-  // directories, the committed step, what to hold), then, for a restore, every local
-  // rank's shard of the restore step is made present (own copy, else fetched from the
-  // holders). A failed restore starts nothing: RESTORE_FAILED events name the rank and
-  // step, and the start fails, so the controller falls back to an older step. The fetch
-  // blocks the loop (heartbeats wait) for as long as the copy takes.
+  // Before ranks start: the store takes the assignment's plan and, for a restore, makes
+  // every local rank's shard present. A failed restore starts nothing (the controller
+  // falls back to an older step). The fetch blocks the loop (heartbeats wait) for as long
+  // as the copy takes.
   absl::Status PrepareCheckpoints(const TrainingAssignment& assignment) {
-    if (!checkpoints_.store) return absl::OkStatus();
-    v1::CheckpointPlan plan;
-    if (!plan.ParseFromString(assignment.checkpoint_plan)) {
-      return absl::InvalidArgumentError("assignment.checkpoint does not parse");
-    }
-    std::vector<uint32_t> ranks;
-    if (plan.interval_steps() > 0 || plan.restore_step() > 0) {
-      for (const AssignedRank& r : assignment.ranks) ranks.push_back(r.global_rank);
-    }
-    absl::Status configured =
-        checkpoints_.store->Configure(assignment.machine_index, ranks, assignment.layout.gpus_per_machine, plan);
-    if (!configured.ok()) return configured;
-    if (plan.restore_step() > 0) {
-      const std::vector<v1::CheckpointPeerAddress> holders(plan.restore_from().begin(), plan.restore_from().end());
-      checkpoint::RestoreOutcome restored = checkpoint::RestoreShards(
-          *checkpoints_.store, assignment.machine_index, ranks, plan.restore_step(), holders, checkpoints_.token,
-          plan.persist_dir());
-      SendCheckpointEvents(std::move(restored.events));
-      if (!restored.status.ok()) return restored.status;
-      persist_->DiscardNewerThan(plan.restore_step());
-    }
-    SendCheckpointEvents(checkpoints_.store->Poll());  // the allowance of this launch
-    return absl::OkStatus();
+    if (!checkpoints_) return absl::OkStatus();
+    checkpoint::PreparedLaunch prepared = checkpoints_->PrepareLaunch(CheckpointLaunchFor(assignment));
+    SendCheckpointEvents(std::move(prepared.events));
+    return prepared.status;
   }
 
   absl::Time Now() const { return options_.clock->Now(); }
@@ -381,6 +350,11 @@ class Agent::Impl {
       if (p.signal != 0 || p.exit_code != 0) view.any_failed = true;
     }
     return view;
+  }
+
+  std::optional<uint64_t> RunningAttempt() const {
+    if (!commands_.running_assignment()) return std::nullopt;
+    return commands_.running_assignment()->attempt;
   }
 
   v1::TrainingState State() const {
@@ -411,7 +385,7 @@ class Agent::Impl {
     }
     reg->set_agent_version(options_.agent_version);
     reg->set_agent_start_time(UnixNanos(start_time_));
-    reg->set_data_address(checkpoints_.data_address);
+    if (checkpoints_) reg->set_data_address(checkpoints_->data_address());
     *reg->mutable_training() = State();
     for (const std::string& id : commands_.executed_ids()) reg->add_executed_command_ids(id);
     if (commands_.role() == AgentRole::kStandby) {
@@ -445,11 +419,7 @@ class Agent::Impl {
         }
         break;
       case v1::ControllerMessage::kCheckpointCommit:
-        // The job's committed step advanced: the store keeps it from now on.
-        if (registered_ && checkpoints_.store && commands_.running_assignment() &&
-            commands_.running_assignment()->attempt == message.checkpoint_commit().attempt()) {
-          checkpoints_.store->SetCommittedStep(message.checkpoint_commit().committed_step());
-        }
+        if (registered_ && checkpoints_) checkpoints_->ApplyCommit(message.checkpoint_commit(), RunningAttempt());
         break;
       case v1::ControllerMessage::kReject:
         std::fprintf(stderr, "peregrine-agent: controller rejected a message: %s\n",
@@ -465,15 +435,8 @@ class Agent::Impl {
     link_->MarkRegistered(session_);
     if (ack.heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(ack.heartbeat_interval_ms());
     // The plan's updates (committed step, the slots to hold for) reach a running store.
-    if (checkpoints_.store && ack.assignment().has_checkpoint() && !ack.assignment().ranks().empty() &&
-        commands_.running_assignment() && commands_.running_assignment()->attempt == ack.assignment().attempt()) {
-      std::vector<uint32_t> ranks;
-      if (ack.assignment().checkpoint().interval_steps() > 0) {
-        for (const v1::RankInfo& r : ack.assignment().ranks()) ranks.push_back(r.global_rank());
-      }
-      absl::Status configured = checkpoints_.store->Configure(
-          ack.assignment().machine_index(), ranks, ack.assignment().layout().gpus_per_machine(),
-          ack.assignment().checkpoint());
+    if (checkpoints_) {
+      absl::Status configured = checkpoints_->ApplyAssignment(ack.assignment(), RunningAttempt());
       if (!configured.ok()) ReportLog(absl::StrCat("checkpoint store: ", configured.ToString()));
     }
     Execute(commands_.OnRegisterAck(DesiredStateFromProto(ack)));
@@ -504,7 +467,7 @@ class Agent::Impl {
       for (v1::InspectionResult& r : inspections_->Latest()) *hb->add_inspections() = std::move(r);
     }
     if (failslow_) failslow_->FillCommProfiles(hb->mutable_comm_profiles());
-    if (checkpoints_.store) *hb->mutable_checkpoint() = checkpoints_.store->Report();
+    if (checkpoints_) *hb->mutable_checkpoint() = checkpoints_->Report();
     link_->Send(session_, message);
   }
 
@@ -599,7 +562,8 @@ class Agent::Impl {
   void Run(const DiagnosticAction& diagnostic) {
     const std::string id = diagnostic.id;
     absl::Status submitted = diagnostics_->Submit(
-        MakeDiagnosticRequest(id, options_.machine_id, diagnostic.task), [this, id](const v1::Status& status, const v1::DiagnosticResult& result) {
+        MakeDiagnosticRequest(id, options_.machine_id, diagnostic.task),
+        [this, id](const v1::Status& status, const v1::DiagnosticResult& result) {
           Post([this, id, status, result] { FinishWith(id, status, nullptr, &result); });
         });
     if (!submitted.ok()) FinishWith(id, OutcomeToProto(CommandOutcome::FromStatus(submitted)));
@@ -613,7 +577,7 @@ class Agent::Impl {
     PEREGRINE_CHECK(supervisor_->Idle()) << "Launch with live processes";
     if (absl::Status ready = PrepareCheckpoints(assignment); !ready.ok()) return ready;
     absl::StatusOr<std::vector<ProcessSpec>> plan =
-        PrepareLaunch(options_, assignment, failslow_.get(), checkpoints_.store.get());
+        PrepareLaunch(options_, assignment, failslow_.get(), checkpoints_ ? checkpoints_->store() : nullptr);
     if (!plan.ok()) return plan.status();
     return supervisor_->Start(std::move(*plan));
   }
@@ -670,9 +634,7 @@ class Agent::Impl {
   std::thread loop_thread_;
   std::unique_ptr<ControllerLink> link_;
   std::unique_ptr<DiagnosticRunner> diagnostics_;
-  CheckpointParts checkpoints_;  // empty when checkpoints are off
-  std::unique_ptr<checkpoint::PersistWriter> persist_;  // with the store
-  absl::Time next_checkpoint_poll_ = absl::InfinitePast();
+  std::unique_ptr<checkpoint::AgentCheckpoints> checkpoints_;  // null when checkpoints are off
 
   // Control-loop state.
   CommandState commands_;

@@ -4,14 +4,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "agent/launch_plan.h"
 #include "agent/proto_translation.h"
@@ -71,43 +68,27 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
   return plan;
 }
 
-absl::StatusOr<CheckpointParts> CreateCheckpointParts(const AgentOptions& options) {
-  CheckpointParts parts;
-  if (options.checkpoint_root.empty()) return parts;
-  if (!options.token_file.empty()) {
-    std::ifstream in(options.token_file);
-    if (!in) return absl::FailedPreconditionError(absl::StrCat("token file ", options.token_file, " cannot be read"));
-    std::stringstream text;
-    text << in.rdbuf();
-    parts.token = std::string(absl::StripAsciiWhitespace(text.str()));
-  }
-  checkpoint::ShardStoreOptions store_options;
-  store_options.root = options.checkpoint_root;
-  store_options.job_namespace = options.job_namespace;
-  store_options.job_name = options.job_name;
-  store_options.pod_name = options.pod_name;
-  absl::StatusOr<std::unique_ptr<checkpoint::ShardStore>> store = checkpoint::ShardStore::Create(store_options);
-  if (!store.ok()) return store.status();
-  parts.store = std::move(*store);
-  checkpoint::PeerServerOptions server_options;
-  server_options.bind = options.data_bind;
-  server_options.port = options.data_port;
-  server_options.token = parts.token;
-  server_options.store = parts.store.get();
-  absl::StatusOr<std::unique_ptr<checkpoint::PeerServer>> server = checkpoint::PeerServer::Start(server_options);
-  if (!server.ok()) return server.status();
-  parts.server = std::move(*server);
-  std::string host = options.data_advertise;
-  if (host.empty()) {
-    char name[256] = {};
-    if (::gethostname(name, sizeof(name) - 1) == 0) host = name;
-    if (host.empty()) host = "localhost";
-  }
-  parts.data_address = absl::StrCat(host.find(':') != std::string::npos ? "[" : "", host,
-                                    host.find(':') != std::string::npos ? "]" : "", ":", parts.server->port());
-  parts.sender = std::make_unique<checkpoint::BackupSender>(
-      checkpoint::BackupSenderOptions{parts.store.get(), parts.token, options.clock});
-  return parts;
+checkpoint::AgentCheckpointsOptions CheckpointOptionsFor(const AgentOptions& options) {
+  checkpoint::AgentCheckpointsOptions out;
+  out.root = options.checkpoint_root;
+  out.job_namespace = options.job_namespace;
+  out.job_name = options.job_name;
+  out.pod_name = options.pod_name;
+  out.token_file = options.token_file;
+  out.data_bind = options.data_bind;
+  out.data_port = options.data_port;
+  out.data_advertise = options.data_advertise;
+  out.clock = options.clock;
+  return out;
+}
+
+checkpoint::CheckpointLaunch CheckpointLaunchFor(const TrainingAssignment& assignment) {
+  checkpoint::CheckpointLaunch launch;
+  launch.slot = assignment.machine_index;
+  for (const AssignedRank& r : assignment.ranks) launch.ranks.push_back(r.global_rank);
+  launch.ranks_per_slot = assignment.layout.gpus_per_machine;
+  launch.plan = assignment.checkpoint_plan;
+  return launch;
 }
 
 std::string ClientDirFor(const AgentOptions& options) {

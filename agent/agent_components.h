@@ -1,7 +1,7 @@
 // The agent's components built from AgentOptions: the fail-slow monitor (where its
 // NCCL rings live), the machine inspections (with the stand-in machine in local
-// mode), the diagnostic runner's options and requests, and the processes of a
-// training start. Called once at start-up from the
+// mode), the diagnostic runner's options and requests, the in-memory checkpoints'
+// options and the processes of a training start. Called once at start-up from the
 // agent's constructor thread. Errors: the status of the step that failed.
 #ifndef PEREGRINE_AGENT_AGENT_COMPONENTS_H_
 #define PEREGRINE_AGENT_AGENT_COMPONENTS_H_
@@ -12,8 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/agent.h"
-#include "agent/checkpoint/backup_sender.h"
-#include "agent/checkpoint/peer_service.h"
+#include "agent/checkpoint/agent_checkpoints.h"
 #include "agent/checkpoint/shard_store.h"
 #include "agent/command_state.h"
 #include "agent/diagnostics/diagnostic_runner.h"
@@ -34,18 +33,11 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
                                                        FailSlowMonitor* failslow,
                                                        const checkpoint::ShardStore* store = nullptr);
 
-// The checkpoint store and its data channel (agent/checkpoint/). Members are destroyed
-// sender first, then the server, then the store.
-struct CheckpointParts {
-  std::unique_ptr<checkpoint::ShardStore> store;
-  std::unique_ptr<checkpoint::PeerServer> server;
-  std::unique_ptr<checkpoint::BackupSender> sender;
-  std::string data_address;  // <advertised host>:<port>, for Register.data_address
-  std::string token;         // the job token (the token file's content)
-};
-// Empty parts when options.checkpoint_root is empty; the status of the store's area, the
-// token file or the server's port otherwise.
-absl::StatusOr<CheckpointParts> CreateCheckpointParts(const AgentOptions& options);
+// The in-memory checkpoints' options (agent/checkpoint/agent_checkpoints.h) from the
+// agent's: its root, job and pod, token file, data channel and clock.
+checkpoint::AgentCheckpointsOptions CheckpointOptionsFor(const AgentOptions& options);
+// The slot of `assignment` in the checkpoint store's terms.
+checkpoint::CheckpointLaunch CheckpointLaunchFor(const TrainingAssignment& assignment);
 // options.client_dir, else the parent of this binary's directory (bin/.. in the build tree).
 std::string ClientDirFor(const AgentOptions& options);
 // Null when options.inspections is off.
