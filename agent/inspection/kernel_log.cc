@@ -79,8 +79,11 @@ absl::StatusOr<KmsgRecord> ParseDmesgLine(absl::string_view line) {
   }
   const size_t close = s.find(']');
   double seconds = 0;
+  // Microseconds must fit an int64_t: a larger (or NaN) time is malformed, not cast.
+  constexpr double kMaxSeconds = 9.2e12;
   if (close == absl::string_view::npos ||
-      !absl::SimpleAtod(absl::StripAsciiWhitespace(s.substr(0, close)), &seconds) || seconds < 0) {
+      !absl::SimpleAtod(absl::StripAsciiWhitespace(s.substr(0, close)), &seconds) ||
+      !(seconds >= 0 && seconds <= kMaxSeconds)) {
     return absl::InvalidArgumentError(absl::StrCat("dmesg timestamp malformed: \"", line.substr(0, 80), "\""));
   }
   KmsgRecord r;

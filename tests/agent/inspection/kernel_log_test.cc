@@ -43,6 +43,19 @@ TEST_CASE("kernel log: /dev/kmsg records", "[unit]") {
   CHECK(!ParseDmesgLine("[abc] x").ok());
 }
 
+TEST_CASE("kernel log: a dmesg time beyond int64 microseconds or inf or nan is malformed, not cast (fuzz finding)", "[unit]") {
+  const std::string huge = "[" + std::string(66, '9') + ".5] NVRM: Xid (PCI:0000:3a:00): 79, x";
+  for (const std::string& line : {huge, std::string("[inf] x"), std::string("[nan] x"), std::string("[9.3e12] x")}) {
+    INFO(line);
+    const absl::StatusOr<KmsgRecord> d = ParseDmesgLine(line);
+    CHECK(d.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(d.status().message().find("timestamp malformed") != std::string::npos);
+  }
+  const absl::StatusOr<KmsgRecord> largest = ParseDmesgLine("[9200000000000] x");
+  REQUIRE(largest.ok());
+  CHECK(largest->timestamp_us == int64_t{9'200'000'000'000'000'000});
+}
+
 TEST_CASE("kernel log: Xid lines and their classes", "[unit]") {
   absl::StatusOr<std::optional<XidEvent>> x = ParseXid(
       "NVRM: Xid (PCI:0000:3a:00): 13, pid=48213, name=python3, Graphics SM Warp Exception on "
