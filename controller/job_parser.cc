@@ -216,7 +216,12 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
 
   if (const YAML::Node tmpl = spec["template"]; tmpl && !tmpl.IsNull()) {
     if (auto s = RequireMap(tmpl, "spec.template"); !s.ok()) return s;
-    out->template_json = YamlToJson(tmpl).dump();
+    try {
+      out->template_json = YamlToJson(tmpl).dump();
+    } catch (const nlohmann::json::exception& e) {
+      // dump() refuses strings that are not UTF-8; the template goes to the API server as JSON.
+      return FieldError("spec.template", absl::StrCat("not valid UTF-8 text: ", e.what()));
+    }
   }
 
   if (const YAML::Node sb = spec["standby"]; sb) {

@@ -54,6 +54,14 @@ TEST_CASE("ParseTrainingJob accepts the JSON the API server returns", "[unit]") 
   CHECK(job->spec.parallelism.tensor == 8);
 }
 
+TEST_CASE("ParseTrainingJob refuses a template that is not UTF-8 instead of throwing (fuzz finding)", "[unit]") {
+  auto job = ParseTrainingJob(Replace(kValid, "image: \"x:1\"", "image: \"x\x91\""));
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(job.status().message().find("spec.template") != std::string::npos);
+  CHECK(job.status().message().find("UTF-8") != std::string::npos);
+}
+
 TEST_CASE("ParseTrainingJob names the field and the reason", "[unit]") {
   struct Case {
     std::string from, to, expected;
