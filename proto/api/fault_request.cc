@@ -1,12 +1,45 @@
 #include "proto/api/fault_request.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <iterator>
+#include <limits>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 
 namespace peregrine {
+namespace {
+
+// Integer field `key` of `j`, `fallback` when absent. A number out of T's range, or with
+// a fraction, is an error naming the field (nlohmann's own conversion casts a double
+// such as 1e99 to T, which is undefined behaviour).
+template <typename T>
+absl::StatusOr<T> IntField(const nlohmann::json& j, const char* key, T fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  constexpr T kMin = std::numeric_limits<T>::min();
+  constexpr T kMax = std::numeric_limits<T>::max();
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->template get<uint64_t>();
+    if (v <= static_cast<uint64_t>(kMax)) return static_cast<T>(v);
+  } else if (it->is_number_integer()) {
+    const int64_t v = it->template get<int64_t>();
+    if (v >= kMin && v <= kMax) return static_cast<T>(v);
+  } else if (it->is_number_float()) {
+    const double v = it->template get<double>();
+    // Whole doubles in [kMin, -kMin) convert; both bounds are powers of two, so exact.
+    if (std::trunc(v) == v && v >= static_cast<double>(kMin) && v < -static_cast<double>(kMin)) {
+      return static_cast<T>(v);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(key, ": expected an integer in [", kMin, ", ", kMax, "], got ", it->dump()));
+}
+
+}  // namespace
 
 absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
   nlohmann::json j;
@@ -19,16 +52,20 @@ absl::StatusOr<FaultRequest> ParseFaultRequest(const std::string& json_text) {
   FaultRequest r;
   try {
     r.kind = j.at("kind").get<std::string>();
-    r.slot = j.value("slot", -1);
     r.machine = j.value("machine", "");
-    r.local_rank = j.value("localRank", -1);
     r.factor = j.value("factor", 1.0);
     r.fraction = j.value("fraction", 0.0);
-    r.peer_slot = j.value("peerSlot", -1);
     r.peer_machine = j.value("peerMachine", "");
-    r.delay_us = j.value("delayUs", int64_t{0});
     r.bandwidth_bytes_per_second = j.value("bandwidthBytesPerSecond", 0.0);
-    r.xid = j.value("xid", 79);
+    for (auto [key, fallback, field] : {std::tuple{"slot", -1, &r.slot}, std::tuple{"localRank", -1, &r.local_rank},
+                                        std::tuple{"peerSlot", -1, &r.peer_slot}, std::tuple{"xid", 79, &r.xid}}) {
+      absl::StatusOr<int> v = IntField<int>(j, key, fallback);
+      if (!v.ok()) return v.status();
+      *field = *v;
+    }
+    absl::StatusOr<int64_t> delay_us = IntField<int64_t>(j, "delayUs", 0);
+    if (!delay_us.ok()) return delay_us.status();
+    r.delay_us = *delay_us;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("fault request: ", e.what()));
   }
