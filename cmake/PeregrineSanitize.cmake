@@ -3,7 +3,8 @@
 #
 # PEREGRINE_SANITIZE=address,undefined
 #   Compiles and links everything with -fsanitize=<list>. UBSan findings abort
-#   (-fno-sanitize-recover=undefined) so a test or fuzzer fails on the first one.
+#   (-fno-sanitize-recover=undefined) so a test or fuzzer fails on the first one; with
+#   GCC, "undefined" also turns on float-cast-overflow, which clang's group includes.
 # PEREGRINE_FUZZ=ON (clang only)
 #   Adds libFuzzer's coverage instrumentation (-fsanitize=fuzzer-no-link) everywhere and
 #   builds the fuzz targets of fuzz/ as <name>_fuzzer executables. Use a build directory
@@ -19,6 +20,12 @@ if(PEREGRINE_SANITIZE)
   if(PEREGRINE_SANITIZE MATCHES "undefined")
     add_compile_options(-fno-sanitize-recover=undefined)
     add_link_options(-fno-sanitize-recover=undefined)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      # clang's "undefined" includes float-cast-overflow (a double cast to an integer
+      # type it does not fit); GCC's does not.
+      add_compile_options(-fsanitize=float-cast-overflow -fno-sanitize-recover=float-cast-overflow)
+      add_link_options(-fsanitize=float-cast-overflow)
+    endif()
   endif()
 endif()
 
