@@ -67,11 +67,14 @@ for t in "${targets[@]}"; do
   log="${out}/fuzz-logs/${t}.log"
   mkdir -p "${work}" "${artifacts}" "$(dirname "${log}")"
   echo "== ${t}: up to ${budget_s}s or ${runs} runs (log ${log})"
+  stamp="${artifacts}/.run-started"
+  touch "${stamp}"
   rc=0
   "${bin}" -max_total_time="${budget_s}" -runs="${runs}" -print_final_stats=1 \
     -artifact_prefix="${artifacts}/" "${work}" "fuzz/corpus/${t}" >"${log}" 2>&1 || rc=$?
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "${log}" | tail -1)"
-  crashes="$(find "${artifacts}" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' \
+  # Only this run's findings: earlier runs' artifacts stay in the folder.
+  crashes="$(find "${artifacts}" -maxdepth 1 -type f -newer "${stamp}" \( -name 'crash-*' -o -name 'leak-*' \
     -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)"
   if ((rc != 0)) || ((crashes > 0)); then
     status=1
