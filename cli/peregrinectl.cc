@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,7 +22,7 @@ namespace peregrine {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: peregrinectl [--controller URL | --state-dir DIR] COMMAND ...\n"
+    "usage: peregrinectl [--controller URL | --state-dir DIR] [--token T | --token-file F] COMMAND ...\n"
     "  status [NAMESPACE/]NAME\n"
     "      phase, attempt, step, ETTR, standbys, machines and incidents of a job\n"
     "  inject KIND [NAMESPACE/]NAME (--slot N | --machine ID) [--local-rank R]\n"
@@ -43,10 +44,12 @@ constexpr char kUsage[] =
     "      offline analysis of your step-time CSVs, NCCL logs/traces and stack dumps\n"
     "      (peregrinectl analyze --help)\n"
     "The controller is found with --controller (http://HOST:PORT), or DIR/controller.json of\n"
-    "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n";
+    "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n"
+    "A Kubernetes-mode controller needs a Kubernetes bearer token allowed on the TrainingJob:\n"
+    "--token T, or --token-file F (its first line; e.g. kubectl create token NAME > F).\n";
 
 struct Args {
-  std::string controller, state_dir, command, job;
+  std::string controller, state_dir, command, job, token, token_file;
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
 };
@@ -69,6 +72,10 @@ std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a
         a->controller = value;
       } else if (name == "state-dir") {
         a->state_dir = value;
+      } else if (name == "token") {
+        a->token = value;
+      } else if (name == "token-file") {
+        a->token_file = value;
       } else {
         a->flags[name] = value;
       }
@@ -260,7 +267,21 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     err << "peregrinectl: " << error << "\n";
     return 1;
   }
+  std::string token = a.token;
+  if (!a.token.empty() && !a.token_file.empty()) {
+    err << "peregrinectl: give --token or --token-file, not both\n";
+    return 2;
+  }
+  if (!a.token_file.empty()) {
+    std::ifstream in(a.token_file);
+    if (!in || !std::getline(in, token) || absl::StripAsciiWhitespace(token).empty()) {
+      err << "peregrinectl: --token-file " << a.token_file << ": cannot read a token from it\n";
+      return 2;
+    }
+    token = std::string(absl::StripAsciiWhitespace(token));
+  }
   httplib::Client client(*url);
+  if (!token.empty()) client.set_bearer_token_auth(token);
   client.set_connection_timeout(5);
   client.set_read_timeout(30);
   const std::string path = absl::StrCat("/api/v1/jobs/", ns, "/", name);

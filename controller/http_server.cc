@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -73,25 +75,87 @@ HttpServer::HttpServer(JobDirectory* directory, ControllerMetrics* metrics, Faul
 
 HttpServer::~HttpServer() { Stop(); }
 
-absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
-  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server_->Get("/api/v1/jobs", [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json out = nlohmann::json::array();
+std::optional<ApiUser> HttpServer::Authenticate(const std::string& authorization, httplib::Response& res) {
+  if (authorizer_ == nullptr) return ApiUser{};
+  const std::optional<std::string> token = BearerToken(authorization);
+  if (!token) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"peregrine\"");
+    JsonError(res, 401,
+              authorization.empty() ? "this API needs an Authorization: Bearer <token> header (a Kubernetes token)"
+                                    : "the Authorization header is not \"Bearer <token>\"");
+    return std::nullopt;
+  }
+  absl::StatusOr<ApiUser> user = authorizer_->Authenticate(*token);
+  if (!user.ok()) {
+    if (user.status().code() == absl::StatusCode::kUnauthenticated) {
+      res.set_header("WWW-Authenticate", "Bearer realm=\"peregrine\", error=\"invalid_token\"");
+      JsonError(res, 401, std::string(user.status().message()));
+    } else {
+      JsonError(res, 503, std::string(user.status().message()));
+    }
+    return std::nullopt;
+  }
+  return *std::move(user);
+}
+
+std::optional<ApiUser> HttpServer::Admit(const std::string& authorization, const ResourceAccess& access,
+                                         httplib::Response& res) {
+  std::optional<ApiUser> user = Authenticate(authorization, res);
+  if (!user || authorizer_ == nullptr) return user;
+  absl::StatusOr<AccessDecision> decision = authorizer_->Authorize(*user, access);
+  if (!decision.ok()) {
+    JsonError(res, 503, std::string(decision.status().message()));
+    return std::nullopt;
+  }
+  if (!decision->allowed) {
+    JsonError(res, 403, RefusalMessage(*user, access, decision->reason));
+    return std::nullopt;
+  }
+  return user;
+}
+
+void HttpServer::RegisterApi() {
+  server_->Get("/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string authorization = req.get_header_value("Authorization");
+    std::optional<ApiUser> user = Authenticate(authorization, res);
+    if (!user) return;
+    std::vector<std::pair<std::string, nlohmann::json>> jobs;  // namespace, entry
     directory_->ForEachJob([&](JobController& j) {
       const JobStatus st = j.Snapshot();
       const TrainingJob job = j.job();
-      out.push_back({{"namespace", job.metadata.namespace_}, {"name", job.metadata.name},
-                     {"phase", JobPhaseName(st.phase)}, {"machines", job.spec.machines},
-                     {"lastCompletedStep", st.last_completed_step}, {"ettr", st.ettr}});
+      jobs.emplace_back(job.metadata.namespace_,
+                        nlohmann::json{{"namespace", job.metadata.namespace_}, {"name", job.metadata.name},
+                                       {"phase", JobPhaseName(st.phase)}, {"machines", job.spec.machines},
+                                       {"lastCompletedStep", st.last_completed_step}, {"ettr", st.ettr}});
     });
+    // Who may list every namespace sees every job; else each namespace is asked for
+    // (the reviews run outside the directory's callbacks).
+    std::map<std::string, bool> allowed;
+    bool all = authorizer_ == nullptr;
+    if (!all) {
+      auto decision = authorizer_->Authorize(*user, RequiredAccess(ApiRoute::kListJobs, "", ""));
+      if (!decision.ok()) return JsonError(res, 503, std::string(decision.status().message()));
+      all = decision->allowed;
+    }
+    if (!all) {
+      for (const auto& [ns, unused] : jobs) {
+        if (allowed.count(ns) > 0) continue;
+        auto decision = authorizer_->Authorize(*user, RequiredAccess(ApiRoute::kListJobs, ns, ""));
+        if (!decision.ok()) return JsonError(res, 503, std::string(decision.status().message()));
+        allowed[ns] = decision->allowed;
+      }
+    }
+    nlohmann::json out = nlohmann::json::array();
+    for (auto& [ns, entry] : jobs) {
+      if (all || allowed[ns]) out.push_back(std::move(entry));
+    }
     res.set_content(Dump(out), "application/json");
   });
   server_->Get(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string ns = req.matches[1], name = req.matches[2];
+    if (!Admit(req.get_header_value("Authorization"), RequiredAccess(ApiRoute::kGetJob, ns, name), res)) return;
     nlohmann::json out;
-    const bool found = directory_->WithJob(req.matches[1], req.matches[2], [&](JobController& j) {
+    const bool found = directory_->WithJob(ns, name, [&](JobController& j) {
       const TrainingJob job = j.job();
       out["namespace"] = job.metadata.namespace_;
       out["name"] = job.metadata.name;
@@ -107,17 +171,17 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
       for (const TimelineEntry& e : j.Timeline()) timeline.push_back({{"at", FormatRfc3339(e.at)}, {"what", e.what}});
       out["timeline"] = timeline;
     });
-    if (!found) {
-      return JsonError(res, 404, absl::StrCat("no job ", std::string(req.matches[1]), "/", std::string(req.matches[2])));
-    }
+    if (!found) return JsonError(res, 404, absl::StrCat("no job ", ns, "/", name));
     res.set_content(Dump(out), "application/json");
   });
   server_->Post(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/faults)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string ns = req.matches[1], name = req.matches[2];
+    if (!Admit(req.get_header_value("Authorization"), RequiredAccess(ApiRoute::kInjectFault, ns, name), res)) return;
     if (faults_ == nullptr) return JsonError(res, 409, "fault injection needs local mode");
     auto request = ParseFaultRequest(req.body);
     if (!request.ok()) return JsonError(res, 400, std::string(request.status().message()));
     absl::StatusOr<std::string> result = absl::NotFoundError("no such job");
-    directory_->WithJob(req.matches[1], req.matches[2], [&](JobController& j) {
+    directory_->WithJob(ns, name, [&](JobController& j) {
       result = faults_->Inject(*request, j.Snapshot());
       if (result.ok()) j.Note(absl::StrCat("Fault injected: ", *result));
     });
@@ -125,12 +189,24 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
     res.set_content(Dump(nlohmann::json{{"result", *result}}), "application/json");
   });
   server_->Post(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/code)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string ns = req.matches[1], name = req.matches[2];
+    if (!Admit(req.get_header_value("Authorization"), RequiredAccess(ApiRoute::kUpdateCode, ns, name), res)) return;
     auto request = ParseCodeUpdateRequest(req.body);
     if (!request.ok()) return JsonError(res, 400, std::string(request.status().message()));
-    auto message = directory_->UpdateCode(req.matches[1], req.matches[2], *request);
+    auto message = directory_->UpdateCode(ns, name, *request);
     if (!message.ok()) return JsonError(res, HttpCode(message.status()), std::string(message.status().message()));
     res.set_content(Dump(nlohmann::json{{"message", *message}}), "application/json");
   });
+}
+
+absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
+  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  if (endpoints_ != HttpEndpoints::kApiOnly) {
+    server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+  if (endpoints_ != HttpEndpoints::kMetricsOnly) RegisterApi();
   int bound = port;
   if (port == 0) {
     bound = server_->bind_to_any_port(host);

@@ -7,6 +7,15 @@
 // Errors are JSON {"error": "..."} with 400 (bad request, naming the field), 404, 409,
 // 503 (kube mode: not the leader, API server unavailable), 500.
 //
+// With an ApiAuthorizer (kube mode, api_auth.h) every /api/v1 request needs
+// "Authorization: Bearer <token>": 401 with WWW-Authenticate: Bearer without one or with
+// a token the authorizer refuses, 403 naming the refused access, 503 when the review
+// could not be made; the job list holds only the namespaces the caller may list. Without
+// one (local mode) the API serves anyone who reaches its address, as the local
+// controller's loopback listener always did. /healthz and /metrics never need a token.
+// The endpoints served are chosen per server (HttpEndpoints), so the metrics and the API
+// can listen on separate ports.
+//
 // The jobs come from a JobDirectory, which the driver implements: local mode serves its
 // one JobController; kube mode the controllers of the jobs it reconciles right now, and
 // applies code updates to the TrainingJob object in the API server.
@@ -19,11 +28,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "controller/api_auth.h"
 #include "controller/code_update.h"
 #include "controller/controller_metrics.h"
 #include "controller/job_controller.h"
@@ -31,6 +42,7 @@
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace peregrine {
@@ -75,6 +87,13 @@ class StaticJobDirectory final : public JobDirectory {
   const std::vector<JobController*> jobs_;
 };
 
+// Which endpoints a server answers.
+enum class HttpEndpoints {
+  kAll,          // /healthz, /metrics and /api/v1 (local mode)
+  kApiOnly,      // /api/v1 and /healthz
+  kMetricsOnly,  // /healthz and /metrics
+};
+
 class HttpServer {
  public:
   // Serves a fixed list of jobs (StaticJobDirectory).
@@ -82,6 +101,12 @@ class HttpServer {
   // Serves the jobs of `directory`, which must outlive the server.
   HttpServer(JobDirectory* directory, ControllerMetrics* metrics, FaultSink* faults);
   ~HttpServer();
+
+  // Before Start(): every /api/v1 request is authenticated and authorised by
+  // `authorizer` (must outlive the server); nullptr (the default) checks nothing.
+  void RequireAuth(ApiAuthorizer* authorizer) { authorizer_ = authorizer; }
+  // Before Start(): the endpoints served (default kAll).
+  void ServeOnly(HttpEndpoints endpoints) { endpoints_ = endpoints; }
 
   // Binds host:port (port 0 picks one) and starts serving; returns the bound port.
   absl::StatusOr<int> Start(const std::string& host, int port);
@@ -92,8 +117,17 @@ class HttpServer {
   JobDirectory* directory_;
   ControllerMetrics* metrics_;
   FaultSink* faults_;
+  ApiAuthorizer* authorizer_ = nullptr;
+  HttpEndpoints endpoints_ = HttpEndpoints::kAll;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+
+  // The caller, when it may do `access` (nullopt after answering 401/403/503 on `res`).
+  std::optional<ApiUser> Admit(const std::string& authorization, const ResourceAccess& access,
+                               httplib::Response& res);
+  // The caller, when its token is valid (nullopt after answering on `res`).
+  std::optional<ApiUser> Authenticate(const std::string& authorization, httplib::Response& res);
+  void RegisterApi();
 };
 
 }  // namespace peregrine

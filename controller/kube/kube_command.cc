@@ -21,7 +21,11 @@ std::string KubeMainUsage() {
          "  --lease-namespace NS       the Lease's namespace (default: $POD_NAMESPACE or default)\n"
          "  --lease-name NAME          the Lease's name (default peregrine-controller)\n"
          "  --grpc-port N              agents' gRPC port (default 7400)\n"
-         "  --http-port N              /healthz and /metrics (default 7401)\n"
+         "  --http-port N              the peregrinectl API and /healthz (default 7401); callers need\n"
+         "                             a bearer token allowed on the TrainingJob (docs/kubernetes.md)\n"
+         "  --metrics-port N           /metrics and /healthz (default 7402)\n"
+         "  --api-audience A           audience the API's bearer tokens must have (repeatable;\n"
+         "                             default: the API server's own)\n"
          "  --agent-image IMAGE        image with /opt/peregrine/bin/peregrine-agent (required)\n"
          "  --controller-address A     host:port the agents dial\n"
          "                             (default peregrine-grpc.<POD_NAMESPACE>.svc:<grpc-port>)\n"
@@ -73,6 +77,11 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
       s = number(&m.grpc_port, 0);
     } else if (arg == "--http-port") {
       s = number(&m.http_port, 0);
+    } else if (arg == "--metrics-port") {
+      s = number(&m.metrics_port, 0);
+    } else if (arg == "--api-audience") {
+      if (value.empty()) return absl::InvalidArgumentError("--api-audience: needs a non-empty audience");
+      m.api_audiences.push_back(value);
     } else if (arg == "--agent-image") {
       m.agent_image = value;
     } else if (arg == "--controller-address") {
@@ -126,11 +135,12 @@ int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) 
     return 2;
   }
   std::fprintf(stderr,
-               "peregrine-controller: %s against %s (namespace %s); agents dial %s; grpc :%d, http :%d%s\n",
+               "peregrine-controller: %s against %s (namespace %s); agents dial %s; grpc :%d, api :%d, "
+               "metrics :%d%s\n",
                (*mode)->identity().c_str(), config->server.c_str(),
                options.mode.watch_namespace.empty() ? "<all>" : options.mode.watch_namespace.c_str(),
                options.mode.controller_address.c_str(), (*mode)->grpc_port(), (*mode)->http_port(),
-               options.mode.leader_elect ? ", leader election on" : "");
+               (*mode)->metrics_port(), options.mode.leader_elect ? ", leader election on" : "");
   bool was_leader = false;
   int code = 0;
   while (signal.load() == 0) {

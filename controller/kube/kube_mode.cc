@@ -22,6 +22,7 @@
 #include "controller/agent_service.h"
 #include "controller/controller_metrics.h"
 #include "controller/http_server.h"
+#include "controller/kube/api_reviews.h"
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/leader_election.h"
@@ -49,8 +50,11 @@
 //     never acts again (LostLeadership() turns true): the process is expected to exit and
 //     restart as a fresh candidate, as client-go controllers do, which also closes every
 //     agent stream it held so the agents reconnect to the new leader;
-//   - the gRPC AgentService and the HTTP server (/healthz, /metrics, the JSON API of
-//     http_server.h) run on every replica; the API lists the jobs this replica
+//   - the gRPC AgentService and two HTTP servers run on every replica: /metrics (and
+//     /healthz) on the metrics port, the JSON API of http_server.h (and /healthz) on the
+//     API port. Every API request carries a bearer token, which a TokenReview turns into
+//     a user, and is allowed by a SubjectAccessReview on the TrainingJob
+//     (controller/api_auth.h, kube/api_reviews.h); the API lists the jobs this replica
 //     reconciles (none on a follower) and applies a code update (POST .../code) as a
 //     read-modify-write of the TrainingJob (spec.codeVersion + hot-update annotation),
 //     which works on any replica. Agents must talk to the leader: the leader labels its
@@ -167,11 +171,14 @@ struct KubeMode::Impl {
   std::unique_ptr<AgentServiceImpl> service;
   std::unique_ptr<LeaderGatedAgentService> gated_service;
   std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<kube::KubeApiAuthorizer> authorizer;
   std::unique_ptr<HttpServer> http;
+  std::unique_ptr<HttpServer> metrics_http;
   std::unique_ptr<kube::LeaderElector> elector;
   std::vector<std::thread> workers;
   int grpc_port = 0;
   int http_port = 0;
+  int metrics_port = 0;
   std::atomic<bool> lost{false};
   std::atomic<bool> shut_down{false};
 
@@ -329,13 +336,27 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   if (!impl->grpc_server || impl->grpc_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for agents on ", options.host, ":", options.grpc_port));
   }
+  // The API checks every caller's token and access with the API server; /metrics has a
+  // port of its own, so the API's port can be closed to all but its clients.
+  impl->authorizer = std::make_unique<kube::KubeApiAuthorizer>(impl->client.get(), options.api_audiences);
   impl->http = std::make_unique<HttpServer>(impl->reconciler.get(), impl->metrics.get(), nullptr);
+  impl->http->RequireAuth(impl->authorizer.get());
+  impl->http->ServeOnly(HttpEndpoints::kApiOnly);
   auto http_port = impl->http->Start(options.host, options.http_port);
   if (!http_port.ok()) {
     impl->grpc_server->Shutdown();
     return http_port.status();
   }
   impl->http_port = *http_port;
+  impl->metrics_http = std::make_unique<HttpServer>(impl->reconciler.get(), impl->metrics.get(), nullptr);
+  impl->metrics_http->ServeOnly(HttpEndpoints::kMetricsOnly);
+  auto metrics_port = impl->metrics_http->Start(options.host, options.metrics_port);
+  if (!metrics_port.ok()) {
+    impl->http->Stop();
+    impl->grpc_server->Shutdown();
+    return metrics_port.status();
+  }
+  impl->metrics_port = *metrics_port;
 
   impl->nodes->Start();
   impl->pods->Start();
@@ -370,6 +391,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
 
 int KubeMode::grpc_port() const { return impl_->grpc_port; }
 int KubeMode::http_port() const { return impl_->http_port; }
+int KubeMode::metrics_port() const { return impl_->metrics_port; }
 const std::string& KubeMode::identity() const { return impl_->identity; }
 bool KubeMode::IsLeader() const { return impl_->IsLeader(); }
 bool KubeMode::LostLeadership() const { return impl_->lost.load(); }
@@ -389,6 +411,7 @@ void KubeMode::Shutdown() {
   if (m.pods) m.pods->Stop();
   if (m.nodes) m.nodes->Stop();
   if (m.http) m.http->Stop();
+  if (m.metrics_http) m.metrics_http->Stop();
   if (m.grpc_server) {
     m.grpc_server->Shutdown(absl::ToChronoTime(m.options.clock->Now() + absl::Seconds(1)));
     m.grpc_server->Wait();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -29,7 +30,11 @@ struct KubeModeOptions {
   uint32_t rendezvous_port = 29500;
   std::string host = "0.0.0.0";
   int grpc_port = 7400;  // 0 picks a free port
-  int http_port = 7401;  // 0 picks a free port
+  int http_port = 7401;     // the peregrinectl API (and /healthz); 0 picks a free port
+  int metrics_port = 7402;  // /metrics and /healthz; 0 picks a free port
+  // The API's callers are authenticated with TokenReviews asking for these audiences
+  // (empty: the API server's own) and authorised with SubjectAccessReviews.
+  std::vector<std::string> api_audiences;
   int workers = 1;
   int heartbeat_ms = 1000;  // agents' heartbeat interval (sent in RegisterAck)
   int agent_heartbeat_flag_ms = 0;  // >0: also passed as the agents' --heartbeat-ms
@@ -60,6 +65,7 @@ class KubeMode {
 
   int grpc_port() const;
   int http_port() const;
+  int metrics_port() const;
   const std::string& identity() const;
   // True while this replica may act (always true without leader election).
   bool IsLeader() const;

@@ -458,6 +458,7 @@ class FakeKubeApiServer::Impl {
   std::map<std::string, std::vector<std::string>> delete_log_ ABSL_GUARDED_BY(mu_);  // resource -> names
   std::map<std::pair<std::string, std::string>, int> request_counts_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
+  FakeKubeAuth auth_;  // thread-safe on its own
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -552,6 +553,18 @@ void FakeKubeApiServer::Impl::Serve(const httplib::Request& req, httplib::Respon
   };
   absl::MutexLock lock(&mu_);
   last_authorization_ = req.get_header_value("Authorization");
+  // The review APIs: create-only, nothing stored (FakeKubeAuth).
+  const bool token_review = req.path == "/apis/authentication.k8s.io/v1/tokenreviews";
+  if (token_review || req.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews") {
+    if (req.method != "POST") {
+      return write(Fail(405, "the server does not allow this method on the requested resource"));
+    }
+    ++request_counts_[{"create", token_review ? "tokenreviews.authentication.k8s.io"
+                                              : "subjectaccessreviews.authorization.k8s.io"}];
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    FakeKubeAuth::Answer a = token_review ? auth_.ReviewToken(body) : auth_.ReviewAccess(body);
+    return write(Reply{a.code, std::move(a.body)});
+  }
   absl::StatusOr<Target> t = ResolveLocked(req.path);
   if (!t.ok()) return write(Fail(404, t.status().message()));
   const std::string& m = req.method;
@@ -1439,6 +1452,8 @@ int FakeKubeApiServer::RequestCountForTest(absl::string_view verb,
   }
   return n;
 }
+FakeKubeAuth& FakeKubeApiServer::auth() { return impl_->auth_; }
+
 std::string FakeKubeApiServer::LastAuthorizationForTest() const {
   absl::MutexLock lock(&impl_->mu_);
   return impl_->last_authorization_;

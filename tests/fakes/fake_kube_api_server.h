@@ -23,8 +23,10 @@
 // Served by default: core/v1 pods, services, events, nodes (cluster-scoped);
 // coordination.k8s.io/v1 leases; events.k8s.io/v1 events; peregrine.dev/v1alpha1
 // trainingjobs. RegisterResource() adds any other group/version/plural.
-// Not modelled: authentication (the Authorization header is only recorded),
-// admission, defaulting and schema validation, strategic merge patch and server-side
+//   - TokenReview and SubjectAccessReview (create only) with the tokens and rules a test
+//     gives auth() (fake_kube_auth.h).
+// Not modelled: authentication and authorisation of the requests themselves (the
+// Authorization header is only recorded), admission, defaulting and schema validation, strategic merge patch and server-side
 // apply (415), pod graceful termination (a pod without finalizers is deleted at once),
 // namespaces as objects (every namespace exists), clusterIP allocation.
 //
@@ -45,6 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "tests/fakes/fake_kube_auth.h"
 
 namespace peregrine::testing {
 
@@ -104,6 +107,9 @@ class FakeKubeApiServer {
 
   // Serves another resource type (replacing one with the same group and plural).
   void RegisterResource(KubeResourceType type);
+
+  // The tokens and access rules TokenReview and SubjectAccessReview answer from.
+  FakeKubeAuth& auth();
 
   // ---- Test hooks ----
   // Current value of the global resourceVersion counter.

@@ -33,6 +33,8 @@ using testing::FakeKubeApiServer;
 constexpr char kNs[] = "train";
 constexpr char kJobs[] = "trainingjobs.peregrine.dev";
 
+constexpr char kCtlToken[] = "e2e-ctl-token";
+
 json JobManifest(const std::string& name, int machines, int data_parallel = -1) {
   return json{
       {"apiVersion", "peregrine.dev/v1alpha1"},
@@ -57,6 +59,17 @@ struct Env {
     secrets.plural = "secrets";
     secrets.kind = "Secret";
     server.RegisterResource(secrets);
+    // peregrinectl's token: TrainingJobs in kNs (the API checks it with the API server).
+    testing::FakeTokenIdentity ctl;
+    ctl.username = "e2e-user";
+    server.auth().AddToken(kCtlToken, ctl);
+    testing::FakeAccessRule rule;
+    rule.users = {"e2e-user"};
+    rule.verbs = {"get", "list", "update"};
+    rule.api_groups = {"peregrine.dev"};
+    rule.resources = {"trainingjobs"};
+    rule.namespace_name = kNs;
+    server.auth().AddRule(rule);
     REQUIRE(server.Start().ok());
     config.server = server.base_url();
     config.source = "test";
@@ -80,6 +93,7 @@ struct Env {
     o.host = "127.0.0.1";
     o.grpc_port = 0;
     o.http_port = 0;
+    o.metrics_port = 0;
     o.heartbeat_ms = 100;
     o.resync = absl::Seconds(2);
     o.identity = identity;
@@ -168,14 +182,14 @@ KubeMode* RunJob(Env& env, const std::string& name, int machines, uint64_t step)
 
 // A live scrape of the controller's /metrics.
 std::string Scrape(KubeMode& mode) {
-  httplib::Client http("127.0.0.1", mode.http_port());
+  httplib::Client http("127.0.0.1", mode.metrics_port());
   auto res = http.Get("/metrics");
   return res && res->status == 200 ? res->body : "";
 }
 
 // peregrinectl (the tool as a function) against the controller's HTTP API.
 testing::CapturedRun Ctl(KubeMode& mode, std::vector<std::string> args) {
-  args.insert(args.begin(), {"--controller", absl::StrCat("http://127.0.0.1:", mode.http_port())});
+  args.insert(args.begin(), {"--controller", absl::StrCat("http://127.0.0.1:", mode.http_port()), "--token", kCtlToken});
   return testing::RunCaptured([&](std::ostream& out, std::ostream& err) { return RunPeregrinectl(args, out, err); });
 }
 
