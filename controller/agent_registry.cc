@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/secret_token.h"
 #include "diagnosis/parallel_layout.h"
 
 namespace peregrine {
@@ -437,7 +438,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     auto job = jobs_.find(key);
     if (job == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", key));
     const JobBinding& binding = job->second.binding;
-    if (!binding.token.empty() && bearer_token != binding.token) {
+    if (!binding.token.empty() && !SecretTokensEqual(bearer_token, binding.token)) {
       return absl::UnauthenticatedError(absl::StrCat("bad or missing token for job ", key));
     }
     auto desired = job->second.desired.find(reg.pod_name());

@@ -9,19 +9,6 @@
 
 namespace peregrine::checkpoint {
 
-bool TokenMatches(std::string_view presented, std::string_view expected) {
-  // Every byte of the longer string is visited, so the time does not reveal the length
-  // of a matching prefix.
-  const size_t n = std::max(presented.size(), expected.size());
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
-    const unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
-    diff |= static_cast<unsigned char>(a ^ b);
-  }
-  return diff == 0;
-}
-
 std::string BearerToken(const grpc::ServerContext& context) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");

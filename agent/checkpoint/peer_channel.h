@@ -1,5 +1,5 @@
 // What both ends of the CheckpointPeer data channel share: the chunk size and layout, the bearer
-// token on a call and its constant-time check, a client stub for an address, and the
+// token on a call (compared with base/secret_token.h), a client stub for an address, and the
 // status mapping at the RPC edge. Thread-safe (no shared state).
 #ifndef PEREGRINE_AGENT_CHECKPOINT_PEER_CHANNEL_H_
 #define PEREGRINE_AGENT_CHECKPOINT_PEER_CHANNEL_H_
@@ -18,8 +18,6 @@ namespace peregrine::checkpoint {
 
 inline constexpr size_t kShardChunkBytes = 1 << 20;
 
-// True when `presented` equals `expected`, in time that depends only on their lengths.
-bool TokenMatches(std::string_view presented, std::string_view expected);
 // The job token of a call ("authorization: Bearer <token>"), empty when absent.
 std::string BearerToken(const grpc::ServerContext& context);
 // A client context carrying the token (when not empty) and a deadline of `timeout`.

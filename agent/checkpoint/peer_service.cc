@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/checkpoint/peer_channel.h"
 #include "agent/checkpoint/shard_files.h"
+#include "base/secret_token.h"
 #include "checkpoint/shard_format.h"
 #include "grpcpp/grpcpp.h"
 
@@ -26,7 +27,7 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
 
   grpc::Status PutShard(grpc::ServerContext* context, grpc::ServerReader<v1::ShardChunk>* reader,
                         v1::PutShardReply* reply) override {
-    if (!TokenMatches(BearerToken(*context), options_.token)) {
+    if (!SecretTokensEqual(BearerToken(*context), options_.token)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "PutShard: missing or wrong job token");
     }
     v1::ShardChunk chunk;
@@ -70,7 +71,7 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
 
   grpc::Status GetShard(grpc::ServerContext* context, const v1::GetShardRequest* request,
                         grpc::ServerWriter<v1::ShardChunk>* writer) override {
-    if (!TokenMatches(BearerToken(*context), options_.token)) {
+    if (!SecretTokensEqual(BearerToken(*context), options_.token)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "GetShard: missing or wrong job token");
     }
     absl::StatusOr<std::string> path = options_.store->FindShard(request->key());

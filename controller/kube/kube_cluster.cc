@@ -2,12 +2,12 @@
 
 #include <cctype>
 #include <optional>
-#include <random>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/secret_token.h"
 #include "controller/kube/json_fields.h"
 #include "controller/status_json.h"
 
@@ -35,12 +35,6 @@ namespace {
 using nlohmann::json;
 using kube::Path;
 using kube::Str;
-
-std::string NewToken() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  return absl::StrFormat("%016x%016x", gen(), gen());
-}
 
 }  // namespace
 
@@ -213,12 +207,14 @@ absl::StatusOr<std::string> KubeCluster::EnsureJobObjects(const TrainingJob& job
   auto secret = client_->Get(SecretsPath(ns), JobSecretName(job));
   if (absl::IsNotFound(secret.status())) {
     if (auto s = CheckMayWrite("create secret"); !s.ok()) return s;
+    absl::StatusOr<std::string> fresh = NewSecretToken();
+    if (!fresh.ok()) return fresh.status();
     json body = {{"apiVersion", "v1"},
                  {"kind", "Secret"},
                  {"metadata", {{"name", JobSecretName(job)}, {"namespace", ns}, {"labels", labels},
                                {"ownerReferences", owners}}},
                  {"type", "Opaque"},
-                 {"data", {{kJobTokenKey, absl::Base64Escape(NewToken())}}}};
+                 {"data", {{kJobTokenKey, absl::Base64Escape(*fresh)}}}};
     secret = client_->Create(SecretsPath(ns), body);
     if (absl::IsAlreadyExists(secret.status())) secret = client_->Get(SecretsPath(ns), JobSecretName(job));
   }

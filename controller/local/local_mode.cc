@@ -10,11 +10,11 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/secret_token.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
 #include "controller/controller_metrics.h"
@@ -32,9 +32,9 @@ absl::StatusOr<std::string> EnsureToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
   if (in && std::getline(in, token) && !token.empty()) return token;
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  token = absl::StrFormat("%016x%016x", gen(), gen());
+  absl::StatusOr<std::string> fresh = NewSecretToken();
+  if (!fresh.ok()) return fresh.status();
+  token = *fresh;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
