@@ -58,7 +58,7 @@ TEST_CASE("helm template renders the default objects", "[integration]") {
   for (const YAML::Node& o : objects) kinds.insert(o["kind"].Scalar());
   CHECK(kinds == std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Service",
-                                            "Deployment", "PodDisruptionBudget"});
+                                            "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"});
   // The chart ships the same CRD as crds/.
   const YAML::Node crd = One(objects, "CustomResourceDefinition");
   const YAML::Node source = YAML::LoadFile((SourceDir() / "crds/peregrine.dev_trainingjobs.yaml").string());
@@ -87,7 +87,7 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(Strings(c["args"]) ==
         std::vector<std::string>{"--leader-elect", "--lease-namespace", kNamespace, "--lease-name",
                                  "peregrine-controller", "--grpc-port", "7400",
-                                 "--http-port", "7401", "--agent-image",
+                                 "--http-port", "7401", "--metrics-port", "7402", "--agent-image",
                                  "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
                                  std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--log-level", "info"});
   // Every rendered flag is one the controller accepts, with the values meant.
@@ -96,6 +96,8 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(flags.mode.lease_namespace == kNamespace);
   CHECK(flags.mode.grpc_port == 7400);
   CHECK(flags.mode.http_port == 7401);
+  CHECK(flags.mode.metrics_port == 7402);
+  CHECK(flags.mode.api_audiences.empty());
   CHECK(flags.mode.agent_image == "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion());
   CHECK(flags.mode.controller_address == std::string("peregrine-grpc.") + kNamespace + ".svc:7400");
   CHECK(flags.log_level == "info");
@@ -108,11 +110,11 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
                                                          {"POD_NAMESPACE", "metadata.namespace"}});
   std::map<std::string, int> ports;
   for (const YAML::Node& p : c["ports"]) ports[p["name"].Scalar()] = p["containerPort"].as<int>();
-  CHECK(ports == std::map<std::string, int>{{"grpc", 7400}, {"http", 7401}});
+  CHECK(ports == std::map<std::string, int>{{"grpc", 7400}, {"http", 7401}, {"metrics", 7402}});
   for (const char* probe : {"livenessProbe", "readinessProbe"}) {
     INFO(probe);
     CHECK(c[probe]["httpGet"]["path"].Scalar() == "/healthz");
-    CHECK(c[probe]["httpGet"]["port"].Scalar() == "http");
+    CHECK(c[probe]["httpGet"]["port"].Scalar() == "metrics");  // not the API port
   }
   const YAML::Node sc = c["securityContext"];
   CHECK(sc["runAsNonRoot"].as<bool>());
@@ -149,6 +151,9 @@ TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") 
       {{"", "events"}, V{"create", "patch"}},
       // Informer; MergePatch of node labels.
       {{"", "nodes"}, V{"list", "patch", "watch"}},
+      // The HTTP API's callers: TokenReview and SubjectAccessReview (kube/api_reviews.h).
+      {{"authentication.k8s.io", "tokenreviews"}, V{"create"}},
+      {{"authorization.k8s.io", "subjectaccessreviews"}, V{"create"}},
   };
   const YAML::Node cluster_role = One(objects, "ClusterRole");
   CHECK(RulesOf(cluster_role) == expected_cluster);
@@ -181,7 +186,7 @@ TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") 
   }
 }
 
-TEST_CASE("Services expose the agents' gRPC and the metrics ports", "[integration]") {
+TEST_CASE("Services expose the agents' gRPC, the API and the metrics ports", "[integration]") {
   Helm helm;
   const std::vector<YAML::Node> objects = helm.Render();
   const YAML::Node pod_labels = One(objects, "Deployment")["spec"]["template"]["metadata"]["labels"];
@@ -201,9 +206,15 @@ TEST_CASE("Services expose the agents' gRPC and the metrics ports", "[integratio
   const YAML::Node metrics = ServiceNamed(objects, "-metrics");
   REQUIRE(metrics["spec"]["ports"].size() == 1);
   CHECK(metrics["spec"]["ports"][0]["name"].Scalar() == "http-metrics");
-  CHECK(metrics["spec"]["ports"][0]["port"].as<int>() == 7401);
-  CHECK(metrics["spec"]["ports"][0]["targetPort"].Scalar() == "http");
+  CHECK(metrics["spec"]["ports"][0]["port"].as<int>() == 7402);
+  CHECK(metrics["spec"]["ports"][0]["targetPort"].Scalar() == "metrics");
   CHECK(Selects(metrics["spec"]["selector"], pod_labels));
+
+  const YAML::Node api = ServiceNamed(objects, "-api");
+  REQUIRE(api["spec"]["ports"].size() == 1);
+  CHECK(api["spec"]["ports"][0]["port"].as<int>() == 7401);
+  CHECK(api["spec"]["ports"][0]["targetPort"].Scalar() == "http");
+  CHECK(Selects(api["spec"]["selector"], pod_labels));
 
   // With leaderOnly off, the gRPC Service spans every replica.
   const std::vector<YAML::Node> all = helm.Render({"--set", "grpcService.leaderOnly=false"});
@@ -246,7 +257,8 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   CHECK(deploy["spec"]["replicas"].as<int>() == 1);
   const YAML::Node c = deploy["spec"]["template"]["spec"]["containers"][0];
   CHECK(c["image"].Scalar() == "ghcr.io/peregrine-dev/peregrine-controller:1.2.3");
-  CHECK(Strings(c["args"]) == std::vector<std::string>{"--grpc-port", "7400", "--http-port", "7401", "--agent-image",
+  CHECK(Strings(c["args"]) == std::vector<std::string>{"--grpc-port", "7400", "--http-port", "7401", "--metrics-port",
+                                                      "7402", "--agent-image",
                                                       "ghcr.io/peregrine-dev/peregrine-agent:9.9.9",
                                                       "--controller-address",
                                                       std::string("peregrine-grpc.") + kNamespace + ".svc:7400",
@@ -257,6 +269,21 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   // Without election nothing sets peregrine.dev/leader, so the gRPC Service must select
   // the replica by its plain labels or the agents reach no controller.
   CHECK(Selects(ServiceNamed(objects, "-grpc")["spec"]["selector"], deploy["spec"]["template"]["metadata"]["labels"]));
+}
+
+TEST_CASE("API audiences and ports from values reach the controller's flags", "[integration]") {
+  Helm helm;
+  const std::vector<YAML::Node> objects =
+      helm.Render({"--set", "controller.apiAudiences={peregrine,https://kubernetes.default.svc}", "--set",
+                   "controller.metricsPort=9102", "--set", "controller.httpPort=9101"});
+  const YAML::Node c = One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+  const KubeMainOptions flags = ParseControllerArgs(c);
+  CHECK(flags.mode.api_audiences == std::vector<std::string>{"peregrine", "https://kubernetes.default.svc"});
+  CHECK(flags.mode.metrics_port == 9102);
+  CHECK(flags.mode.http_port == 9101);
+  std::map<std::string, int> ports;
+  for (const YAML::Node& p : c["ports"]) ports[p["name"].Scalar()] = p["containerPort"].as<int>();
+  CHECK(ports == std::map<std::string, int>{{"grpc", 7400}, {"http", 9101}, {"metrics", 9102}});
 }
 
 TEST_CASE("the agents dial the gRPC Service of this release, whatever its name", "[integration]") {
