@@ -1,5 +1,7 @@
 #include "agent/agent_components.h"
 
+#include <time.h>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -110,6 +112,10 @@ absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const A
   inspect.kmsg_path = options.kmsg_path;
   inspect.sysfs_root = options.sysfs_root;
   inspect.use_dmesg_fallback = sim_dir.empty();
+  // The kernel log counts from this agent's start on (the kernel's clock).
+  timespec started{};
+  clock_gettime(CLOCK_MONOTONIC, &started);
+  inspect.kernel_log_since_us = static_cast<int64_t>(started.tv_sec) * 1000000 + started.tv_nsec / 1000;
   if (!options.log_dir.empty()) inspect.volumes.push_back(options.log_dir);
   return std::make_unique<InspectionRunner>(inspect);
 }

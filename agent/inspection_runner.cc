@@ -69,6 +69,7 @@ InspectionRunner::InspectionRunner(InspectionRunnerOptions options) {
   KernelLogOptions kmsg;
   kmsg.kmsg_path = options.kmsg_path;
   if (!options.use_dmesg_fallback) kmsg.dmesg.clear();
+  kmsg.ignore_before_us = options.kernel_log_since_us;
   inspector_.Add(std::make_unique<KernelLogInspection>(kmsg), InspectionSchedule{options.kernel_log_interval, 1});
 
   NetworkInspectionOptions net;

@@ -39,6 +39,7 @@ struct InspectionRunnerOptions {
   std::vector<std::string> volumes;  // host volumes to watch (log dir, checkpoints)
   int expected_gpus = 0;             // > 0: fewer visible GPUs is a machine fault
   bool use_dmesg_fallback = true;    // read `dmesg` when kmsg_path cannot be opened
+  int64_t kernel_log_since_us = -1;  // KernelLogOptions::ignore_before_us (the agent's start)
   absl::Duration gpu_interval = absl::Seconds(10);
   absl::Duration kernel_log_interval = absl::Seconds(1);
   absl::Duration network_interval = absl::Seconds(1);

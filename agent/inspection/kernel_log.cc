@@ -315,6 +315,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
 
   std::map<std::string, std::vector<XidEvent>> this_run;  // non-fatal, by PCI id
   for (const KmsgRecord& r : in.records) {
+    if (r.timestamp_us < options_.ignore_before_us) continue;  // logged before this agent
     absl::StatusOr<std::optional<XidEvent>> xid = ParseXid(r.message);
     if (!xid.ok()) {
       add_error(xid.status());

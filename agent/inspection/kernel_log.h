@@ -72,6 +72,11 @@ struct KernelLogOptions {
   std::string dmesg = "dmesg";          // fallback command; empty disables it
   absl::Duration command_timeout = absl::Seconds(10);
   size_t max_records_per_run = 100000;  // bounds one run's work
+  // Records the kernel logged before this time (its clock: CLOCK_MONOTONIC microseconds,
+  // as /dev/kmsg and dmesg stamp them) are skipped: an Xid from before this agent started
+  // (an earlier job's, a GPU reset since recovered) does not count against the machine.
+  // -1: every record counts.
+  int64_t ignore_before_us = -1;
 };
 
 class KernelLogInspection : public Inspection {

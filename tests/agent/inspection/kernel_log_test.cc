@@ -191,6 +191,30 @@ TEST_CASE("kernel log: inspection over a kmsg-format file, read incrementally", 
   CHECK(err->summary.find("1 unparseable") != std::string::npos);
 }
 
+TEST_CASE("kernel log: records logged before the agent started do not count", "[integration]") {
+  TempDir dir;
+  // An Xid 79 from an earlier job (t = 1 s after boot), then, after the agent's start at
+  // t = 2 s, a recoverable Xid 63 on another GPU.
+  const std::string path = dir.Write("kmsg",
+                                     "3,10,1000000,-;NVRM: Xid (PCI:0000:db:00): 79, pid=1, name=old, GPU has fallen off the bus.\n"
+                                     "4,11,3000000,-;NVRM: Xid (PCI:0000:5d:00): 63, pid=2, name=train, Row Remapper\n");
+  KernelLogOptions options;
+  options.kmsg_path = path;
+  options.dmesg = "";
+  options.ignore_before_us = 2000000;
+  KernelLogInspection inspection(options);
+  std::vector<InspectionResult> rs = inspection.Run(kNow);
+  CHECK(Find(rs, "PCI:0000:db:00") == nullptr);
+  REQUIRE(Find(rs, "PCI:0000:5d:00") != nullptr);
+  CHECK(Find(rs, "PCI:0000:5d:00")->status == InspectionOutcome::kWarning);
+  // Without the bound the old machine-fatal Xid would count.
+  options.ignore_before_us = -1;
+  KernelLogInspection everything(options);
+  rs = everything.Run(kNow);
+  REQUIRE(Find(rs, "PCI:0000:db:00") != nullptr);
+  CHECK(Find(rs, "PCI:0000:db:00")->status == InspectionOutcome::kFault);
+}
+
 TEST_CASE("kernel log: the real /dev/kmsg of this machine", "[integration]") {
   KernelLogInspection inspection(KernelLogOptions{});
   const std::vector<InspectionResult> rs = inspection.Run(kNow);
