@@ -1,7 +1,14 @@
 #include "controller/status_json.h"
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +21,55 @@ namespace {
 using nlohmann::json;
 
 std::string Time(int64_t nanos) { return nanos == 0 ? "" : FormatRfc3339(nanos); }
+
+// Integers read from the JSON. A number that is not whole or does not fit T (or a
+// non-number) throws std::invalid_argument naming `key`, which JobStatusFromJson turns
+// into an error: nlohmann's own conversion would cast such a double to T, which is
+// undefined behaviour.
+template <typename T>
+T CheckedInt(const json& v, const char* key) {
+  constexpr T kMin = std::numeric_limits<T>::min();
+  constexpr T kMax = std::numeric_limits<T>::max();
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(kMax)) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i >= 0 ? static_cast<uint64_t>(i) <= static_cast<uint64_t>(kMax)
+               : std::is_signed_v<T> && i >= static_cast<int64_t>(kMin)) {
+      return static_cast<T>(i);
+    }
+  } else if (v.is_number_float()) {
+    // Whole doubles in [kMin, kMax + 1) convert; both bounds are exact in a double.
+    const double d = v.get<double>();
+    if (std::trunc(d) == d && d >= static_cast<double>(kMin) && d < static_cast<double>(kMax) + 1.0) {
+      return static_cast<T>(d);
+    }
+  }
+  throw std::invalid_argument(absl::StrCat(key, ": expected an integer in [", kMin, ", ", kMax, "], got ", v.dump()));
+}
+
+template <typename T>
+T IntValue(const json& j, const char* key, T fallback) {
+  return j.contains(key) ? CheckedInt<T>(j[key], key) : fallback;
+}
+
+template <typename T>
+std::vector<T> IntVector(const json& j, const char* key) {
+  std::vector<T> out;
+  if (!j.contains(key)) return out;
+  if (!j[key].is_array()) throw std::invalid_argument(absl::StrCat(key, ": expected an array of integers"));
+  for (const json& v : j[key]) out.push_back(CheckedInt<T>(v, key));
+  return out;
+}
+
+std::map<std::string, int64_t> IntMap(const json& j, const char* key) {
+  std::map<std::string, int64_t> out;
+  if (!j.contains(key)) return out;
+  if (!j[key].is_object()) throw std::invalid_argument(absl::StrCat(key, ": expected an object of integers"));
+  for (const auto& [name, v] : j[key].items()) out[name] = CheckedInt<int64_t>(v, key);
+  return out;
+}
 
 int64_t ParseTime(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) return 0;
@@ -74,24 +130,24 @@ json CheckpointToJson(const CheckpointStatus& c) {
 
 CheckpointStatus CheckpointFromJson(const json& j) {
   CheckpointStatus c;
-  c.last_complete_step = j.value("lastCompleteStep", uint64_t{0});
-  c.last_persisted_step = j.value("lastPersistedStep", uint64_t{0});
+  c.last_complete_step = IntValue<uint64_t>(j, "lastCompleteStep", 0);
+  c.last_persisted_step = IntValue<uint64_t>(j, "lastPersistedStep", 0);
   for (const json& p : j.value("placement", json::array())) {
-    c.placement.push_back(CheckpointSlotPlacement{p.at("slot").get<int>(), p.value("holders", std::vector<int>{})});
+    c.placement.push_back(CheckpointSlotPlacement{CheckedInt<int>(p.at("slot"), "slot"), IntVector<int>(p, "holders")});
   }
   c.degraded_reason = j.value("degradedReason", "");
-  c.failed_steps = j.value("failedSteps", std::vector<uint64_t>{});
+  c.failed_steps = IntVector<uint64_t>(j, "failedSteps");
   for (const json& e : j.value("events", json::array())) {
     CheckpointEventRecord r;
     r.at = ParseTime(e, "at");
     r.pod = e.value("pod", "");
     ReadEnum(e, "kind", ParseCheckpointEventKind, "checkpoint.events[].kind", &r.kind);
-    r.step = e.value("step", uint64_t{0});
-    r.global_rank = e.value("globalRank", -1);
+    r.step = IntValue<uint64_t>(e, "step", 0);
+    r.global_rank = IntValue<int>(e, "globalRank", -1);
     r.detail = e.value("detail", "");
     c.events.push_back(std::move(r));
   }
-  c.events_seen = j.value("eventsSeen", std::map<std::string, int64_t>{});
+  c.events_seen = IntMap(j, "eventsSeen");
   return c;
 }
 
@@ -154,38 +210,38 @@ json StackDiagnosisToJson(const StackDiagnosisStatus& d) {
 
 StackDiagnosisStatus StackDiagnosisFromJson(const json& j) {
   StackDiagnosisStatus d;
-  d.progress_attempt = j.value("progressAttempt", uint64_t{0});
-  d.progress_step = j.value("progressStep", uint64_t{0});
+  d.progress_attempt = IntValue<uint64_t>(j, "progressAttempt", 0);
+  d.progress_step = IntValue<uint64_t>(j, "progressStep", 0);
   d.progress_at = ParseTime(j, "progressAt");
   d.healthy_iteration_seconds = j.value("healthyIterationSeconds", 0.0);
   d.degraded_since = ParseTime(j, "degradedSince");
-  d.next_id = j.value("nextId", uint64_t{1});
+  d.next_id = IntValue<uint64_t>(j, "nextId", 1);
   for (const json& i : j.value("investigations", json::array())) {
     StackInvestigation inv;
-    inv.id = i.at("id");
+    inv.id = CheckedInt<decltype(inv.id)>(i.at("id"), "id");
     ReadEnum(i, "kind", ParseInvestigationKind, "stackDiagnosis.investigations[].kind", &inv.kind);
     ReadEnum(i, "state", ParseInvestigationState, "stackDiagnosis.investigations[].state", &inv.state);
-    inv.attempt = i.value("attempt", uint64_t{0});
-    inv.incident_id = i.value("incidentId", uint64_t{0});
+    inv.attempt = IntValue<uint64_t>(i, "attempt", 0);
+    inv.incident_id = IntValue<uint64_t>(i, "incidentId", 0);
     inv.signal = i.value("signal", "");
     inv.started_at = ParseTime(i, "startedAt");
     inv.ended_at = ParseTime(i, "endedAt");
-    inv.rounds_planned = i.value("roundsPlanned", 1);
+    inv.rounds_planned = IntValue<int>(i, "roundsPlanned", 1);
     inv.next_round_at = ParseTime(i, "nextRoundAt");
     for (const json& r : i.value("rounds", json::array())) {
       StackRound round;
       round.started_at = ParseTime(r, "startedAt");
       round.finished_at = ParseTime(r, "finishedAt");
       round.groups = r.value("groups", std::vector<std::string>{});
-      round.suspect_ranks = r.value("suspectRanks", std::vector<int>{});
-      round.unanswered_slots = r.value("unansweredSlots", std::vector<int>{});
+      round.suspect_ranks = IntVector<int>(r, "suspectRanks");
+      round.unanswered_slots = IntVector<int>(r, "unansweredSlots");
       round.flagged_kind = r.value("flaggedKind", "");
-      round.flagged_index = r.value("flaggedIndex", -1);
+      round.flagged_index = IntValue<int>(r, "flaggedIndex", -1);
       round.explanation = r.value("explanation", "");
       inv.rounds.push_back(std::move(round));
     }
     inv.chosen_group = i.value("chosenGroup", "");
-    inv.slots = i.value("slots", std::vector<int>{});
+    inv.slots = IntVector<int>(i, "slots");
     inv.machines = i.value("machines", std::vector<std::string>{});
     inv.explanation = i.value("explanation", "");
     d.investigations.push_back(std::move(inv));
@@ -312,19 +368,19 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     const json j = json::parse(text);
     JobStatus s;
     s.phase = PhaseFromName(j.at("phase").get<std::string>());
-    s.observed_generation = j.value("observedGeneration", int64_t{0});
+    s.observed_generation = IntValue<int64_t>(j, "observedGeneration", 0);
     for (const json& c : j.value("conditions", json::array())) {
       Condition condition{c.at("type"), ConditionStatus::kUnknown, c.value("reason", ""), c.value("message", ""),
-                          c.value("observedGeneration", int64_t{0}), ParseTime(c, "lastTransitionTime")};
+                          IntValue<int64_t>(c, "observedGeneration", 0), ParseTime(c, "lastTransitionTime")};
       c.at("status");  // required
       ReadEnum(c, "status", ParseConditionStatus, "conditions[].status", &condition.status);
       s.conditions.push_back(std::move(condition));
     }
-    s.attempt = j.value("attempt", uint64_t{0});
-    s.resume_step = j.value("resumeStep", uint64_t{0});
+    s.attempt = IntValue<uint64_t>(j, "attempt", 0);
+    s.resume_step = IntValue<uint64_t>(j, "resumeStep", 0);
     s.attempt_started_at = ParseTime(j, "attemptStartedAt");
     s.master_addr = j.value("masterAddr", "");
-    s.master_port = j.value("masterPort", uint32_t{0});
+    s.master_port = IntValue<uint32_t>(j, "masterPort", 0);
     if (j.contains("codeVersion")) s.code = CodeFromJson(j["codeVersion"]);
     for (const json& v : j.value("versionHistory", json::array())) {
       VersionRecord record;
@@ -332,7 +388,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       record.applied_at = ParseTime(v, "appliedAt");
       record.reason = v.value("reason", "");
       ReadEnum(v, "outcome", ParseVersionOutcome, "versionHistory[].outcome", &record.outcome);
-      record.applied_at_step = v.value("appliedAtStep", uint64_t{0});
+      record.applied_at_step = IntValue<uint64_t>(v, "appliedAtStep", 0);
       s.version_history.push_back(std::move(record));
     }
     if (j.contains("pendingCode")) {
@@ -343,16 +399,16 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.network_alarms.push_back(NetworkAlarmRecord{a.value("machineId", ""), ParseTime(a, "at"), a.value("summary", "")});
     }
     for (const json& m : j.value("machines", json::array())) {
-      s.slots.push_back(SlotStatus{m.at("index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
+      s.slots.push_back(SlotStatus{CheckedInt<int>(m.at("index"), "index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
     }
     const json standby = j.value("standby", json::object());
-    s.standby_desired = standby.value("desired", 0);
-    s.standby_ready = standby.value("ready", 0);
+    s.standby_desired = IntValue<int>(standby, "desired", 0);
+    s.standby_ready = IntValue<int>(standby, "ready", 0);
     for (const json& m : standby.value("pods", json::array())) {
       s.standbys.push_back(StandbyStatus{m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
     }
-    s.last_completed_step = j.value("lastCompletedStep", uint64_t{0});
-    s.max_completed_step = j.value("maxCompletedStep", uint64_t{0});
+    s.last_completed_step = IntValue<uint64_t>(j, "lastCompletedStep", 0);
+    s.max_completed_step = IntValue<uint64_t>(j, "maxCompletedStep", 0);
     s.mean_iteration_seconds = j.value("meanIterationSeconds", 0.0);
     s.started_at = ParseTime(j, "startedAt");
     s.finished_at = ParseTime(j, "finishedAt");
@@ -360,7 +416,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.ettr = j.value("ettr", 1.0);
     for (const json& i : j.value("incidents", json::array())) {
       Incident inc;
-      inc.id = i.at("id");
+      inc.id = CheckedInt<decltype(inc.id)>(i.at("id"), "id");
       ReadEnum(i, "kind", ParseIncidentKind, "incidents[].kind", &inc.kind);
       inc.signal = i.value("signal", "");
       inc.detected_at = ParseTime(i, "detectedAt");
@@ -369,9 +425,9 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       inc.machines = i.value("machines", std::vector<std::string>{});
       inc.decision = i.value("decision", "");
       inc.actions = i.value("actions", std::vector<std::string>{});
-      inc.step_at_failure = i.value("stepAtFailure", uint64_t{0});
-      inc.resume_step = i.value("resumeStep", uint64_t{0});
-      inc.steps_redone = i.value("stepsRedone", uint64_t{0});
+      inc.step_at_failure = IntValue<uint64_t>(i, "stepAtFailure", 0);
+      inc.resume_step = IntValue<uint64_t>(i, "resumeStep", 0);
+      inc.steps_redone = IntValue<uint64_t>(i, "stepsRedone", 0);
       inc.training_time_lost_seconds = i.value("trainingTimeLostSeconds", 0.0);
       if (i.contains("diagnosis")) inc.diagnosis = StagesFromJson(i["diagnosis"]);
       s.incidents.push_back(std::move(inc));
@@ -380,36 +436,36 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at"),
                                    e.value("quarantined", false)});
     }
-    s.next_incident_id = j.value("nextIncidentId", uint64_t{1});
-    s.next_pod_serial = j.value("nextPodSerial", uint64_t{0});
-    s.recoveries = j.value("recoveries", 0);
-    s.reattempts = j.value("reattempts", 0);
+    s.next_incident_id = IntValue<uint64_t>(j, "nextIncidentId", 1);
+    s.next_pod_serial = IntValue<uint64_t>(j, "nextPodSerial", 0);
+    s.recoveries = IntValue<int>(j, "recoveries", 0);
+    s.reattempts = IntValue<int>(j, "reattempts", 0);
     s.triage_deadline = ParseTime(j, "triageDeadline");
-    s.rollbacks = j.value("rollbacks", 0);
+    s.rollbacks = IntValue<int>(j, "rollbacks", 0);
     if (j.contains("lossReference")) {
       const json& l = j["lossReference"];
       s.loss_reference.losses = l.value("losses", std::vector<double>{});
       s.loss_reference.grad_norms = l.value("gradNorms", std::vector<double>{});
-      s.loss_reference.step = l.value("step", uint64_t{0});
+      s.loss_reference.step = IntValue<uint64_t>(l, "step", 0);
     }
     if (j.contains("diagnosis")) {
       const json& d = j["diagnosis"];
       StopTimeDiagnosis x;
-      x.incident_id = d.at("incidentId").get<uint64_t>();
+      x.incident_id = CheckedInt<uint64_t>(d.at("incidentId"), "incidentId");
       x.numeric = d.value("numeric", false);
       ReadRequiredEnum(d, "stage", ParseStopTimeStage, "diagnosis.stage", &x.stage);
-      x.round = d.value("round", 0);
+      x.round = IntValue<int>(d, "round", 0);
       x.stage_started_at = ParseTime(d, "stageStartedAt");
-      x.port_base = d.value("portBase", uint32_t{0});
+      x.port_base = IntValue<uint32_t>(d, "portBase", 0);
       x.outcomes = d.value("outcomes", std::map<std::string, std::string>{});
       s.diagnosis = std::move(x);
     }
     for (const json& f : j.value("failSlows", json::array())) {
       FailSlowFinding x;
-      x.id = f.at("id");
+      x.id = CheckedInt<decltype(x.id)>(f.at("id"), "id");
       ReadEnum(f, "state", ParseFailSlowState, "failSlows[].state", &x.state);
       ReadEnum(f, "kind", ParseFailSlowKind, "failSlows[].kind", &x.kind);
-      x.ranks = f.value("ranks", std::vector<int>{});
+      x.ranks = IntVector<int>(f, "ranks");
       x.group = f.value("group", "");
       x.machines = f.value("machines", std::vector<std::string>{});
       x.severity = f.value("severity", 0.0);
@@ -425,7 +481,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
         const json& v = f.at("validation");
         FailSlowValidation& y = x.validation;
         ReadEnum(v, "state", ParseValidationState, "failSlows[].validation.state", &y.state);
-        y.pass = v.value("pass", 0);
+        y.pass = IntValue<int>(v, "pass", 0);
         ReadEnum(v, "verdict", ParseValidationVerdict, "failSlows[].validation.verdict", &y.verdict);
         y.started_at = ParseTime(v, "startedAt");
         y.phase_started_at = ParseTime(v, "phaseStartedAt");
@@ -433,14 +489,14 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
         y.machines = v.value("machines", std::vector<std::string>{});
         y.link_kinds = v.value("linkKinds", "");
         y.master_addr = v.value("masterAddr", "");
-        y.master_port = v.value("masterPort", uint32_t{0});
-        y.slow_gpus = v.value("slowGpus", std::vector<int>{});
+        y.master_port = IntValue<uint32_t>(v, "masterPort", 0);
+        y.slow_gpus = IntVector<int>(v, "slowGpus");
         y.slow_links = v.value("slowLinks", std::vector<std::string>{});
         y.detail = v.value("detail", "");
       }
       s.fail_slows.push_back(std::move(x));
     }
-    s.next_fail_slow_id = j.value("nextFailSlowId", uint64_t{1});
+    s.next_fail_slow_id = IntValue<uint64_t>(j, "nextFailSlowId", 1);
     if (j.contains("stackDiagnosis")) s.stack_diagnosis = StackDiagnosisFromJson(j["stackDiagnosis"]);
     if (j.contains("checkpoint")) s.checkpoint = CheckpointFromJson(j["checkpoint"]);
     return s;

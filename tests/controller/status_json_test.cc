@@ -81,5 +81,29 @@ TEST_CASE("JobStatusFromJson names what is wrong", "[unit]") {
   CHECK_THAT(std::string(bad_time.status().message()), Catch::Contains("startedAt"));
 }
 
+TEST_CASE("JobStatusFromJson refuses an integer field that is out of range or not whole (fuzz finding)", "[unit]") {
+  struct Case {
+    std::string body, field;
+  };
+  for (const Case& c : {Case{R"({"phase":"Running","recoveries":1e300})", "recoveries"},
+                        Case{R"({"phase":"Running","recoveries":2147483648})", "recoveries"},
+                        Case{R"({"phase":"Running","attempt":-1})", "attempt"},
+                        Case{R"({"phase":"Running","lastCompletedStep":1.5})", "lastCompletedStep"},
+                        Case{R"({"phase":"Running","masterPort":4294967296})", "masterPort"},
+                        Case{R"({"phase":"Running","machines":[{"index":1e10,"pod":"p"}]})", "index"},
+                        Case{R"({"phase":"Running","incidents":[{"id":-3e40,"kind":"Hang"}]})", "id"}}) {
+    INFO(c.body);
+    auto r = JobStatusFromJson(c.body);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains(c.field + ": expected an integer"));
+  }
+  // Whole numbers written as doubles still read.
+  auto whole = JobStatusFromJson(R"({"phase":"Running","recoveries":3.0,"attempt":2e3})");
+  REQUIRE(whole.ok());
+  CHECK(whole->recoveries == 3);
+  CHECK(whole->attempt == 2000);
+}
+
 }  // namespace
 }  // namespace peregrine
