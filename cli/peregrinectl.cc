@@ -4,17 +4,20 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/analyze/analyze_command.h"
+#include "cli/kube_credentials.h"
 #include "proto/api/code_update_request.h"
 #include "proto/api/fault_request.h"
 
@@ -22,7 +25,8 @@ namespace peregrine {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: peregrinectl [--controller URL | --state-dir DIR] [--token T | --token-file F] COMMAND ...\n"
+    "usage: peregrinectl [--controller URL | --state-dir DIR] [--token T | --token-file F]\n"
+    "                    [--kubeconfig FILE] [--context NAME] COMMAND ...\n"
     "  status [NAMESPACE/]NAME\n"
     "      phase, attempt, step, ETTR, standbys, machines and incidents of a job\n"
     "  inject KIND [NAMESPACE/]NAME (--slot N | --machine ID) [--local-rank R]\n"
@@ -46,10 +50,12 @@ constexpr char kUsage[] =
     "The controller is found with --controller (http://HOST:PORT), or DIR/controller.json of\n"
     "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n"
     "A Kubernetes-mode controller needs a Kubernetes bearer token allowed on the TrainingJob:\n"
-    "--token T, or --token-file F (its first line; e.g. kubectl create token NAME > F).\n";
+    "--token T, or --token-file F (its first line), else the token or tokenFile of the\n"
+    "kubeconfig's user (kubectl config view --minify, with --kubeconfig and --context);\n"
+    "exec and auth-provider plugins are not run: pass --token-file <(kubectl create token SA).\n";
 
 struct Args {
-  std::string controller, state_dir, command, job, token, token_file;
+  std::string controller, state_dir, command, job, token, token_file, kubeconfig, context;
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
 };
@@ -76,6 +82,10 @@ std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a
         a->token = value;
       } else if (name == "token-file") {
         a->token_file = value;
+      } else if (name == "kubeconfig") {
+        a->kubeconfig = value;
+      } else if (name == "context") {
+        a->context = value;
       } else {
         a->flags[name] = value;
       }
@@ -179,7 +189,8 @@ std::optional<nlohmann::json> JsonAnswer(const httplib::Result& res, const std::
 }
 
 // POSTs a code update; prints the controller's message.
-int Update(const Args& a, httplib::Client& client, const std::string& url, const std::string& path,
+int Update(const Args& a, const std::function<httplib::Result(const std::function<httplib::Result()>&)>& send,
+           httplib::Client& client, const std::string& url, const std::string& path,
            std::ostream& out, std::ostream& err) {
   CodeUpdateRequest r;
   for (const auto& [flag, value] : a.flags) {
@@ -217,7 +228,7 @@ int Update(const Args& a, httplib::Client& client, const std::string& url, const
     err << "peregrinectl: " << parsed.status().message() << "\n";
     return 2;
   }
-  auto res = client.Post(absl::StrCat(path, "/code").c_str(), body, "application/json");
+  auto res = send([&] { return client.Post(absl::StrCat(path, "/code").c_str(), body, "application/json"); });
   if (!res) {
     err << "peregrinectl: cannot reach the controller at " << url << ": " << httplib::to_string(res.error()) << "\n";
     return 1;
@@ -282,13 +293,31 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   }
   httplib::Client client(*url);
   if (!token.empty()) client.set_bearer_token_auth(token);
+  // A controller that asks for a bearer token (Kubernetes mode) gets the kubeconfig's,
+  // unless one was given; local controllers never ask, so no kubeconfig is read for them.
+  auto send = [&](const std::function<httplib::Result()>& request) -> httplib::Result {
+    httplib::Result res = request();
+    if (!res || res->status != 401 || !token.empty() ||
+        !absl::StartsWithIgnoreCase(res->get_header_value("WWW-Authenticate"), "Bearer")) {
+      return res;
+    }
+    absl::StatusOr<std::string> kube_token = KubeconfigToken(a.kubeconfig, a.context);
+    if (!kube_token.ok()) {
+      err << "peregrinectl: the controller needs a Kubernetes bearer token and the kubeconfig gives none: "
+          << kube_token.status().message() << " (pass --token or --token-file)\n";
+      return res;
+    }
+    token = *kube_token;
+    client.set_bearer_token_auth(token);
+    return request();
+  };
   client.set_connection_timeout(5);
   client.set_read_timeout(30);
   const std::string path = absl::StrCat("/api/v1/jobs/", ns, "/", name);
 
   if (a.command == "status") {
     constexpr char kNotStatus[] = "the controller answered something that is not a job status";
-    const std::optional<nlohmann::json> j = JsonAnswer(client.Get(path.c_str()), *url, kNotStatus, err);
+    const std::optional<nlohmann::json> j = JsonAnswer(send([&] { return client.Get(path.c_str()); }), *url, kNotStatus, err);
     if (!j) return 1;
     try {
       PrintStatus(*j, out);
@@ -299,7 +328,7 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     return 0;
   }
 
-  if (a.command == "update") return Update(a, client, *url, path, out, err);
+  if (a.command == "update") return Update(a, send, client, *url, path, out, err);
 
   // inject
   FaultRequest r;
@@ -345,7 +374,8 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   }
   constexpr char kUnexpected[] = "unexpected answer";
   const std::optional<nlohmann::json> j =
-      JsonAnswer(client.Post(absl::StrCat(path, "/faults").c_str(), body, "application/json"), *url, kUnexpected, err);
+      JsonAnswer(send([&] { return client.Post(absl::StrCat(path, "/faults").c_str(), body, "application/json"); }), *url,
+                 kUnexpected, err);
   if (!j) return 1;
   try {
     out << j->value("result", "") << "\n";

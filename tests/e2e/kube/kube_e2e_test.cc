@@ -24,6 +24,7 @@
 #include "tests/deploy/run_process.h"
 #include "tests/e2e/kube/harness.h"
 #include "tests/testing/captured_run.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine::e2e {
 namespace {
@@ -657,6 +658,38 @@ TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]"
   CHECK(absl::StrContains(after, "peregrine_jobs{phase=\"Pending\"} 0"));
   // The HTTP API no longer lists it.
   CHECK(Ctl(*mode, {"status", "train/gone"}).code == 1);
+}
+
+TEST_CASE("peregrinectl sends the kubeconfig user's token when the controller asks for one", "[integration]") {
+  Env env;
+  KubeMode* mode = env.StartController();
+  env.Submit(JobManifest("kc", 1));
+  testing::TempDir dir("peregrinectl-kubeconfig");
+  auto kubeconfig = [&](const std::string& file, const std::string& user) {
+    return dir.Write(file, "apiVersion: v1\nkind: Config\ncurrent-context: ctx\nclusters:\n- name: c\n  cluster:\n"
+                           "    server: https://127.0.0.1:6443\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n"
+                           "    user: u\nusers:\n- name: u\n  user:\n" + user);
+  };
+  auto ctl = [&](const std::string& config) {
+    std::vector<std::string> args = {"--controller", absl::StrCat("http://127.0.0.1:", mode->http_port()),
+                                     "--kubeconfig", config, "status", "train/kc"};
+    return testing::RunCaptured([&](std::ostream& out, std::ostream& err) { return RunPeregrinectl(args, out, err); });
+  };
+  const std::string good = kubeconfig("good", absl::StrCat("    token: ", kCtlToken, "\n"));
+  REQUIRE(Eventually([&] { return absl::StrContains(ctl(good).out, "train/kc"); }));
+  const std::string file = kubeconfig("file", absl::StrCat("    tokenFile: ", dir.Write("token", absl::StrCat(kCtlToken, "\n")), "\n"));
+  CHECK(ctl(file).code == 0);
+  // A token the API server does not know: the controller's 401.
+  const testing::CapturedRun bad = ctl(kubeconfig("bad", "    token: forged\n"));
+  CHECK(bad.code == 1);
+  CHECK(absl::StrContains(bad.err, "not authenticated"));
+  CHECK_FALSE(absl::StrContains(bad.err, "forged"));
+  // Credential plugins are not run: say so.
+  const testing::CapturedRun plugin = ctl(kubeconfig(
+      "plugin", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: get-token\n"));
+  CHECK(plugin.code == 1);
+  CHECK(absl::StrContains(plugin.err, "exec or auth-provider"));
+  CHECK(absl::StrContains(plugin.err, "--token"));
 }
 
 TEST_CASE("peregrinectl status and update work against the kube-mode controller", "[integration]") {
