@@ -75,7 +75,7 @@ TEST_CASE("api reviews: the SubjectAccessReview request carries the user and the
                                                     {"resource", "trainingjobs"}}}});
 }
 
-TEST_CASE("api reviews: only allowed=true allows; denied and no opinion refuse", "[unit]") {
+TEST_CASE("api reviews: only allowed=true allows, denied and no opinion refuse", "[unit]") {
   auto d = InterpretSubjectAccessReview(json{{"status", {{"allowed", true}, {"reason", "RBAC: allowed"}}}});
   REQUIRE(d.ok());
   CHECK(d->allowed);
