@@ -133,7 +133,8 @@ std::optional<Timestamp> ParseLogTimestamp(absl::string_view text) {
   if (s.size() >= 19 && s[4] == '-' && s[7] == '-' && (s[10] == ' ' || s[10] == 'T')) {
     int y = 0, mo = 0, d = 0;
     if (!absl::SimpleAtoi(s.substr(0, 4), &y) || !absl::SimpleAtoi(s.substr(5, 2), &mo) ||
-        !absl::SimpleAtoi(s.substr(8, 2), &d) || mo < 1 || mo > 12 || d < 1 || d > 31) {
+        !absl::SimpleAtoi(s.substr(8, 2), &d) || mo < 1 || mo > 12 || d < 1 || d > 31 ||
+        y < 1678 || y > 2261) {  // nanoseconds since 1970 fit int64 only in these years
       return std::nullopt;
     }
     std::optional<Timestamp> clock = ParseClock(s.substr(11));
@@ -144,7 +145,7 @@ std::optional<Timestamp> ParseLogTimestamp(absl::string_view text) {
   if (auto clock = ParseClock(s)) return clock;
   double seconds = 0;
   if (!s.empty() && absl::ascii_isdigit(static_cast<unsigned char>(s[0])) &&
-      absl::SimpleAtod(s, &seconds) && std::isfinite(seconds)) {
+      absl::SimpleAtod(s, &seconds) && std::isfinite(seconds) && seconds < 9.2e9) {
     Timestamp t;
     t.ns = static_cast<int64_t>(std::llround(seconds * 1e9));
     const size_t dot = s.find('.');
@@ -181,6 +182,8 @@ absl::StatusOr<NcclTrace> ParseJsonLines(absl::string_view text, absl::string_vi
     } catch (const Json::parse_error& e) {
       return LineError(source, line.number,
                        absl::StrCat("column ", e.byte, ": not a JSON object: ", e.what()));
+    } catch (const Json::exception& e) {  // e.g. a number out of range
+      return LineError(source, line.number, absl::StrCat("not a JSON object: ", e.what()));
     }
     if (!j.is_object()) {
       return LineError(source, line.number, absl::StrCat("expected a JSON object, got ", j.type_name()));
@@ -402,6 +405,8 @@ absl::StatusOr<NcclTrace> ParseKineto(absl::string_view text, absl::string_view 
   } catch (const Json::parse_error& e) {
     const auto [line, column] = LineColumnOf(text, e.byte > 0 ? e.byte - 1 : 0);
     return LineError(source, line, absl::StrCat("column ", column, ": invalid JSON: ", e.what()));
+  } catch (const Json::exception& e) {  // e.g. a number out of range
+    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON: ", e.what()));
   }
   const Json* events = nullptr;
   if (j.is_array()) {
@@ -555,6 +560,10 @@ absl::StatusOr<NcclTrace> ParseNcclTrace(absl::string_view text, absl::string_vi
         if (j.is_object() && !j.contains("traceEvents")) return ParseJsonLines(text, source);
       } catch (const Json::parse_error&) {
         // Not a one-line object: a (possibly pretty-printed) trace document.
+      } catch (const Json::exception&) {
+        // A complete line that does not convert (a number out of range): JSON lines,
+        // whose parser names the line.
+        return ParseJsonLines(text, source);
       }
     }
     // A bracket also opens NCCL's timestamped lines ("[2025-03-14 09:26:53] host:...").

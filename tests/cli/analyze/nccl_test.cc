@@ -80,6 +80,21 @@ TEST_CASE("analyze nccl: NCCL_DEBUG=INFO log with timestamps, two ranks", "[unit
   CHECK(text.out.find("iteration time: SLOWDOWN from step") != std::string::npos);
 }
 
+TEST_CASE("analyze nccl: a year beyond int64 nanoseconds or a JSON number out of range is an error, not a crash (fuzz findings)", "[unit]") {
+  // A timestamp in 4050 does not fit int64 nanoseconds since 1970: the line's time is not
+  // recognised (the multiplication overflowed before).
+  const std::string far_future =
+      "[4050-03-14 09:26:53.004137] node-a:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 "
+      "count 1024 datatype 7 op 0 root 0 comm 0x55d0 [nranks=2] stream 0x1\n";
+  (void)ParseNcclTrace(far_future, "far.log");  // must return, whatever it decides
+  // A JSON-lines record with a number too large for any type is a line error (it threw an
+  // exception nothing caught, ending peregrinectl).
+  absl::StatusOr<NcclTrace> huge = ParseNcclTrace(
+      "{\"op\":\"Broadcast\",\"comm\":\"0x55\",\"count\":17419444134639e8738,\"rank\":0}\n", "huge.jsonl");
+  REQUIRE_FALSE(huge.ok());
+  CHECK_THAT(std::string(huge.status().message()), Catch::Contains("huge.jsonl:1"));
+}
+
 TEST_CASE("analyze nccl: NCCL_DEBUG log without timestamps reports period and structure only", "[unit]") {
   const nlohmann::json j = Analyze({"nccl", Fixture("nccl_debug_no_timestamps.log"), "--json"}).Json();
   REQUIRE(j["streams"].size() == 1);
