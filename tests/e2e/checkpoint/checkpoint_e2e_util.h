@@ -161,6 +161,16 @@ inline JobRun RunJob(const TempDir& dir, const TrainingJob& job,
   return run;
 }
 
+// An uninterrupted run of `job` in `dir`: it must succeed with no incident. Faulted runs
+// compare their final digests with its.
+inline JobRun UninterruptedRun(const TempDir& dir, const TrainingJob& job) {
+  JobRun run = RunJob(dir, job);
+  INFO(run.timeline);
+  REQUIRE(run.status.phase == JobPhase::kSucceeded);
+  CHECK(run.status.incidents.empty());
+  return run;
+}
+
 // Kills machine slot `slot` (every process of its pod: its shared memory is gone with it).
 inline void KillSlot(LocalMode& mode, int slot) {
   auto injected = mode.Inject(Fault("kill", slot));
