@@ -477,6 +477,51 @@ GpuInspection::GpuInspection(GpuInspectionOptions options, CommandRunner runner)
 
 GpuInspection::~GpuInspection() = default;
 
+// A bus id is [PCI:]<domain>:<bus>:<device>[.<function>] in hex: the driver prints a
+// 4-digit domain in Xid lines, nvidia-smi an 8-digit one in upper case; both name the same
+// device, so the domain is reduced to its value (printed with 4 digits, or more when it
+// needs them) and the function dropped (a GPU is function 0).
+std::optional<std::string> NormalizePciBusId(absl::string_view id) {
+  id = absl::StripAsciiWhitespace(id);
+  if (absl::StartsWithIgnoreCase(id, "PCI:")) id.remove_prefix(4);
+  if (const size_t dot = id.find('.'); dot != absl::string_view::npos) {
+    const absl::string_view function = id.substr(dot + 1);
+    if (function.size() != 1 || !absl::ascii_isxdigit(static_cast<unsigned char>(function[0]))) return std::nullopt;
+    id = id.substr(0, dot);
+  }
+  std::vector<absl::string_view> parts = absl::StrSplit(id, ':');
+  if (parts.size() != 3) return std::nullopt;
+  const size_t max_digits[] = {8, 2, 2};
+  uint32_t values[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    const absl::string_view p = parts[i];
+    if (p.empty() || p.size() > max_digits[i]) return std::nullopt;
+    for (char c : p) {
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    }
+    values[i] = static_cast<uint32_t>(std::stoul(std::string(p), nullptr, 16));
+  }
+  if (values[2] > 0x1f) return std::nullopt;  // a PCI device number has 5 bits
+  return absl::StrFormat("%04x:%02x:%02x", values[0], values[1], values[2]);
+}
+
+absl::StatusOr<std::vector<std::string>> ParseGpuBusIds(absl::string_view text) {
+  std::vector<std::string> out;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    std::optional<std::string> id = NormalizePciBusId(line);
+    if (!id) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("nvidia-smi pci.bus_id line %d is not a PCI bus id: \"%s\"", line_no, line.substr(0, 80)));
+    }
+    out.push_back(*std::move(id));
+  }
+  return out;
+}
+
 std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
   if (!nvml_tried_ && !options_.nvml_library.empty()) {
     nvml_tried_ = true;

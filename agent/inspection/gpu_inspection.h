@@ -79,6 +79,17 @@ inline constexpr char kNvidiaSmiQuery[] =
 // kInvalidArgument naming the line and field on a wrong field count or a malformed value.
 absl::StatusOr<GpuReport> ParseNvidiaSmiCsv(absl::string_view text);
 
+// A PCI bus id in the canonical form the kernel log's Xid lines use, lower case without
+// the function: "0000:3b:00" (domain:bus:device). Accepts nvidia-smi's
+// "00000000:3B:00.0" (8-digit domain), the driver's "PCI:0000:3b:00" and "0000:3b:00.0";
+// nullopt when `id` is not a PCI bus id.
+std::optional<std::string> NormalizePciBusId(absl::string_view id);
+
+// Parses `nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader` (one bus id per line)
+// into normalised bus ids (NormalizePciBusId). Fails with kInvalidArgument naming the line
+// that is not a bus id.
+absl::StatusOr<std::vector<std::string>> ParseGpuBusIds(absl::string_view text);
+
 struct DcgmIncident {
   std::string gpu;      // "0" (GPU ID), or "" for a system-wide incident
   std::string health;   // "Warning" / "Failure"

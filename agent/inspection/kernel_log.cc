@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -164,7 +165,8 @@ absl::StatusOr<std::optional<XidEvent>> ParseXid(absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat("Xid line without \"(<pci>): \": \"", message.substr(0, 120), "\""));
   }
   XidEvent e;
-  e.pci = std::string(s.substr(0, close));
+  // "PCI:0000:3b:00" (older drivers print "0000:3b:00"); anything else names no device.
+  if (NormalizePciBusId(s.substr(0, close))) e.pci = std::string(s.substr(0, close));
   s.remove_prefix(close + 3);
   const size_t comma = s.find(',');
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(s.substr(0, comma)), &e.xid) || e.xid <= 0) {
@@ -208,6 +210,61 @@ std::optional<std::string> ParseBlockIoError(absl::string_view message) {
 
 KernelLogInspection::KernelLogInspection(KernelLogOptions options, CommandRunner runner)
     : options_(std::move(options)), runner_(std::move(runner)) {}
+
+// An Xid counts when it names one of this pod's GPUs. It also counts, conservatively,
+// when the line names no device or this pod's GPUs are unknown (no nvidia-smi): the note
+// says why, and ends up in the result's summary.
+bool KernelLogInspection::CountsAgainstMachine(const std::string& pci, std::string* note) {
+  const std::optional<std::string> id = NormalizePciBusId(pci);
+  if (!id) {
+    *note = "the Xid line names no GPU: counted against this machine";
+    return true;
+  }
+  LearnOwnGpus();
+  if (!own_gpus_) {
+    *note = absl::StrCat("this pod's GPUs are unknown (", own_gpus_error_, "): counted against this machine");
+    return true;
+  }
+  return std::find(own_gpus_->begin(), own_gpus_->end(), *id) != own_gpus_->end();
+}
+
+void KernelLogInspection::LearnOwnGpus() {
+  if (own_gpus_tried_) return;
+  own_gpus_tried_ = true;
+  if (options_.gpu_bus_ids) {
+    std::vector<std::string> ids;
+    for (const std::string& raw : *options_.gpu_bus_ids) {
+      if (std::optional<std::string> id = NormalizePciBusId(raw)) ids.push_back(*id);
+    }
+    own_gpus_ = std::move(ids);
+    return;
+  }
+  if (options_.nvidia_smi.empty()) {
+    own_gpus_error_ = "no nvidia-smi configured";
+    return;
+  }
+  absl::StatusOr<CommandResult> out =
+      runner_({options_.nvidia_smi, "--query-gpu=pci.bus_id", "--format=csv,noheader"}, options_.command_timeout);
+  if (!out.ok()) {
+    own_gpus_error_ = absl::StrCat("nvidia-smi: ", out.status().message());
+    return;
+  }
+  if (out->exit_code != 0) {
+    own_gpus_error_ = absl::StrCat("nvidia-smi exited ", out->exit_code, ": ",
+                                   absl::StripAsciiWhitespace(out->stderr_text.substr(0, 200)));
+    return;
+  }
+  absl::StatusOr<std::vector<std::string>> ids = ParseGpuBusIds(out->stdout_text);
+  if (!ids.ok()) {
+    own_gpus_error_ = std::string(ids.status().message());
+    return;
+  }
+  if (ids->empty()) {
+    own_gpus_error_ = "nvidia-smi lists no GPU";
+    return;
+  }
+  own_gpus_ = *std::move(ids);
+}
 
 KernelLogInspection::~KernelLogInspection() {
   if (fd_ >= 0) close(fd_);
@@ -321,6 +378,13 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
       add_error(xid.status());
     } else if (xid->has_value()) {
       XidEvent& e = **xid;
+      std::string note;
+      if (!CountsAgainstMachine(e.pci, &note)) {
+        ++other_gpu_xids_;
+        continue;
+      }
+      if (e.pci.empty()) e.pci = "unknown-gpu";
+      if (!note.empty()) e.detail = absl::StrCat(e.detail, e.detail.empty() ? "" : " ", "[", note, "]");
       if (ClassifyXidEvent(e) == XidClass::kMachineFatal) {
         fatal_[e.pci] = e;
       } else {
@@ -393,6 +457,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
     res.status = InspectionOutcome::kOk;
     res.summary = "no Xid or block I/O error";
     res.details["records_read"] = absl::StrCat(in.records.size());
+    if (other_gpu_xids_ > 0) res.details["other_gpu_xids_skipped"] = absl::StrCat(other_gpu_xids_);
     if (lost_records_ > 0) res.details["records_lost"] = absl::StrCat(lost_records_);
     results.push_back(std::move(res));
   }

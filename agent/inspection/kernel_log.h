@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "agent/inspection/command_runner.h"
+#include "agent/inspection/gpu_inspection.h"
 #include "agent/inspection/inspection.h"
 
 namespace peregrine {
@@ -49,7 +50,7 @@ XidClass ClassifyXid(int xid);
 const char* XidDescription(int xid);
 
 struct XidEvent {
-  std::string pci;  // "PCI:0000:3b:00"
+  std::string pci;  // "PCI:0000:3b:00" as logged; "" when the line names no device
   int xid = 0;
   std::optional<int> pid;
   std::string process_name;
@@ -61,7 +62,8 @@ struct XidEvent {
 XidClass ClassifyXidEvent(const XidEvent& event);
 
 // nullopt when the message is not an Xid line; kInvalidArgument when it starts like one
-// ("NVRM: Xid (") but is malformed.
+// ("NVRM: Xid (") but is malformed. A parenthesised part that is not a PCI bus id
+// (NormalizePciBusId) leaves `pci` empty: the event names no device.
 absl::StatusOr<std::optional<XidEvent>> ParseXid(absl::string_view message);
 
 // The block device named by an I/O-error message ("sdb", "nvme0n1p1"), or nullopt.
@@ -77,6 +79,14 @@ struct KernelLogOptions {
   // (an earlier job's, a GPU reset since recovered) does not count against the machine.
   // -1: every record counts.
   int64_t ignore_before_us = -1;
+  // This pod's GPUs (normalised bus ids, NormalizePciBusId): only their Xids count; an
+  // Xid of another GPU of the node (another pod's) is skipped. Unset: learned once from
+  // `nvidia_smi --query-gpu=pci.bus_id --format=csv,noheader` (in a pod, nvidia-smi sees
+  // the GPUs the device plugin gave it); when that fails, or `nvidia_smi` is empty, the
+  // GPUs are unknown and every Xid counts (the results say so). An Xid line that names
+  // no device always counts (conservative), with a detail saying so.
+  std::optional<std::vector<std::string>> gpu_bus_ids;
+  std::string nvidia_smi = "nvidia-smi";
 };
 
 class KernelLogInspection : public Inspection {
@@ -85,9 +95,10 @@ class KernelLogInspection : public Inspection {
                                CommandRunner runner = DefaultCommandRunner());
   ~KernelLogInspection() override;
   std::string kind() const override { return "xid"; }
-  // Results: one "xid" result per GPU that logged an Xid (FAULT + machine_attributed while
-  // a machine-fatal Xid has been seen, WARNING for others in this run), one "host" result
-  // per block device with I/O errors (FAULT, machine), or a single OK "kernel-log" result.
+  // Results: one "xid" result per GPU of this pod that logged an Xid (FAULT +
+  // machine_attributed while a machine-fatal Xid has been seen, WARNING for others in this
+  // run), one "host" result per block device with I/O errors (FAULT, machine), or a single
+  // OK "kernel-log" result (its details count the other GPUs' Xids skipped).
   std::vector<InspectionResult> Run(absl::Time now) override;
 
  private:
@@ -102,6 +113,15 @@ class KernelLogInspection : public Inspection {
   uint64_t lost_records_ = 0;
   std::map<std::string, XidEvent> fatal_;   // by PCI id, sticky
   std::map<std::string, int> io_errors_;    // by device, sticky counts
+  // This pod's GPUs once known (options or nvidia-smi); why not when unknown.
+  std::optional<std::vector<std::string>> own_gpus_;
+  bool own_gpus_tried_ = false;
+  std::string own_gpus_error_;
+  uint64_t other_gpu_xids_ = 0;  // Xids of GPUs not this pod's, skipped (cumulative)
+  // Whether an Xid of `pci` (as logged) counts against this machine, and the detail to
+  // attach when it counts without being known to be this pod's ("" when it is).
+  bool CountsAgainstMachine(const std::string& pci, std::string* note);
+  void LearnOwnGpus();
 };
 
 }  // namespace peregrine

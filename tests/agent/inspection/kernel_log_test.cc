@@ -251,5 +251,93 @@ TEST_CASE("kernel log: dmesg fallback when /dev/kmsg cannot be opened", "[integr
   CHECK(rs[0].summary.find("no-such-kmsg") != std::string::npos);
 }
 
+TEST_CASE("kernel log: PCI bus ids in the Xid and nvidia-smi forms normalise alike", "[unit]") {
+  CHECK(NormalizePciBusId("PCI:0000:3b:00") == "0000:3b:00");
+  CHECK(NormalizePciBusId("00000000:3B:00.0") == "0000:3b:00");
+  CHECK(NormalizePciBusId("0000:3b:00.0") == "0000:3b:00");
+  CHECK(NormalizePciBusId("00000001:DB:1F.0") == "0001:db:1f");
+  CHECK(!NormalizePciBusId("").has_value());
+  CHECK(!NormalizePciBusId("GPU 0").has_value());
+  CHECK(!NormalizePciBusId("0000:3b").has_value());
+  CHECK(!NormalizePciBusId("0000:3bb:00").has_value());
+  CHECK(!NormalizePciBusId("0000:3b:20").has_value());  // device numbers have 5 bits
+  CHECK(!NormalizePciBusId("0000:3b:00.x").has_value());
+  absl::StatusOr<std::vector<std::string>> ids = ParseGpuBusIds("00000000:3B:00.0\n00000000:DB:00.0\n");
+  REQUIRE(ids.ok());
+  CHECK(*ids == std::vector<std::string>{"0000:3b:00", "0000:db:00"});
+  absl::StatusOr<std::vector<std::string>> bad = ParseGpuBusIds("00000000:3B:00.0\nNo devices were found\n");
+  REQUIRE(!bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("line 2"));
+  // An Xid line whose parenthesised part is not a bus id names no device.
+  absl::StatusOr<std::optional<XidEvent>> x = ParseXid("NVRM: Xid (GPU 0): 79, GPU has fallen off the bus.");
+  REQUIRE(x.ok());
+  REQUIRE(x->has_value());
+  CHECK((*x)->pci.empty());
+  CHECK((*x)->xid == 79);
+}
+
+TEST_CASE("kernel log: only Xids of this pod's GPUs count; another pod's GPU is skipped", "[integration]") {
+  TempDir dir;
+  // The node has GPUs 3b and db; this pod owns 3b (nvidia-smi's 8-digit upper-case form).
+  const std::string path = dir.Write(
+      "kmsg", "3,10,5000000,-;NVRM: Xid (PCI:0000:db:00): 79, pid=1, name=python3, GPU has fallen off the bus.\n");
+  KernelLogOptions options;
+  options.kmsg_path = path;
+  options.dmesg = "";
+  options.gpu_bus_ids = std::vector<std::string>{"00000000:3B:00.0"};
+  KernelLogInspection inspection(options);
+  std::vector<InspectionResult> rs = inspection.Run(kNow);
+  CHECK(Find(rs, "PCI:0000:db:00") == nullptr);
+  const InspectionResult* ok = Find(rs, "kernel-log");
+  REQUIRE(ok != nullptr);
+  CHECK(ok->status == InspectionOutcome::kOk);
+  CHECK(ok->details.at("other_gpu_xids_skipped") == "1");
+  // Then this pod's own GPU falls off the bus: a machine fault.
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "3,11,6000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=2, name=python3, GPU has fallen off the bus.\n";
+  }
+  rs = inspection.Run(kNow + absl::Seconds(1));
+  const InspectionResult* own = Find(rs, "PCI:0000:3b:00");
+  REQUIRE(own != nullptr);
+  CHECK(own->status == InspectionOutcome::kFault);
+  CHECK(own->machine_attributed);
+  CHECK(Find(rs, "PCI:0000:db:00") == nullptr);
+}
+
+TEST_CASE("kernel log: this pod's GPUs learned from nvidia-smi; an Xid naming no GPU counts, said so", "[integration]") {
+  TempDir dir;
+  const std::string smi = dir.Write("nvidia-smi",
+                                    "#!/bin/sh\n"
+                                    "[ \"$1\" = --query-gpu=pci.bus_id ] && [ \"$2\" = --format=csv,noheader ] || exit 2\n"
+                                    "printf '00000000:3B:00.0\\n'\n",
+                                    true);
+  const std::string path = dir.Write("kmsg",
+                                     "3,10,5000000,-;NVRM: Xid (PCI:0000:db:00): 48, pid=1, name=python3, DBE\n"
+                                     "3,11,5000001,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=2, name=python3, DBE\n"
+                                     "3,12,5000002,-;NVRM: Xid (GPU ?): 95, pid=3, name=python3, Uncontained\n");
+  KernelLogOptions options;
+  options.kmsg_path = path;
+  options.dmesg = "";
+  options.nvidia_smi = smi;
+  KernelLogInspection inspection(options);
+  const std::vector<InspectionResult> rs = inspection.Run(kNow);
+  CHECK(Find(rs, "PCI:0000:db:00") == nullptr);
+  REQUIRE(Find(rs, "PCI:0000:3b:00") != nullptr);
+  CHECK(Find(rs, "PCI:0000:3b:00")->status == InspectionOutcome::kFault);
+  const InspectionResult* anonymous = Find(rs, "unknown-gpu");
+  REQUIRE(anonymous != nullptr);
+  CHECK(anonymous->status == InspectionOutcome::kFault);
+  CHECK_THAT(anonymous->summary, Catch::Contains("names no GPU: counted against this machine"));
+
+  // Without nvidia-smi the pod's GPUs are unknown: every Xid counts, and the result says why.
+  options.nvidia_smi = dir.path() + "/no-such-nvidia-smi";
+  KernelLogInspection unknown(options);
+  const std::vector<InspectionResult> all = unknown.Run(kNow);
+  REQUIRE(Find(all, "PCI:0000:db:00") != nullptr);
+  CHECK(Find(all, "PCI:0000:db:00")->status == InspectionOutcome::kFault);
+  CHECK_THAT(Find(all, "PCI:0000:db:00")->summary, Catch::Contains("this pod's GPUs are unknown"));
+}
+
 }  // namespace
 }  // namespace peregrine
