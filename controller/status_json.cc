@@ -22,6 +22,29 @@ using nlohmann::json;
 
 std::string Time(int64_t nanos) { return nanos == 0 ? "" : FormatRfc3339(nanos); }
 
+// Free text in the status (signals, decisions, messages, reasons) is cut to
+// kMaxStatusTextBytes and a list of text lines (one per machine or rank) to
+// kMaxStatusListEntries, so no single finding can make the TrainingJob status too large
+// to store. The decision core already summarises its lists (list_summary.h); this is the
+// backstop for text that arrives from elsewhere (agents' messages, older states).
+constexpr size_t kMaxStatusTextBytes = 4096;
+constexpr size_t kMaxStatusListEntries = 64;
+
+std::string Bounded(const std::string& text) {
+  if (text.size() <= kMaxStatusTextBytes) return text;
+  size_t cut = kMaxStatusTextBytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return absl::StrCat(text.substr(0, cut), "... truncated ", text.size() - cut, " bytes");
+}
+
+json BoundedLines(const std::vector<std::string>& lines) {
+  json out = json::array();
+  const size_t named = lines.size() <= kMaxStatusListEntries ? lines.size() : kMaxStatusListEntries - 1;
+  for (size_t i = 0; i < named; ++i) out.push_back(Bounded(lines[i]));
+  if (named < lines.size()) out.push_back(absl::StrCat("and ", lines.size() - named, " more (", lines.size(), " in all)"));
+  return out;
+}
+
 // Integers read from the JSON. A number that is not whole or does not fit T (or a
 // non-number) throws std::invalid_argument naming `key`, which JobStatusFromJson turns
 // into an error: nlohmann's own conversion would cast such a double to T, which is
@@ -163,8 +186,8 @@ json StagesToJson(const std::vector<DiagnosisStageRecord>& stages) {
   json out = json::array();
   for (const DiagnosisStageRecord& r : stages) {
     out.push_back({{"stage", ToString(r.stage)}, {"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)},
-                   {"verdict", ToString(r.verdict)}, {"failedMachines", r.failed_machines}, {"results", r.results},
-                   {"note", r.note}});
+                   {"verdict", ToString(r.verdict)}, {"failedMachines", r.failed_machines}, {"results", BoundedLines(r.results)},
+                   {"note", Bounded(r.note)}});
   }
   return out;
 }
@@ -191,13 +214,13 @@ json StackDiagnosisToJson(const StackDiagnosisStatus& d) {
   for (const StackInvestigation& inv : d.investigations) {
     json rounds = json::array();
     for (const StackRound& r : inv.rounds) {
-      rounds.push_back({{"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)}, {"groups", r.groups},
+      rounds.push_back({{"startedAt", Time(r.started_at)}, {"finishedAt", Time(r.finished_at)}, {"groups", BoundedLines(r.groups)},
                         {"suspectRanks", r.suspect_ranks}, {"unansweredSlots", r.unanswered_slots},
                         {"flaggedKind", r.flagged_kind}, {"flaggedIndex", r.flagged_index},
                         {"explanation", r.explanation}});
     }
     investigations.push_back({{"id", inv.id}, {"kind", ToString(inv.kind)}, {"state", ToString(inv.state)}, {"attempt", inv.attempt},
-                              {"incidentId", inv.incident_id}, {"signal", inv.signal},
+                              {"incidentId", inv.incident_id}, {"signal", Bounded(inv.signal)},
                               {"startedAt", Time(inv.started_at)}, {"endedAt", Time(inv.ended_at)},
                               {"roundsPlanned", inv.rounds_planned}, {"nextRoundAt", Time(inv.next_round_at)},
                               {"rounds", rounds}, {"chosenGroup", inv.chosen_group}, {"slots", inv.slots},
@@ -261,7 +284,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["observedGeneration"] = s.observed_generation;
   json conds = json::array();
   for (const Condition& c : s.conditions) {
-    conds.push_back({{"type", c.type}, {"status", ToString(c.status)}, {"reason", c.reason}, {"message", c.message},
+    conds.push_back({{"type", c.type}, {"status", ToString(c.status)}, {"reason", c.reason}, {"message", Bounded(c.message)},
                      {"observedGeneration", c.observed_generation}, {"lastTransitionTime", Time(c.last_transition_time)}});
   }
   j["conditions"] = conds;
@@ -305,9 +328,9 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["ettr"] = s.ettr;
   json incidents = json::array();
   for (const Incident& i : s.incidents) {
-    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", i.signal}, {"detectedAt", Time(i.detected_at)},
+    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", Bounded(i.signal)}, {"detectedAt", Time(i.detected_at)},
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
-                         {"machines", i.machines}, {"decision", i.decision}, {"actions", i.actions},
+                         {"machines", i.machines}, {"decision", Bounded(i.decision)}, {"actions", BoundedLines(i.actions)},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
                          {"stepsRedone", i.steps_redone},
                          {"trainingTimeLostSeconds", i.training_time_lost_seconds},
@@ -316,7 +339,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["incidents"] = incidents;
   json evicted = json::array();
   for (const Eviction& e : s.evicted) {
-    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", e.reason}, {"at", Time(e.at)},
+    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", Bounded(e.reason)}, {"at", Time(e.at)},
                        {"quarantined", e.quarantined}});
   }
   j["evictedMachines"] = evicted;

@@ -11,6 +11,7 @@
 #include "controller/core/conditions.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
+#include "controller/core/list_summary.h"
 #include "controller/core/loss_monitor.h"
 #include "controller/core/recovery_policy.h"
 #include "controller/core/standby_pool_size.h"
@@ -220,7 +221,7 @@ void Decider::DetectAndTriage() {
     Incident inc;
     inc.id = st.next_incident_id++;
     inc.kind = !lost_slots.empty() ? lost_kind : (numeric && !process_failed ? numeric->kind : IncidentKind::kProcessCrash);
-    inc.signal = absl::StrJoin(signals, "; ");
+    inc.signal = SummarizeList(signals);
     inc.detected_at = now_;
     inc.step_at_failure = st.max_completed_step;
     st.incidents.push_back(inc);
@@ -240,7 +241,7 @@ void Decider::DetectAndTriage() {
   st.triage_deadline = 0;
   Incident* inc = OpenIncident();
   if (inc == nullptr) return;
-  if (!signals.empty()) inc->signal = absl::StrJoin(signals, "; ");
+  if (!signals.empty()) inc->signal = SummarizeList(signals);
   inc->decided_at = now_;
   if (hang.verdict == HangVerdict::kEvict || hang.verdict == HangVerdict::kReattempt) {
     inc->signal = absl::StrCat(hang.signal, "; ", inc->signal);
@@ -273,7 +274,7 @@ void Decider::DetectAndTriage() {
       return;
     } else if (!user_errors.empty() && target) {
       inc->kind = IncidentKind::kUserCodeError;
-      inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+      inc->signal = absl::StrCat(SummarizeList(user_errors), "; ", inc->signal);
       inc->decision = "user-code error: roll back the code version";
       Rollback(*target, inc, absl::StrCat("user-code error: ", user_errors.front()));
       rolled_back = true;
@@ -281,7 +282,7 @@ void Decider::DetectAndTriage() {
       // A deterministic error of the user's code and no earlier version: no machine is
       // at fault (no diagnosis, never a replay); one reattempt in place, then give up.
       inc->kind = IncidentKind::kUserCodeError;
-      inc->signal = absl::StrCat(absl::StrJoin(user_errors, "; "), "; ", inc->signal);
+      inc->signal = absl::StrCat(SummarizeList(user_errors), "; ", inc->signal);
       if (st.reattempts > 0) {
         FailJob(inc, "UserCodeError",
                 absl::StrFormat("user-code error again after a reattempt, and no earlier code version to roll "
