@@ -11,6 +11,14 @@ namespace peregrine {
 namespace {
 // A command without a result for this long is sent again (idempotent by id).
 constexpr int64_t kCommandResendNanos = 10'000'000'000;
+
+// After the n-th status write in a row failed: 100 ms doubling, at most 10 s.
+int64_t WriteRetryDelay(int failures) {
+  constexpr int64_t kFirst = 100'000'000, kMax = 10'000'000'000;
+  int64_t delay = kFirst;
+  for (int i = 1; i < failures && delay < kMax; ++i) delay *= 2;
+  return std::min(delay, kMax);
+}
 }  // namespace
 
 JobController::JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,
@@ -183,6 +191,22 @@ JobController::RoundResult JobController::ReconcileOnce() {
   }
 
   JobPlan plan = DecideJob(current, before, obs, now, options_.decision);
+  // Intent before action: the decided status (evictions, the slots' new pods, standbys,
+  // the attempt, a diagnosis stage, quarantines still to do) is written before anything
+  // acts on it. A round whose write failed acts on nothing and keeps the last written
+  // status, so the next round decides again from it; nothing the cluster or an agent was
+  // told can be missing from the status after a crash.
+  if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
+    if (absl::Status s = cluster_->PersistStatus(current, plan.status); !s.ok()) {
+      result.error = s;
+      result.status_write = s;
+      result.requeue_after_ns = WriteRetryDelay(++failed_writes_);
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = s.ToString();
+      return result;
+    }
+  }
+  failed_writes_ = 0;
   registry_->SetDesired(key(), plan.desired_agents);
   for (const PodToCreate& c : plan.create_pods) {
     absl::Status s = cluster_->CreatePod(current, c);
@@ -204,23 +228,34 @@ JobController::RoundResult JobController::ReconcileOnce() {
     note(cluster_->RecordEvent(current, e, now));
     entries.push_back(TimelineEntry{now, absl::StrCat(e.reason, ": ", e.message)});
   }
-  // Evicted machines go to node health management; the status records which are done.
+  // Evicted machines go to node health management. The eviction (quarantined = false) is
+  // written above, before the cordon; the cordon is marked done by a second write after
+  // it succeeded. A crash in between cordons again after the restart (idempotent).
+  JobStatus written = plan.status;
+  bool quarantined_any = false;
   for (const QuarantineRequest& q : plan.quarantine) {
     if (absl::Status s = cluster_->QuarantineMachine(q.machine_id, q.reason); !s.ok()) {
       note(s);
       continue;
     }
     for (Eviction& e : plan.status.evicted) {
-      if (e.machine_id == q.machine_id) e.quarantined = true;
+      if (e.machine_id == q.machine_id && !e.quarantined) {
+        e.quarantined = true;
+        quarantined_any = true;
+      }
     }
   }
-  if (JobStatusToJson(plan.status) != JobStatusToJson(before)) {
-    note(cluster_->PersistStatus(current, plan.status));
+  if (quarantined_any) {
+    if (absl::Status s = cluster_->PersistStatus(current, plan.status); s.ok()) {
+      written = plan.status;
+    } else {
+      note(s);  // the next round cordons again (a no-op) and writes again
+    }
   }
   metrics_->ObserveJob(current.metadata.namespace_, current.metadata.name, before, plan.status);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    status_ = plan.status;
+    status_ = std::move(written);
     last_error_ = error;
     for (auto& e : entries) timeline_.push_back(std::move(e));
     if (timeline_.size() > 1000) timeline_.erase(timeline_.begin(), timeline_.begin() + 500);

@@ -1,12 +1,16 @@
 // JobController: runs one TrainingJob's control loop. Each round it observes the cluster
 // (pods) and the agents (registry), calls the pure DecideJob, applies the plan (pods,
 // commands, events), publishes the desired agent states and persists the status when it
-// changed. A round runs when something changed (an agent message, a pod event), when the
-// plan asked to look again, or every `resync` otherwise. A machine the plan evicts is
-// quarantined through the cluster (Kubernetes: the node is cordoned) until that succeeds;
-// the status records it (Eviction::quarantined), so a restart retries what failed. Errors from
-// the cluster are kept in the status' last error and retried with backoff; they never
-// stop the loop.
+// changed. Crash consistency (docs/kubernetes.md): the decided status is written BEFORE
+// any action (pods, commands, cordons) and every action is re-derived from the written
+// status and the observations, idempotently, so a controller killed at any point resumes
+// without acting twice; a round whose status write fails acts on nothing and is retried
+// (100 ms doubling to 10 s). A round runs when something changed (an agent message, a pod
+// event), when the plan asked to look again, or every `resync` otherwise. A machine the
+// plan evicts is quarantined through the cluster (Kubernetes: the node is cordoned) after
+// the eviction is written, and marked done (Eviction::quarantined) by a second write, so a
+// restart retries what failed. Errors from the cluster are kept in the status' last error
+// and retried with backoff; they never stop the loop.
 //
 // The job can be replaced while it runs (UpdateJob: a hot code update from peregrinectl, or
 // any other spec change); the next round decides from the new spec and generation.
@@ -67,6 +71,10 @@ class JobController {
     int64_t requeue_after_ns = 0;  // when to look again (0: resync)
     absl::Status error;            // the round's first error (OK when none)
     absl::Status pod_rejected;     // the first pod the cluster refused for good (kInvalidArgument)
+    // The status (intent) write failed: the round did nothing else, the status stays the
+    // last written one and requeue_after_ns is the write's retry delay (100 ms doubling up
+    // to 10 s). kNotFound: the job is gone or was re-created (another uid).
+    absl::Status status_write;
   };
   // One round: observe, decide, apply, persist. Must not be called concurrently with
   // itself or with the loop thread.
@@ -112,6 +120,7 @@ class JobController {
   JobStatus status_;
   std::vector<TimelineEntry> timeline_;
   std::string last_error_;
+  int failed_writes_ = 0;  // status writes failed in a row (rounds are serial)
   std::thread thread_;
 };
 

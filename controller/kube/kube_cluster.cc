@@ -18,14 +18,18 @@
 //     PodObservation with ObservePodObject (pod_observer.h); what a stuck pod means is the
 //     decision core's (controller/core/pod_health.h).
 //   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
-//     so a pod re-created under the same name is never deleted by a stale decision.
+//     so a pod re-created under the same name is never deleted by a stale decision; a
+//     uid this process deleted already is not deleted again while the cache lags.
 //   - QuarantineMachine (called by JobController for every machine the decision engine
 //     evicts) cordons the node (merge patch spec.unschedulable=true), labels it
 //     peregrine.dev/quarantined=<short reason> with the full reason in an annotation, and
 //     records a Warning Event PeregrineQuarantined on the Node. A node that is gone is
-//     not an error. Uncordoning after repair is the administrator's (kubectl uncordon).
+//     not an error; a node the cache shows cordoned and labelled already is left alone
+//     (a restart between the cordon and the status write that records it).
+//     Uncordoning after repair is the administrator's (kubectl uncordon).
 //   - RecordEvent goes through the EventRecorder; PersistStatus writes the status
-//     subresource (409: re-read and retry), LoadStatus reads it back from the API server.
+//     subresource (409: re-read and retry; a job deleted or re-created under another uid
+//     is kNotFound), LoadStatus reads it back from the API server.
 //   - EnsureJobObjects creates the job's headless Service and token Secret (idempotent,
 //     both owned by the job) and returns the token the agents must present.
 
@@ -86,8 +90,9 @@ absl::Status KubeCluster::PersistStatus(const TrainingJob& job, const JobStatus&
       *client_, TrainingJobsPath(job.metadata.namespace_), job.metadata.name, /*status_subresource=*/true,
       [&](json& object) -> absl::Status {
         if (!job.metadata.uid.empty() && Str(object["metadata"], "uid") != job.metadata.uid) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("trainingjob ", job.metadata.name, " was re-created (uid changed)"));
+          // Not this job any more: its controller must stop (kNotFound, as for a deleted job).
+          return absl::NotFoundError(absl::StrCat("trainingjob ", job.metadata.namespace_, "/", job.metadata.name,
+                                                  " was re-created (uid changed)"));
         }
         // Re-checked on every retry: a lost Lease stops the retry loop too.
         if (auto s = CheckMayWrite("write status"); !s.ok()) return s;
@@ -136,8 +141,19 @@ absl::Status KubeCluster::DeletePod(const TrainingJob& job, const std::string& n
       options.precondition_uid = uid->get<std::string>();
     }
   }
+  // The cache lags behind our own delete: a pod (this uid) deleted already is not
+  // deleted again by the next round's orphan sweep.
+  if (!options.precondition_uid.empty()) {
+    absl::MutexLock lock(&deleted_mu_);
+    if (deleted_uids_.count(options.precondition_uid) > 0) return absl::OkStatus();
+  }
   if (auto s = CheckMayWrite("delete pod"); !s.ok()) return s;
   absl::Status s = client_->Delete(PodsPath(job.metadata.namespace_), name, options);
+  if ((s.ok() || absl::IsNotFound(s)) && !options.precondition_uid.empty()) {
+    absl::MutexLock lock(&deleted_mu_);
+    if (deleted_uids_.size() >= 4096) deleted_uids_.clear();  // bounded; a repeat costs one 404
+    deleted_uids_.insert(options.precondition_uid);
+  }
   if (absl::IsNotFound(s)) return absl::OkStatus();
   return s;
 }
@@ -153,6 +169,16 @@ std::vector<std::string> KubeCluster::CachedPodNames(const TrainingJob& job) {
 
 absl::Status KubeCluster::QuarantineMachine(const std::string& machine_id, const std::string& reason) {
   if (machine_id.empty()) return absl::InvalidArgumentError("quarantine: empty machine id");
+  // Done already (a restart after the cordon, before its record was written): the cached
+  // node is cordoned and labelled, so neither the patch nor the node's Event is repeated.
+  if (kube::ObjectPtr node = nodes_->Get(machine_id); node != nullptr) {
+    const json* unschedulable = Path(*node, {"spec", "unschedulable"});
+    const json* label = Path(*node, {"metadata", "labels", kQuarantineLabel});
+    if (unschedulable != nullptr && unschedulable->is_boolean() && unschedulable->get<bool>() && label != nullptr &&
+        label->is_string()) {
+      return absl::OkStatus();
+    }
+  }
   if (auto s = CheckMayWrite("quarantine node"); !s.ok()) return s;
   json patch = {{"spec", {{"unschedulable", true}}},
                 {"metadata",

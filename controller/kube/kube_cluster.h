@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@ class KubeCluster final : public Cluster {
   kube::EventRecorder* const events_;
   const KubeClusterOptions options_;
   const std::function<bool()> may_write_;
+  absl::Mutex deleted_mu_;
+  std::set<std::string> deleted_uids_ ABSL_GUARDED_BY(deleted_mu_);  // pods this process deleted
 };
 
 }  // namespace peregrine

@@ -36,9 +36,13 @@
 //   - one round of the JobController (ReconcileOnce). A pod the API server refuses
 //     (400/422 on create) is a terminal error: Valid=False reason PodRejected naming the
 //     pod and the server's message, not retried (pods already running are left alone)
-//     until the spec changes. Any other error of the round is retried with backoff. A
-//     clean round asks to look again after the plan's requeue delay, at most the resync
-//     period. (Stuck pods are the decision core's: condition PodsStuck and the standby
+//     until the spec changes. The round writes its decided status before it acts
+//     (docs/kubernetes.md, "Crash consistency"); when that write fails the round did
+//     nothing and is retried after the job controller's write backoff (100 ms doubling,
+//     at most 10 s) until it succeeds, and when it finds the job deleted
+//     or re-created (another uid) the job's controller is dropped. Any other error of
+//     the round is retried with backoff. A clean round asks to look again after the
+//     plan's requeue delay, at most the resync period. (Stuck pods are the decision core's: condition PodsStuck and the standby
 //     pending timeout, controller/core/pod_health.h.)
 //
 // The errors of a round come back from JobController::ReconcileOnce as values (its first
@@ -116,6 +120,7 @@ struct TrainingJobReconciler::Round {
   int64_t requeue_ns = 0;
   absl::Status error;
   absl::Status rejection;
+  absl::Status status_write;  // the round's intent write failed (it acted on nothing)
 };
 
 TrainingJobReconciler::TrainingJobReconciler(Deps deps, Options options)
@@ -209,6 +214,16 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     }
     return Terminal(key, object, round.rejection, kPodRejected);
   }
+  if (absl::IsNotFound(round.status_write)) {
+    // The job was deleted or re-created (another uid) since the cache showed it: this
+    // controller stops; the next reconcile starts from what the cache shows then.
+    RemoveEntry(key);
+    return kube::ReconcileResult{.requeue = true};
+  }
+  // Any other failed status write: the round acted on nothing; it is retried after the
+  // job controller's write backoff (100 ms doubling, at most 10 s), not the queue's
+  // (which grows to 1000 s), until the write succeeds.
+  if (!round.status_write.ok()) return kube::ReconcileResult{.requeue_after = absl::Nanoseconds(round.requeue_ns)};
   if (!round.error.ok()) return Retryable(round.error);
   CountConnectedAgents(key);
   kube::ReconcileResult result;
@@ -224,6 +239,7 @@ TrainingJobReconciler::Round TrainingJobReconciler::RunRound(JobEntry& entry) {
   Round round;
   round.requeue_ns = result.requeue_after_ns;
   round.error = result.error;
+  round.status_write = result.status_write;
   round.rejection = result.pod_rejected;
   deps_.metrics->ObserveReconcile(seconds, !round.error.ok());
   return round;

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/durable_file.h"
 #include "base/free_port.h"
 #include "controller/status_json.h"
 
@@ -47,19 +48,10 @@ bool ReadStat(pid_t pid, char* state, pid_t* session, unsigned long long* start_
   return true;
 }
 
+// The state files (pods.json, the job status) survive a SIGKILL or a power loss whole:
+// temp file, fsync, rename, fsync of the directory (base/durable_file.h).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WriteFileDurably(path, content);
 }
 
 std::string JobKeyOf(const TrainingJob& job) { return absl::StrCat(job.metadata.namespace_, "/", job.metadata.name); }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/durable_file.h"
 #include "base/secret_token.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
@@ -201,15 +202,12 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   auto http_port = impl->http->Start(options.host, options.http_port);
   if (!http_port.ok()) return http_port.status();
   impl->http_port = *http_port;
-  {
-    std::ofstream out(ports_path + ".tmp", std::ios::trunc);
-    out << nlohmann::json{{"grpcPort", impl->grpc_port},
-                          {"httpPort", impl->http_port},
-                          {"http", absl::StrCat("http://", options.host, ":", impl->http_port)},
-                          {"pid", getpid()}}
-               .dump(2);
-  }
-  std::rename((ports_path + ".tmp").c_str(), ports_path.c_str());
+  const std::string ports = nlohmann::json{{"grpcPort", impl->grpc_port},
+                                           {"httpPort", impl->http_port},
+                                           {"http", absl::StrCat("http://", options.host, ":", impl->http_port)},
+                                           {"pid", getpid()}}
+                                .dump(2);
+  if (absl::Status s = WriteFileDurably(ports_path, ports); !s.ok()) return s;
   return std::unique_ptr<LocalMode>(new LocalMode(std::move(impl)));
 }
 

@@ -7,9 +7,12 @@
 namespace peregrine::testing {
 
 absl::Status FakeCluster::TakeFailure(Method method) {
+  if (writes_left_ == 0) return absl::UnavailableError("the controller was killed (FakeCluster::CrashAfter)");
   auto it = failures_.find(method);
   if (it == failures_.end()) {
     ++calls_[method];
+    const bool write = method != Method::kListPods && method != Method::kLoadStatus;
+    if (write && writes_left_ > 0) --writes_left_;
     return absl::OkStatus();
   }
   absl::Status s = std::move(it->second);
@@ -34,6 +37,7 @@ absl::Status FakeCluster::DeletePod(const TrainingJob&, const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = TakeFailure(Method::kDeletePod); !s.ok()) return s;
   std::erase_if(pods_, [&](const PodObservation& p) { return p.name == name; });
+  deletes_.push_back(name);
   return absl::OkStatus();
 }
 
@@ -81,6 +85,26 @@ absl::StatusOr<uint32_t> FakeCluster::RendezvousPort(const TrainingJob&) {
 void FakeCluster::FailNext(Method method, absl::Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   failures_[method] = std::move(status);
+}
+
+void FakeCluster::CrashAfter(int writes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writes_left_ = writes;
+}
+
+void FakeCluster::Revive() {
+  std::lock_guard<std::mutex> lock(mu_);
+  writes_left_ = -1;
+}
+
+bool FakeCluster::crashed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writes_left_ == 0;
+}
+
+std::vector<std::string> FakeCluster::deletes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deletes_;
 }
 
 void FakeCluster::SetPodFailed(const std::string& name, const std::string& reason) {

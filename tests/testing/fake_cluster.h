@@ -2,8 +2,9 @@
 // executor. It keeps the documented contract and nothing more: creating an existing pod and
 // deleting a missing one are OK, ListPods omits deleted pods, the persisted status is what
 // LoadStatus returns. A created pod runs at once on a fresh machine ("fake-0", "fake-1", ...).
-// Tests fail the next call of a method with FailNext, change a pod with SetPodFailed, and
-// read what the executor did (pods, events, quarantines, persisted statuses).
+// Tests fail the next call of a method with FailNext, kill the controller after its n-th
+// write with CrashAfter, change a pod with SetPodFailed, and read what the executor did
+// (pods, deletes, events, quarantines, persisted statuses).
 // Thread-safe (one mutex): the job controller's thread and the test may both call it.
 #ifndef PEREGRINE_TESTS_TESTING_FAKE_CLUSTER_H_
 #define PEREGRINE_TESTS_TESTING_FAKE_CLUSTER_H_
@@ -38,6 +39,13 @@ class FakeCluster final : public Cluster {
 
   // The next call of `method` returns `status` (and has no effect); later calls succeed.
   void FailNext(Method method, absl::Status status);
+  // A controller killed mid-round: the next `writes` successful writes (CreatePod,
+  // DeletePod, QuarantineMachine, RecordEvent, PersistStatus) take effect, then every
+  // call fails with kUnavailable and has no effect until Revive() (the restarted
+  // controller's cluster: pods and the persisted status are as the killed one left them).
+  void CrashAfter(int writes);
+  void Revive();
+  bool crashed() const;  // the CrashAfter budget is spent
   // The pod's machine is gone: ListPods shows it failed with `reason`.
   void SetPodFailed(const std::string& name, const std::string& reason);
   // Seeds the status LoadStatus returns (a controller restart).
@@ -51,6 +59,8 @@ class FakeCluster final : public Cluster {
   // The last persisted status, and how many times a status was persisted.
   std::optional<JobStatus> persisted() const;
   int persist_count() const;
+  // The names of every successful DeletePod call, in order (also of pods already gone).
+  std::vector<std::string> deletes() const;
   // Successful calls of `method` so far.
   int calls(Method method) const;
 
@@ -67,6 +77,8 @@ class FakeCluster final : public Cluster {
   uint32_t next_port_ = 29500;
   std::map<Method, absl::Status> failures_;
   std::map<Method, int> calls_;
+  std::vector<std::string> deletes_;
+  int writes_left_ = -1;  // CrashAfter: -1 unlimited
 };
 
 }  // namespace peregrine::testing
