@@ -31,7 +31,8 @@
 //     subresource (409: re-read and retry; a job deleted or re-created under another uid
 //     is kNotFound), LoadStatus reads it back from the API server.
 //   - EnsureJobObjects creates the job's headless Service and token Secret (idempotent,
-//     both owned by the job) and returns the token the agents must present.
+//     both owned by the job), with agent TLS the job's CA ConfigMap (AgentCaPublisher),
+//     and returns the token the agents must present.
 
 namespace peregrine {
 namespace {
@@ -271,6 +272,9 @@ absl::StatusOr<std::string> KubeCluster::EnsureJobObjects(const TrainingJob& job
     if (absl::IsAlreadyExists(service.status())) service = json::object();
   }
   if (!service.ok()) return service.status();
+  if (options_.ca_publisher != nullptr) {
+    if (absl::Status s = options_.ca_publisher->Publish(job); !s.ok()) return s;
+  }
   return token;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/cluster.h"
+#include "controller/kube/agent_ca_configmap.h"
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/pod_builder.h"
@@ -36,6 +37,8 @@ namespace peregrine {
 // The pod's options (controller address, agent image, heartbeat) and the cluster's.
 struct KubeClusterOptions : PodBuildOptions {
   uint32_t rendezvous_port = 29500;
+  // With agent TLS: publishes the CA bundle to the job's ConfigMap (must outlive the cluster).
+  AgentCaPublisher* ca_publisher = nullptr;
 };
 
 // A short label value (<= 63 characters of [A-Za-z0-9._-], starting and ending
@@ -57,7 +60,8 @@ class KubeCluster final : public Cluster {
   std::string RendezvousDomain(const TrainingJob& job) override;
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
-  // Creates (or finds) the job's headless Service and token Secret; returns the token.
+  // Creates (or finds) the job's headless Service and token Secret (and, with a CA
+  // publisher, makes its CA ConfigMap current); returns the token.
   absl::StatusOr<std::string> EnsureJobObjects(const TrainingJob& job);
   // Names of every cached pod of the job, including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);

@@ -26,6 +26,11 @@ std::string KubeMainUsage() {
          "  --metrics-port N           /metrics and /healthz (default 7402)\n"
          "  --api-audience A           audience the API's bearer tokens must have (repeatable;\n"
          "                             default: the API server's own)\n"
+         "  --agent-tls-cert FILE      serve the agents' gRPC with TLS: PEM certificate chain (with\n"
+         "                             --agent-tls-key and --agent-tls-ca; re-read when it changes)\n"
+         "  --agent-tls-key FILE       PEM private key of --agent-tls-cert (re-read when it changes)\n"
+         "  --agent-tls-ca FILE        PEM CA bundle the agents verify the controller with; every\n"
+         "                             job gets it in its ConfigMap <job>-peregrine-ca\n"
          "  --agent-image IMAGE        image with /opt/peregrine/bin/peregrine-agent (required)\n"
          "  --controller-address A     host:port the agents dial\n"
          "                             (default peregrine-grpc.<POD_NAMESPACE>.svc:<grpc-port>)\n"
@@ -82,6 +87,12 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
     } else if (arg == "--api-audience") {
       if (value.empty()) return absl::InvalidArgumentError("--api-audience: needs a non-empty audience");
       m.api_audiences.push_back(value);
+    } else if (arg == "--agent-tls-cert" || arg == "--agent-tls-key" || arg == "--agent-tls-ca") {
+      if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(arg, ": needs a file"));
+      std::string& file = arg == "--agent-tls-cert"  ? m.agent_tls.cert_file
+                          : arg == "--agent-tls-key" ? m.agent_tls.key_file
+                                                     : m.agent_tls.ca_file;
+      file = value;
     } else if (arg == "--agent-image") {
       m.agent_image = value;
     } else if (arg == "--controller-address") {
@@ -109,6 +120,16 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
     if (!s.ok()) return s;
   }
   if (m.agent_image.empty()) return absl::InvalidArgumentError("--agent-image is required");
+  if (m.agent_tls.enabled()) {
+    for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--agent-tls-cert", m.agent_tls.cert_file},
+                                     {"--agent-tls-key", m.agent_tls.key_file},
+                                     {"--agent-tls-ca", m.agent_tls.ca_file}}) {
+      if (file.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " is required with the other --agent-tls-* flags (agent TLS needs all three)"));
+      }
+    }
+  }
   if (controller_address.empty()) {
     controller_address = absl::StrCat("peregrine-grpc.", pod_namespace.empty() ? "default" : pod_namespace,
                                       ".svc:", m.grpc_port);

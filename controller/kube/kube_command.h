@@ -4,6 +4,7 @@
 //   peregrine-controller [--kubeconfig FILE [--context NAME]] [--namespace NS]
 //       [--leader-elect [--lease-namespace NS] [--lease-name NAME]]
 //       [--grpc-port 7400] [--http-port 7401] --agent-image IMAGE
+//       [--agent-tls-cert FILE --agent-tls-key FILE --agent-tls-ca FILE]
 //       [--controller-address HOST:PORT] [--workers N] [--rendezvous-port 29500]
 //       [--resync-s 10] [--log-level info]
 //

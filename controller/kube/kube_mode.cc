@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <random>
@@ -22,6 +23,7 @@
 #include "controller/agent_service.h"
 #include "controller/controller_metrics.h"
 #include "controller/http_server.h"
+#include "controller/kube/agent_ca_configmap.h"
 #include "controller/kube/api_reviews.h"
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
@@ -50,6 +52,10 @@
 //     never acts again (LostLeadership() turns true): the process is expected to exit and
 //     restart as a fresh candidate, as client-go controllers do, which also closes every
 //     agent stream it held so the agents reconnect to the new leader;
+//   - agent TLS (optional, --agent-tls-*): the gRPC port serves TLS only, from files
+//     gRPC re-reads every agent_tls_refresh (controller/agent_tls.h); a CA watcher thread
+//     re-reads the CA bundle as often and, on the leader, keeps every job's CA ConfigMap
+//     equal to it (agent_ca_configmap.h);
 //   - the gRPC AgentService and two HTTP servers run on every replica: /metrics (and
 //     /healthz) on the metrics port, the JSON API of http_server.h (and /healthz) on the
 //     API port. Every API request carries a bearer token, which a TokenReview turns into
@@ -176,6 +182,10 @@ struct KubeMode::Impl {
   std::unique_ptr<HttpServer> metrics_http;
   std::unique_ptr<kube::LeaderElector> elector;
   std::vector<std::thread> workers;
+  std::unique_ptr<AgentCaPublisher> ca_publisher;
+  std::thread ca_watcher;
+  absl::Mutex ca_watcher_mu;
+  absl::CondVar ca_watcher_cv;  // signalled when shutting down
   int grpc_port = 0;
   int http_port = 0;
   int metrics_port = 0;
@@ -237,6 +247,32 @@ struct KubeMode::Impl {
     SetOwnPodLeaderLabel(false);
   }
 
+  // Every agent_tls_refresh, on the leader: the CA bundle to every job's ConfigMap.
+  void CaWatcherLoop() {
+    while (true) {
+      {
+        absl::MutexLock lock(&ca_watcher_mu);
+        const absl::Time deadline = options.clock->Now() + options.agent_tls_refresh;
+        while (!shut_down.load() && !options.clock->WaitWithDeadline(ca_watcher_cv, ca_watcher_mu, deadline)) {
+        }
+        if (shut_down.load()) return;
+      }
+      if (!IsLeader()) continue;
+      std::vector<TrainingJob> known;
+      for (const kube::ObjectPtr& object : jobs->List()) {
+        if (const json* ts = Path(*object, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) continue;
+        TrainingJob job;
+        job.metadata.name = Str((*object)["metadata"], "name");
+        job.metadata.namespace_ = Str((*object)["metadata"], "namespace");
+        job.metadata.uid = Str((*object)["metadata"], "uid");
+        if (!job.metadata.name.empty()) known.push_back(std::move(job));
+      }
+      if (absl::Status s = ca_publisher->Refresh(known); !s.ok()) {
+        std::fprintf(stderr, "peregrine-controller: agent CA bundle: %s\n", s.ToString().c_str());
+      }
+    }
+  }
+
   // The one place the work queue learns how a reconcile ended.
   void WorkerLoop() {
     while (std::optional<std::string> key = queue->Get()) {
@@ -255,6 +291,14 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   }
   if (options.agent_image.empty()) return absl::InvalidArgumentError("kube mode: --agent-image is required");
   if (options.workers < 1) return absl::InvalidArgumentError("kube mode: workers must be at least 1");
+  // Agent TLS: the files are checked before anything starts, so a missing one is an error
+  // naming it, not a server that refuses every agent.
+  std::shared_ptr<grpc::ServerCredentials> agent_credentials = grpc::InsecureServerCredentials();
+  if (options.agent_tls.enabled()) {
+    auto credentials = AgentServerCredentials(options.agent_tls, options.agent_tls_refresh);
+    if (!credentials.ok()) return credentials.status();
+    agent_credentials = *std::move(credentials);
+  }
   auto impl = std::make_unique<Impl>();
   Impl* self = impl.get();
   impl->options = options;
@@ -304,6 +348,12 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   kopts.agent_image = options.agent_image;
   kopts.rendezvous_port = options.rendezvous_port;
   kopts.heartbeat_ms = options.agent_heartbeat_flag_ms;
+  if (options.agent_tls.enabled()) {
+    impl->ca_publisher = std::make_unique<AgentCaPublisher>(impl->client.get(), options.agent_tls.ca_file,
+                                                            [self] { return self->IsLeader(); });
+    kopts.agent_tls = true;
+    kopts.ca_publisher = impl->ca_publisher.get();
+  }
   impl->cluster = std::make_unique<KubeCluster>(impl->client.get(), impl->pods.get(), impl->nodes.get(),
                                                 impl->events.get(), kopts, [self] { return self->IsLeader(); });
 
@@ -327,8 +377,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->gated_service =
       std::make_unique<LeaderGatedAgentService>(impl->service.get(), [self] { return self->IsLeader(); });
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(options.host, ":", options.grpc_port), grpc::InsecureServerCredentials(),
-                           &impl->grpc_port);
+  builder.AddListeningPort(absl::StrCat(options.host, ":", options.grpc_port), agent_credentials, &impl->grpc_port);
   builder.RegisterService(impl->gated_service.get());
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 << 20);
@@ -385,6 +434,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
     impl->metrics->SetLeader(true);
   }
   for (int i = 0; i < options.workers; ++i) impl->workers.emplace_back([self] { self->WorkerLoop(); });
+  if (impl->ca_publisher) impl->ca_watcher = std::thread([self] { self->CaWatcherLoop(); });
   if (impl->elector) impl->elector->Start();
   return std::unique_ptr<KubeMode>(new KubeMode(std::move(impl)));
 }
@@ -406,6 +456,11 @@ void KubeMode::Shutdown() {
   if (m.queue) m.queue->ShutDown();
   for (std::thread& t : m.workers) t.join();
   m.workers.clear();
+  {
+    absl::MutexLock lock(&m.ca_watcher_mu);
+    m.ca_watcher_cv.SignalAll();
+  }
+  if (m.ca_watcher.joinable()) m.ca_watcher.join();
   if (m.elector) m.elector->Stop();
   if (m.jobs) m.jobs->Stop();
   if (m.pods) m.pods->Stop();

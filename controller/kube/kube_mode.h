@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "controller/agent_tls.h"
 #include "controller/core/decision_engine.h"
 #include "controller/kube/config.h"
 #include "controller/kube/resources.h"
@@ -35,6 +36,11 @@ struct KubeModeOptions {
   // The API's callers are authenticated with TokenReviews asking for these audiences
   // (empty: the API server's own) and authorised with SubjectAccessReviews.
   std::vector<std::string> api_audiences;
+  // TLS on the agents' gRPC port (controller/agent_tls.h): all three files, or none for
+  // plaintext. The certificate and key are re-read every agent_tls_refresh; so is the CA
+  // bundle, which every job's pods get through a ConfigMap (agent_ca_configmap.h).
+  AgentTlsFiles agent_tls;
+  absl::Duration agent_tls_refresh = absl::Seconds(10);
   int workers = 1;
   int heartbeat_ms = 1000;  // agents' heartbeat interval (sent in RegisterAck)
   int agent_heartbeat_flag_ms = 0;  // >0: also passed as the agents' --heartbeat-ms

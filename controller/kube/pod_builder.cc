@@ -22,7 +22,10 @@
 //                                      --role active|standby --machine-id $(NODE_NAME)
 //     with NODE_NAME from the downward API, PEREGRINE_TOKEN_FILE pointing at the per-job
 //     token Secret mounted read-only and, when spec.failSlow.enabled,
-//     PEREGRINE_NCCL_HOOK=/peregrine/lib/libperegrine_nccl.so;
+//     PEREGRINE_NCCL_HOOK=/peregrine/lib/libperegrine_nccl.so; with agent TLS
+//     (PodBuildOptions::agent_tls) also --tls-ca /var/run/peregrine/ca/ca.crt, the job's
+//     CA ConfigMap mounted as a directory (not subPath, so the kubelet's updates of a
+//     rotated CA reach the file the agent re-reads before each connection attempt);
 //   - labels peregrine.dev/job, /role, /slot (actives only); an ownerReference to the
 //     TrainingJob (controller, blockOwnerDeletion) so deleting the job garbage-collects
 //     it; hostname = pod name and subdomain = the job's headless Service, so rank 0 is
@@ -45,6 +48,8 @@ constexpr char kDiagnoseBinary[] = "/peregrine/bin/peregrine-diagnose";
 constexpr char kTokenDir[] = "/var/run/peregrine/token";
 constexpr char kBinVolume[] = "peregrine-bin";
 constexpr char kTokenVolume[] = "peregrine-token";
+constexpr char kCaDir[] = "/var/run/peregrine/ca";
+constexpr char kCaVolume[] = "peregrine-ca";
 constexpr char kInitContainer[] = "peregrine-agent-install";
 
 // Appends `item` to the array `list` unless an element with the same "name" exists
@@ -196,6 +201,10 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
     command.push_back("--heartbeat-ms");
     command.push_back(absl::StrCat(options.heartbeat_ms));
   }
+  if (options.agent_tls) {
+    command.push_back("--tls-ca");
+    command.push_back(absl::StrCat(kCaDir, "/", kJobCaKey));
+  }
   trainer["command"] = std::move(command);
   trainer.erase("args");
   PutNamed(trainer["env"], json{{"name", "NODE_NAME"},
@@ -207,6 +216,9 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   }
   PutNamed(trainer["volumeMounts"], json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}, {"readOnly", true}});
   PutNamed(trainer["volumeMounts"], json{{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}});
+  if (options.agent_tls) {
+    PutNamed(trainer["volumeMounts"], json{{"name", kCaVolume}, {"mountPath", kCaDir}, {"readOnly", true}});
+  }
 
   json init = {{"name", kInitContainer},
                {"image", options.agent_image},
@@ -223,6 +235,9 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   PutNamed(spec["volumes"], json{{"name", kBinVolume}, {"emptyDir", json::object()}});
   PutNamed(spec["volumes"], json{{"name", kTokenVolume},
                                  {"secret", {{"secretName", JobSecretName(job)}, {"defaultMode", 0440}}}});
+  if (options.agent_tls) {
+    PutNamed(spec["volumes"], json{{"name", kCaVolume}, {"configMap", {{"name", JobCaConfigMapName(job)}}}});
+  }
   spec["restartPolicy"] = "Never";
   spec["hostname"] = request.name;
   spec["subdomain"] = JobServiceName(job);

@@ -1,7 +1,7 @@
 // The pod KubeCluster creates for one machine of a TrainingJob: spec.template (a
 // PodTemplateSpec) with the agent injected (an init container copying the agent's files,
-// the training container running peregrine-agent, the token Secret mounted), the
-// peregrine.dev labels, an ownerReference to the job and nvidia.com/gpu = gpusPerMachine.
+// the training container running peregrine-agent, the token Secret mounted; with agent TLS
+// the CA ConfigMap too), the peregrine.dev labels, an ownerReference to the job and nvidia.com/gpu = gpusPerMachine.
 // Pure functions; thread-safe. The layout of the pod is described in pod_builder.cc.
 #ifndef PEREGRINE_CONTROLLER_KUBE_POD_BUILDER_H_
 #define PEREGRINE_CONTROLLER_KUBE_POD_BUILDER_H_
@@ -26,6 +26,9 @@ struct PodBuildOptions {
   std::string controller_address;  // host:port the agents dial (the gRPC Service)
   std::string agent_image;         // holds /opt/peregrine/bin/peregrine-agent
   int heartbeat_ms = 0;            // 0: the agent's default
+  // The agents dial with TLS: the job's CA ConfigMap (JobCaConfigMapName) is mounted and
+  // passed as --tls-ca.
+  bool agent_tls = false;
 };
 
 // The pod to submit for `pod`. The training container's resources get nvidia.com/gpu =
