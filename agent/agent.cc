@@ -106,6 +106,13 @@ class Agent::Impl {
   }
 
   absl::Status Start() {
+    // The credential leaves the file system before anything else starts.
+    std::string credential;
+    if (!options_.credential_file.empty()) {
+      absl::StatusOr<std::string> taken = TakeCredentialFile(options_.credential_file);
+      if (!taken.ok()) return taken.status();
+      credential = *std::move(taken);
+    }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
     std::vector<int> signals = {SIGCHLD};
@@ -145,7 +152,7 @@ class Agent::Impl {
     }
     ControllerLinkOptions link_options;
     link_options.target = options_.controller;
-    link_options.token_file = options_.token_file;
+    link_options.credential = std::move(credential);
     link_options.tls_ca_file = options_.tls_ca_file;
     link_options.backoff_initial = options_.backoff_initial;
     link_options.backoff_max = options_.backoff_max;

@@ -27,7 +27,11 @@ struct AgentOptions {
   std::string pod_name;
   std::string machine_id;
   AgentRoleOption role = AgentRoleOption::kActive;
-  std::string token_file;     // optional: "authorization: Bearer <token>"
+  // optional: read and removed at start (before any training process), the first bearer
+  // token the agent presents to the controller (its credential, or a bootstrap token); the
+  // credential the controller acks is kept in memory only (agent/controller_link.h).
+  std::string credential_file;
+  std::string token_file;     // optional: the job's data-channel token (checkpoint peers)
   std::string tls_ca_file;    // optional: TLS with this CA bundle
   std::string log_dir;        // optional: per-rank logs rank-<N>.log
   // optional: libperegrine_nccl.so; when set, training processes run with it preloaded

@@ -1,5 +1,6 @@
 // peregrine-agent: flags -> AgentOptions -> Agent -> wait for termination.
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,13 @@ int main(int argc, char** argv) {
   }
   // A write to a closed socket must fail with EPIPE, not kill the agent.
   ::signal(SIGPIPE, SIG_IGN);
+  // The agent holds its controller credential in memory: not dumpable, so processes of
+  // the same user (the training ranks) cannot read /proc/<agent>/mem or environ or ptrace
+  // it. Its children are dumpable again after their execve.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::perror("peregrine-agent: prctl(PR_SET_DUMPABLE, 0)");
+    return 1;
+  }
   peregrine::AgentOptions options = parsed->options;
   options.handle_signals = true;
   absl::StatusOr<std::unique_ptr<peregrine::Agent>> agent = peregrine::Agent::BuildAndStart(options);

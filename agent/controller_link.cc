@@ -1,5 +1,9 @@
 #include "agent/controller_link.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <utility>
@@ -10,9 +14,9 @@
 #include "grpcpp/grpcpp.h"
 
 // A background thread opens the stream (a fresh channel per attempt; insecure,
-// or TLS with the given CA bundle; metadata "authorization: Bearer <token>" when
-// a token file is set, re-read on every attempt so rotated tokens are picked
-// up), reports it with on_stream_open, delivers every ControllerMessage with
+// or TLS with the given CA bundle; metadata "authorization: Bearer <token>" with
+// the bearer token of the moment: the first credential, replaced by the one each
+// RegisterAck carries), reports it with on_stream_open, delivers every ControllerMessage with
 // on_message, and reports the end with on_stream_closed. It then waits a
 // jittered exponential backoff (ReconnectBackoff) and tries again, for ever,
 // until Stop(). MarkRegistered() (called when a RegisterAck arrived) resets the
@@ -36,6 +40,18 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 }  // namespace
 
+absl::StatusOr<std::string> TakeCredentialFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return absl::FailedPreconditionError(absl::StrCat("credential file ", path, " cannot be read"));
+  std::string credential(absl::StripAsciiWhitespace(*text));
+  if (::unlink(path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("credential file ", path, " cannot be removed: ", std::strerror(errno)));
+  }
+  if (credential.empty()) return absl::FailedPreconditionError(absl::StrCat("credential file ", path, " is empty"));
+  return credential;
+}
+
 ReconnectBackoff::ReconnectBackoff(absl::Duration initial, absl::Duration max)
     : initial_(initial), max_(max), base_(initial) {}
 
@@ -50,7 +66,10 @@ absl::Duration ReconnectBackoff::Next(double uniform01) {
 void ReconnectBackoff::Reset() { base_ = initial_; }
 
 ControllerLink::ControllerLink(ControllerLinkOptions options, Callbacks callbacks)
-    : options_(std::move(options)), callbacks_(std::move(callbacks)) {}
+    : options_(std::move(options)), callbacks_(std::move(callbacks)) {
+  absl::MutexLock lock(&state_mu_);
+  bearer_ = options_.credential;
+}
 
 ControllerLink::~ControllerLink() { Stop(); }
 
@@ -97,13 +116,9 @@ void ControllerLink::Run() {
       }
     }
     std::string token;
-    if (!options_.token_file.empty()) {
-      absl::StatusOr<std::string> token_text = ReadFile(options_.token_file);
-      if (token_text.ok()) {
-        token = std::string(absl::StripAsciiWhitespace(*token_text));
-      } else {
-        setup_error = token_text.status().ToString();
-      }
+    {
+      absl::MutexLock lock(&state_mu_);
+      token = bearer_;
     }
     uint64_t session = 0;
     if (setup_error.empty()) {
@@ -133,6 +148,10 @@ void ControllerLink::Run() {
       callbacks_.on_stream_open(session);
       peregrine::v1::ControllerMessage message;
       while (stream->Read(&message)) {
+        if (message.has_register_ack() && !message.register_ack().agent_credential().empty()) {
+          absl::MutexLock lock(&state_mu_);
+          bearer_ = message.register_ack().agent_credential();
+        }
         callbacks_.on_message(session, std::move(message));
         message.Clear();
       }

@@ -3,6 +3,10 @@
 // stream's opening, messages and end with its session number; Send(session, msg)
 // writes only to that session and returns false when it is gone (the caller keeps
 // what must not be lost and re-sends it after the next registration).
+// Identity: every stream carries "authorization: Bearer <token>": first
+// `options.credential` (the pod's credential, or its bootstrap token in Kubernetes), then
+// the credential of the newest RegisterAck that carried one (agent_credential), kept in
+// memory only and used for every later stream, including after a controller restart.
 // Thread safety: every public method is thread-safe; callbacks run on the link's
 // thread, one at a time, never after Stop() returned, and must not call Stop().
 // Ownership: the owner outlives the link and calls Stop() (or destroys it) first.
@@ -18,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
@@ -39,9 +44,15 @@ class ReconnectBackoff {
   absl::Duration base_;
 };
 
+// Reads the file holding the agent's first bearer token (a credential or a bootstrap
+// token: the text, surrounding whitespace stripped) and removes it, so no process started
+// later finds it. kFailedPrecondition naming the file when it cannot be read, is empty or
+// cannot be removed.
+absl::StatusOr<std::string> TakeCredentialFile(const std::string& path);
+
 struct ControllerLinkOptions {
   std::string target;       // host:port
-  std::string token_file;   // empty: no authorization metadata
+  std::string credential;   // the first streams' bearer token; empty: none until an ack gives one
   std::string tls_ca_file;  // empty: insecure channel
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(5);
@@ -82,6 +93,7 @@ class ControllerLink {
   bool stopping_ ABSL_GUARDED_BY(state_mu_) = false;
   bool registered_ ABSL_GUARDED_BY(state_mu_) = false;
   uint64_t session_ ABSL_GUARDED_BY(state_mu_) = 0;
+  std::string bearer_ ABSL_GUARDED_BY(state_mu_);  // the next stream's bearer token
   grpc::ClientContext* context_ ABSL_GUARDED_BY(state_mu_) = nullptr;
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(state_mu_);

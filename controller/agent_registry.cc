@@ -425,30 +425,111 @@ std::vector<std::string> AgentRegistry::RecentExitSummaries(const std::string& j
   return out;
 }
 
+absl::Status AgentRegistry::SetAgentKey(std::string key) {
+  if (!key.empty()) {
+    if (absl::Status s = ValidateAgentKey(key); !s.ok()) return s;
+  }
+  absl::MutexLock lock(&mu_);
+  agent_key_ = std::move(key);
+  return absl::OkStatus();
+}
+
+void AgentRegistry::SetBootstrapVerifier(std::shared_ptr<AgentBootstrapVerifier> verifier) {
+  absl::MutexLock lock(&mu_);
+  bootstrap_verifier_ = std::move(verifier);
+}
+
+size_t AgentRegistry::MaxAgentStreams(const std::string& job_key) const {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_key);
+  return (job == jobs_.end() ? 0 : job->second.desired.size()) + kAgentStreamMargin;
+}
+
+uint64_t AgentRegistry::DroppedCommandResults() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_results_;
+}
+
+// A registration is checked in two steps: the cheap part (the job, the pod, the
+// credential) under the lock, then, only when the bearer token is not the pod's
+// credential, the bootstrap verifier without the lock (it may call the API server). The
+// record is then taken under the lock again, re-checking what may have changed meanwhile
+// (the job re-bound with another uid, the pod no longer desired, the stream cap).
 absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentStreamSink> sink,
                                                           const std::string& bearer_token, const v1::Register& reg,
                                                           int64_t now) {
   if (reg.job_name().empty()) return absl::InvalidArgumentError("register.job_name is empty");
   if (reg.pod_name().empty()) return absl::InvalidArgumentError("register.pod_name is empty");
-  const std::string key = JobKey(reg.job_namespace().empty() ? "default" : reg.job_namespace(), reg.job_name());
+  const std::string ns = reg.job_namespace().empty() ? "default" : reg.job_namespace();
+  const std::string key = JobKey(ns, reg.job_name());
+  AgentIdentity identity{ns, reg.job_name(), "", reg.pod_name()};
+  std::string credential;  // the pod's; empty when agents are not authenticated
+  std::shared_ptr<AgentBootstrapVerifier> verifier;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(key);
+    if (job == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", key));
+    if (!job->second.desired.count(reg.pod_name())) {
+      return absl::NotFoundError(absl::StrCat("pod ", reg.pod_name(), " is not part of job ", key));
+    }
+    identity.job_uid = job->second.binding.job_uid;
+    if (!agent_key_.empty()) {
+      absl::StatusOr<std::string> derived = DeriveAgentCredential(agent_key_, identity);
+      if (!derived.ok()) return absl::InvalidArgumentError(derived.status().message());
+      credential = *std::move(derived);
+      if (!SecretTokensEqual(bearer_token, credential)) verifier = bootstrap_verifier_;
+      if (!SecretTokensEqual(bearer_token, credential) && verifier == nullptr) {
+        return absl::UnauthenticatedError(bearer_token.empty()
+                                              ? absl::StrCat("no credential presented for pod ", reg.pod_name())
+                                              : absl::StrCat("the credential presented is not pod ", reg.pod_name(),
+                                                             "'s of job ", key));
+      }
+    }
+  }
+  if (verifier != nullptr) {
+    if (bearer_token.empty()) {
+      return absl::UnauthenticatedError(absl::StrCat("no credential or bootstrap token presented for pod ",
+                                                     reg.pod_name()));
+    }
+    if (absl::Status s = verifier->Verify(identity, bearer_token); !s.ok()) {
+      if (s.code() == absl::StatusCode::kUnavailable) return s;
+      return absl::UnauthenticatedError(
+          absl::StrCat("pod ", reg.pod_name(), " of job ", key, " not authenticated: ", s.message()));
+    }
+  }
   v1::RegisterAck ack;
   std::vector<v1::Command> resend;
+  std::shared_ptr<AgentStreamSink> replaced;
   {
     absl::MutexLock lock(&mu_);
     auto job = jobs_.find(key);
     if (job == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", key));
     const JobBinding& binding = job->second.binding;
-    if (!binding.token.empty() && !SecretTokensEqual(bearer_token, binding.token)) {
-      return absl::UnauthenticatedError(absl::StrCat("bad or missing token for job ", key));
+    if (binding.job_uid != identity.job_uid) {
+      return absl::UnavailableError(absl::StrCat("job ", key, " changed while pod ", reg.pod_name(),
+                                                 " registered; register again"));
     }
     auto desired = job->second.desired.find(reg.pod_name());
     if (desired == job->second.desired.end()) {
       return absl::NotFoundError(absl::StrCat("pod ", reg.pod_name(), " is not part of job ", key));
     }
+    size_t open_streams = 0;
+    for (const auto& [pod, other] : job->second.agents) {
+      if (other.sink && pod != reg.pod_name()) ++open_streams;
+    }
+    const size_t cap = job->second.desired.size() + kAgentStreamMargin;
+    if (open_streams >= cap) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", key, " already has ", open_streams, " open agent streams (the most is ", cap, ")"));
+    }
     AgentRecord& rec = job->second.agents[reg.pod_name()];
-    if (rec.sink) by_sink_.erase(rec.sink.get());
+    if (rec.sink) {
+      by_sink_.erase(rec.sink.get());
+      if (rec.sink != sink) replaced = std::move(rec.sink);
+    }
     rec.sink = sink;
     by_sink_[sink.get()] = {key, reg.pod_name()};
+    ack.set_agent_credential(credential);
     AgentObservation& obs = rec.obs;
     obs.pod = reg.pod_name();
     obs.machine_id = reg.machine_id();
@@ -483,6 +564,14 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
         ++it;
       }
     }
+  }
+  if (replaced) {
+    const std::string why = absl::StrCat("pod ", reg.pod_name(), " of job ", key,
+                                         ": this stream was replaced by a newer registration of the pod");
+    v1::ControllerMessage reject;
+    reject.mutable_reject()->set_reason(why);
+    replaced->Send(reject);
+    replaced->End(absl::AbortedError(why));
   }
   for (const v1::Command& c : resend) {
     v1::ControllerMessage m;
@@ -605,8 +694,14 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
       case v1::AgentMessage::kCommandResult: {
         const v1::CommandResult& r = message.command_result();
         if (r.command_id().empty()) return absl::InvalidArgumentError("command_result.command_id is empty");
-        if (auto sent = rec->pending.find(r.command_id());
-            sent != rec->pending.end() && sent->second.has_nccl_mode() && r.status().code() == 0) {
+        auto sent = rec->pending.find(r.command_id());
+        if (sent == rec->pending.end()) {
+          // Not a command this agent has pending (already answered, or never sent to it):
+          // dropped, so the results kept stay keyed by the controller's own ids.
+          ++dropped_results_;
+          return absl::OkStatus();
+        }
+        if (sent->second.has_nccl_mode() && r.status().code() == 0) {
           obs.nccl_profiling = sent->second.nccl_mode().profiling();
         }
         rec->pending.erase(r.command_id());

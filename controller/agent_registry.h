@@ -5,7 +5,15 @@
 // Observe(), publishes each pod's desired role and assignment with SetDesired() (the
 // RegisterAck an agent gets is built from it) and sends commands with Send(). A command
 // stays pending until its result arrives; pending commands are re-sent when the agent
-// registers again (agents execute each id once, so resending is safe).
+// registers again (agents execute each id once, so resending is safe); a result is kept
+// only for a command pending for that agent (others are dropped and counted), so nothing
+// an agent sends grows the registry.
+//
+// Agent identity (docs/security.md): with an agent key set, a Register must carry the
+// claimed pod's credential (agent_credentials.h) or, failing that, a bootstrap token the
+// bootstrap verifier accepts for that pod; the ack then carries the pod's credential. Only
+// pods the job controller published (SetDesired) may register; a second registration of
+// a pod ends the older stream; a job has at most MaxAgentStreams() open streams.
 //
 // Thread-safe: every method may be called from any thread. Sinks are called with the
 // registry lock released.
@@ -21,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "controller/agent_credentials.h"
 #include "controller/core/job_state.h"
 #include "peregrine/v1/agent.pb.h"
 
@@ -64,12 +73,15 @@ v1::DiagnosticResult DiagnosticToWire(const DiagnosticOutcome& d);
 inline constexpr size_t kMaxCommandResults = 64;
 // Checkpoint store events kept per agent (the newest).
 inline constexpr size_t kMaxCheckpointEvents = 64;
+// Open agent streams a job may have beyond its desired pods (slots and standbys): room
+// for old pods still connected while their replacements register.
+inline constexpr size_t kAgentStreamMargin = 4;
 
 class AgentRegistry {
  public:
   struct JobBinding {
     TrainingJobSpec spec;
-    std::string token;  // required bearer token; empty accepts any
+    std::string job_uid;  // bound into the pods' credentials ("" where there is none)
   };
 
   explicit AgentRegistry(std::string controller_id) : controller_id_(std::move(controller_id)) {}
@@ -99,9 +111,25 @@ class AgentRegistry {
   // Recent process exits with their log tails, for the incident timeline.
   std::vector<std::string> RecentExitSummaries(const std::string& job_key, size_t max) const;
   void SetHeartbeatIntervalMs(uint32_t ms) { heartbeat_interval_ms_ = ms; }
+  // The agent key (64 hex characters) agents' credentials derive from; empty (the
+  // default) authenticates nobody and accepts any registration. kInvalidArgument for a
+  // malformed key (nothing changes). Set before agents connect.
+  absl::Status SetAgentKey(std::string key);
+  // Checks bootstrap tokens (a Register whose bearer token is not the pod's credential);
+  // null (the default): only credentials are accepted. Set before agents connect.
+  void SetBootstrapVerifier(std::shared_ptr<AgentBootstrapVerifier> verifier);
+  // The most open streams `job_key` may have: its desired pods + kAgentStreamMargin.
+  size_t MaxAgentStreams(const std::string& job_key) const;
+  // Command results dropped because no such command was pending for the agent.
+  uint64_t DroppedCommandResults() const;
 
   // RPC side. OnRegister returns the ack to send, or an error to close the stream with
-  // (kUnauthenticated: bad token; kNotFound: unknown job or pod; kInvalidArgument: malformed).
+  // (kUnauthenticated: neither the pod's credential nor an accepted bootstrap token;
+  // kUnavailable: the bootstrap token could not be checked now; kNotFound: unknown job or
+  // a pod the job controller did not publish; kResourceExhausted: the job has
+  // MaxAgentStreams() open streams; kInvalidArgument: malformed). An older stream of the
+  // same pod is ended with kAborted ("replaced by a newer registration"). May block on
+  // the bootstrap verifier; call it without locks held.
   absl::StatusOr<v1::RegisterAck> OnRegister(std::shared_ptr<AgentStreamSink> sink, const std::string& bearer_token,
                                              const v1::Register& reg, int64_t now);
   // kInvalidArgument for a message that does not fit (the caller answers with Reject).
@@ -134,6 +162,9 @@ class AgentRegistry {
   const std::string controller_id_;
   uint32_t heartbeat_interval_ms_ = 1000;
   mutable absl::Mutex mu_;
+  std::string agent_key_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<AgentBootstrapVerifier> bootstrap_verifier_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_results_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<const AgentStreamSink*, std::pair<std::string, std::string>> by_sink_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_change_ ABSL_GUARDED_BY(mu_);

@@ -4,7 +4,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/alarm.h"
+#include "grpcpp/server_builder.h"
 
 namespace peregrine {
 namespace {
@@ -40,7 +43,8 @@ class StreamSink final : public AgentStreamSink {
 
 class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  ConnectReactor(grpc::CallbackServerContext* context, AgentRegistry* registry, Clock* clock)
+  ConnectReactor(grpc::CallbackServerContext* context, AgentRegistry* registry, Clock* clock,
+                 absl::Duration register_timeout)
       : registry_(registry), clock_(clock) {
     const auto& md = context->client_metadata();
     if (auto it = md.find("authorization"); it != md.end()) {
@@ -51,6 +55,10 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     // acts on commands only after its ack, so a command must never overtake it.
     sink_ = std::make_shared<StreamSink>([this](const v1::ControllerMessage& m) { WriteAfterAck(m); },
                                          [this](const absl::Status& s) { FinishOnce(ToGrpcStatus(s)); });
+    // The register deadline. The alarm's callback always runs (with ok = false once
+    // cancelled), and the reactor is deleted only after both it and OnDone ran.
+    register_alarm_.Set(absl::ToChronoTime(absl::Now() + register_timeout),
+                        [this, register_timeout](bool ok) { OnRegisterDeadline(ok, register_timeout); });
     StartRead(&in_);
   }
 
@@ -80,6 +88,7 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
         return;
       }
       registered_ = true;
+      register_alarm_.Cancel();
       v1::ControllerMessage out;
       *out.mutable_register_ack() = *ack;
       WriteAckThenHeld(out);
@@ -114,7 +123,14 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   void OnDone() override {
     sink_->Close();
     if (registered_) registry_->OnDisconnect(sink_.get(), clock_->UnixNanos());
-    delete this;
+    register_alarm_.Cancel();
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      last = alarm_ran_;
+    }
+    if (last) delete this;
   }
 
   void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
@@ -166,8 +182,29 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     MaybeFinishLocked();
   }
 
+  void OnRegisterDeadline(bool fired, absl::Duration timeout) {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      if (fired && !ack_queued_ && !finished_) {
+        v1::ControllerMessage reject;
+        const std::string why = absl::StrCat("no register message within ", absl::FormatDuration(timeout));
+        reject.mutable_reject()->set_reason(why);
+        if (queue_.size() < kMaxQueuedWrites) queue_.push_back(std::move(reject));
+        MaybeStartWriteLocked();
+        finished_ = true;
+        final_status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why);
+        MaybeFinishLocked();
+      }
+      alarm_ran_ = true;
+      last = done_;
+    }
+    if (last) delete this;
+  }
+
   AgentRegistry* registry_;
   Clock* clock_;
+  grpc::Alarm register_alarm_;
   std::string token_;
   std::shared_ptr<StreamSink> sink_;
   v1::AgentMessage in_;
@@ -180,6 +217,8 @@ class ConnectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   bool finished_ ABSL_GUARDED_BY(mu_) = false;       // Finish requested
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;  // Finish issued to gRPC
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  bool alarm_ran_ ABSL_GUARDED_BY(mu_) = false;  // the register alarm's callback ran
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // OnDone ran
 };
 
 }  // namespace
@@ -188,12 +227,20 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(status.code())), std::string(status.message()));
 }
 
-AgentServiceImpl::AgentServiceImpl(AgentRegistry* registry, Clock* clock)
-    : registry_(registry), clock_(clock) {}
+AgentServiceImpl::AgentServiceImpl(AgentRegistry* registry, Clock* clock, AgentServiceOptions options)
+    : registry_(registry), clock_(clock), options_(options) {}
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* AgentServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  return new ConnectReactor(context, registry_, clock_);
+  return new ConnectReactor(context, registry_, clock_, options_.register_timeout);
+}
+
+void ApplyAgentServerKeepalive(grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 }
 
 }  // namespace peregrine

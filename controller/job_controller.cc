@@ -47,7 +47,7 @@ absl::Status JobController::Start(bool run_loop) {
   }
   AgentRegistry::JobBinding binding;
   binding.spec = current.spec;
-  binding.token = options_.agent_token;
+  binding.job_uid = current.metadata.uid;
   registry_->BindJob(key(), binding);
   {
     // Agents that reconnect before the first round must get the persisted desired state.
@@ -109,7 +109,7 @@ absl::StatusOr<int64_t> JobController::UpdateJob(TrainingJob updated) {
     timeline_.push_back(TimelineEntry{options_.clock->UnixNanos(), what});
     AgentRegistry::JobBinding binding;
     binding.spec = job_.spec;
-    binding.token = options_.agent_token;
+    binding.job_uid = job_.metadata.uid;
     registry_->BindJob(key_, binding);
   }
   Wake();

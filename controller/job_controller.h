@@ -54,7 +54,6 @@ class JobController {
     int64_t resync_ns = 200'000'000;
     DecisionConfig decision;
     Clock* clock = RealClock();  // the time of every decision and timeline entry
-    std::string agent_token;       // agents must present it ("" accepts any)
   };
 
   JobController(TrainingJob job, Cluster* cluster, AgentRegistry* registry, ControllerMetrics* metrics,

@@ -379,7 +379,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(options.host, ":", options.grpc_port), agent_credentials, &impl->grpc_port);
   builder.RegisterService(impl->gated_service.get());
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  ApplyAgentServerKeepalive(&builder);
   builder.AddChannelArgument(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 << 20);
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->grpc_port == 0) {

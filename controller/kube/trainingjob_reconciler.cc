@@ -191,13 +191,12 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     jopts.decision = options_.decision;
     jopts.clock = deps_.clock;
     jopts.resync_ns = absl::ToInt64Nanoseconds(options_.resync);
-    jopts.agent_token = *token;
     fresh->controller =
         std::make_unique<JobController>(*job, deps_.cluster, deps_.registry, deps_.metrics, jopts);
     if (absl::Status s = fresh->controller->Start(/*run_loop=*/false); !s.ok()) return Retryable(s);
     AgentRegistry::JobBinding binding;
     binding.spec = job->spec;
-    binding.token = *token;
+    binding.job_uid = job->metadata.uid;
     deps_.registry->BindJob(key, binding);
     absl::MutexLock lock(&mu_);
     entry = fresh.get();

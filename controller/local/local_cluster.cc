@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "base/durable_file.h"
 #include "base/free_port.h"
+#include "controller/agent_credentials.h"
 #include "controller/status_json.h"
 
 extern char** environ;
@@ -158,6 +159,27 @@ absl::Status LocalCluster::SavePodTable() {
   return WriteFileAtomically(absl::StrCat(options_.state_dir, "/pods.json"), j.dump(2));
 }
 
+// The pod's credential in a file only its owner may read (0400, in a 0700 directory),
+// created fresh (a stale one is replaced); the agent removes it once read.
+absl::StatusOr<std::string> LocalCluster::WriteCredentialFile(const TrainingJob& job, const std::string& pod) {
+  absl::StatusOr<std::string> credential = DeriveAgentCredential(
+      options_.agent_key, AgentIdentity{job.metadata.namespace_, job.metadata.name, job.metadata.uid, pod});
+  if (!credential.ok()) return credential.status();
+  const std::string dir = absl::StrCat(options_.state_dir, "/credentials");
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  const std::string path = absl::StrCat(dir, "/", pod);
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  const std::string text = *credential + "\n";
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return path;
+}
+
 absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& request) {
   absl::MutexLock lock(&mu_);
   if (auto it = pods_.find(request.name); it != pods_.end()) {
@@ -182,6 +204,12 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
   if (!options_.token_file.empty()) {
     args.push_back("--token-file");
     args.push_back(options_.token_file);
+  }
+  if (!options_.agent_key.empty()) {
+    absl::StatusOr<std::string> credential_file = WriteCredentialFile(job, pod.name);
+    if (!credential_file.ok()) return credential_file.status();
+    args.push_back("--credential-file");
+    args.push_back(*credential_file);
   }
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {

@@ -32,7 +32,11 @@ struct LocalClusterOptions {
   std::string state_dir;           // created if missing
   std::string agent_binary;        // path of peregrine-agent
   std::string controller_address;  // host:port the agents dial
-  std::string token_file;          // the per-job token the agents present
+  std::string token_file;          // the job's data-channel token (checkpoint peers)
+  // The controller's agent key: each pod's agent gets its credential
+  // (controller/agent_credentials.h) in a 0400 file <state_dir>/credentials/<pod>, which it
+  // reads and removes at start. Empty: no credential.
+  std::string agent_key;
   std::vector<std::string> path_prepend;       // directories put first on PATH (sim-trainer)
   std::map<std::string, std::string> pod_env;  // extra environment for every pod
   int heartbeat_ms = 500;
@@ -73,6 +77,8 @@ class LocalCluster final : public Cluster {
   const std::string& state_dir() const { return options_.state_dir; }
 
  private:
+  // Writes the pod's credential file (LocalClusterOptions::agent_key); its path.
+  absl::StatusOr<std::string> WriteCredentialFile(const TrainingJob& job, const std::string& pod);
   struct LocalPod {
     std::string name;
     std::string job_key;

@@ -28,7 +28,8 @@ namespace peregrine {
 namespace {
 
 
-// The per-job token agents present; kept across controller restarts.
+// A secret (the job's data-channel token, the agent key) in a 0600 file; kept across
+// controller restarts.
 absl::StatusOr<std::string> EnsureToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
@@ -124,9 +125,14 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
           absl::StrCat("spec.checkpoint.persistPath: cannot create ", checkpoint.persist_path, ": ", ec.message()));
     }
   }
+  // The job's data-channel token (checkpoint peers) and the agent key every agent's
+  // credential derives from (controller/agent_credentials.h); both 0600 files kept across
+  // controller restarts, so agents started before a restart still register.
   const std::string token_path = options.state_dir + "/token";
   auto token = EnsureToken(token_path);
   if (!token.ok()) return token.status();
+  auto agent_key = EnsureToken(options.state_dir + "/agent.key");
+  if (!agent_key.ok()) return agent_key.status();
   const std::string faults = options.state_dir + "/faults.bin";
   if (!std::filesystem::exists(faults)) {
     if (auto s = sim::CreateFaultTable(faults); !s.ok()) return s;
@@ -136,6 +142,9 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   impl->metrics->SetLeader(true);  // local mode has one replica
   impl->registry = std::make_unique<AgentRegistry>(absl::StrCat("local-", getpid()));
   impl->registry->SetHeartbeatIntervalMs(static_cast<uint32_t>(options.heartbeat_ms));
+  if (absl::Status s = impl->registry->SetAgentKey(*agent_key); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(options.state_dir, "/agent.key: ", s.message()));
+  }
   impl->service = std::make_unique<AgentServiceImpl>(impl->registry.get(), options.clock);
 
   // The agents dial this port again after a controller restart, so it is persisted.
@@ -144,7 +153,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(options.host, ":", port), grpc::InsecureServerCredentials(), &impl->grpc_port);
   builder.RegisterService(impl->service.get());
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  ApplyAgentServerKeepalive(&builder);
   builder.AddChannelArgument(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 16 << 20);
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->grpc_port == 0) {
@@ -156,6 +165,7 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   copts.agent_binary = options.bin_dir + "/peregrine-agent";
   copts.controller_address = absl::StrCat(options.host, ":", impl->grpc_port);
   copts.token_file = token_path;
+  copts.agent_key = *agent_key;
   copts.path_prepend = {options.bin_dir};
   copts.pod_env["PEREGRINE_SIM_FAULTS"] = faults;
   // The stand-in device the validation tools and the GPU self-test use instead of a GPU.
@@ -189,7 +199,6 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   JobController::Options jopts;
   jopts.decision = options.decision;
   jopts.clock = options.clock;
-  jopts.agent_token = *token;
   impl->controller = std::make_unique<JobController>(impl->job, impl->cluster.get(), impl->registry.get(),
                                                      impl->metrics.get(), jopts);
   JobController* controller = impl->controller.get();

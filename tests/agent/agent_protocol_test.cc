@@ -1,7 +1,10 @@
 // Protocol round trip: a real gRPC AgentService on 127.0.0.1:0 (a small test
 // controller that records what the agent sends and sends commands) and the real
-// peregrine-agent binary, which supervises /bin/sh stand-in training.
+// peregrine-agent binary, which supervises /bin/sh stand-in training. Also the agent's
+// credential: presented as the bearer token, replaced by the acked one, and out of the
+// training processes' reach.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "agent/controller_link.h"
 #include "agent/supervisor.h"
 #include "grpcpp/grpcpp.h"
 #include "peregrine/v1/agent.grpc.pb.h"
@@ -42,22 +46,28 @@ using ::peregrine::testing::TempDir;
 
 constexpr char kToken[] = "s3cret-token";
 
-// Records every AgentMessage; answers Register with the configured ack; sends
-// commands on the current stream.
+// Records every AgentMessage and every stream's bearer token; refuses streams whose
+// token is not accepted (kToken unless set); answers Register with the configured ack;
+// sends commands on the current stream.
 class TestController final : public v1::AgentService::Service {
  public:
   grpc::Status Connect(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
     auto auth = context->client_metadata().find("authorization");
-    if (auth == context->client_metadata().end() ||
-        std::string(auth->second.data(), auth->second.size()) != std::string("Bearer ") + kToken) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+    const std::string bearer =
+        auth == context->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bearers_.push_back(bearer);
+      cv_.notify_all();
+      if (!accepted_.count(bearer)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
     }
     v1::AgentMessage message;
     while (stream->Read(&message)) {
       std::lock_guard<std::mutex> lock(mu_);
       if (message.has_register_()) {
         stream_ = stream;
+        context_ = context;
         v1::ControllerMessage reply;
         *reply.mutable_register_ack() = ack_;
         stream->Write(reply);
@@ -66,8 +76,31 @@ class TestController final : public v1::AgentService::Service {
       cv_.notify_all();
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (stream_ == stream) stream_ = nullptr;
+    if (stream_ == stream) {
+      stream_ = nullptr;
+      context_ = nullptr;
+    }
     return grpc::Status::OK;
+  }
+
+  // The bearer tokens ("Bearer <token>") accepted from now on.
+  void Accept(std::set<std::string> tokens) {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepted_.clear();
+    for (const std::string& t : tokens) accepted_.insert("Bearer " + t);
+  }
+  // Ends the registered stream (as a controller restart does); false when there is none.
+  bool CancelStream() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (context_ == nullptr) return false;
+    context_->TryCancel();
+    return true;
+  }
+  // Waits until `n` streams have been opened; their authorization values, oldest first.
+  std::vector<std::string> WaitForStreams(size_t n, absl::Duration limit = absl::Seconds(60)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoSeconds(limit), [&] { return bearers_.size() >= n; });
+    return bearers_;
   }
 
   void SetAck(v1::RegisterAck ack) {
@@ -112,6 +145,9 @@ class TestController final : public v1::AgentService::Service {
   std::vector<v1::AgentMessage> messages_;
   v1::RegisterAck ack_;
   grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream_ = nullptr;
+  grpc::ServerContext* context_ = nullptr;
+  std::vector<std::string> bearers_;
+  std::set<std::string> accepted_ = {std::string("Bearer ") + kToken};
 };
 
 std::unique_ptr<grpc::Server> Serve(TestController* service, const std::string& address, int* port) {
@@ -206,7 +242,7 @@ TEST_CASE("agent protocol round trip with a real controller stream", "[integrati
     agent.argv = {std::string(PEREGRINE_BINARY_DIR) + "/bin/peregrine-agent",
                   "--controller", "127.0.0.1:" + std::to_string(port),
                   "--job", "team-a/llama", "--machine-id", "local-0", "--role", "active",
-                  "--token-file", dir + "/token", "--log-dir", dir + "/logs", "--grace-ms", "5000"};
+                  "--credential-file", dir + "/token", "--log-dir", dir + "/logs", "--grace-ms", "5000"};
     agent.env = env;
     REQUIRE(launcher.Start({agent}).ok());
     std::vector<ProcessExitReport> agent_exits;
@@ -506,7 +542,7 @@ TEST_CASE("standby registers with a self-check and stays idle until activated", 
     ProcessSpec agent;
     agent.argv = {std::string(PEREGRINE_BINARY_DIR) + "/bin/peregrine-agent", "--controller",
                   "127.0.0.1:" + std::to_string(port), "--job", "ns/j", "--pod", "standby-0", "--role",
-                  "standby", "--token-file", dir + "/token", "--log-dir", dir + "/logs"};
+                  "standby", "--credential-file", dir + "/token", "--log-dir", dir + "/logs"};
     agent.env = env;
     REQUIRE(launcher.Start({agent}).ok());
     auto drive_until = [&](const std::function<bool()>& done) {
@@ -547,6 +583,118 @@ TEST_CASE("standby registers with a self-check and stays idle until activated", 
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server->Wait();
   CHECK(Eventually(NoDescendantsLeft));
+}
+
+// The training process (as the agent's user, not root, so only the agent's own
+// protection stands in the way) looks for the agent's credential: the file it came in,
+// its own environment, the agent's command line, and the agent's memory.
+const char kCredentialProbe[] =
+    "if [ -e \"$PROBE_FILE\" ]; then echo leak-file; else echo no-file; fi; "
+    "if env | grep -q -e bootstrap-7f3a9c -e credential-5e1d2b; then echo leak-env; else echo no-env; fi; "
+    "if grep -q -a -e bootstrap-7f3a9c -e credential-5e1d2b /proc/$PPID/cmdline; then echo leak-argv; "
+    "else echo no-argv; fi; "
+    "if (exec 3</proc/$PPID/mem) 2>/dev/null; then echo leak-mem; else echo no-mem; fi; "
+    "if (exec 3</proc/$PPID/environ) 2>/dev/null; then echo leak-environ; else echo no-environ; fi; "
+    "echo \"parent=$(cat /proc/$PPID/comm)\"; echo probe-done; "
+    "trap 'exit 0' TERM; while true; do sleep 0.05; done";
+
+TEST_CASE("The agent presents its bootstrap token then the acked credential and training cannot read either", "[integration]") {
+  DescendantGuard guard;
+  TempDir temp("peregrine-credential-test");
+  const std::string& dir = temp.path();
+  constexpr uid_t kNobody = 65534;
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  const std::string credential_file = dir + "/bootstrap";
+  temp.Write("bootstrap", "bootstrap-7f3a9c\n");
+  REQUIRE(::chown(credential_file.c_str(), kNobody, kNobody) == 0);
+  REQUIRE(::chmod(credential_file.c_str(), 0400) == 0);
+
+  auto service = std::make_unique<TestController>();
+  service->Accept({"bootstrap-7f3a9c", "credential-5e1d2b"});
+  v1::RegisterAck ack;
+  ack.set_heartbeat_interval_ms(100);
+  ack.set_role(v1::AGENT_ROLE_ACTIVE);
+  ack.set_agent_credential("credential-5e1d2b");
+  v1::Assignment assignment = MakeAssignment(1, 0);
+  assignment.set_world_size(1);
+  assignment.mutable_layout()->set_data(1);
+  assignment.mutable_layout()->set_gpus_per_machine(1);
+  assignment.clear_ranks();
+  v1::RankInfo* rank = assignment.add_ranks();
+  rank->set_global_rank(0);
+  assignment.mutable_code()->clear_command();
+  for (const char* arg : {"sh", "-c", kCredentialProbe}) assignment.mutable_code()->add_command(arg);
+  (*assignment.mutable_code()->mutable_env())["PROBE_FILE"] = credential_file;
+  *ack.mutable_assignment() = assignment;
+  service->SetAck(ack);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service.get(), "127.0.0.1:0", &port);
+  REQUIRE(server != nullptr);
+  {
+    Supervisor launcher;
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    ProcessSpec agent;
+    // The agent runs as an ordinary user (root could read any process's memory).
+    agent.argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                  std::string(PEREGRINE_BINARY_DIR) + "/bin/peregrine-agent", "--controller",
+                  "127.0.0.1:" + std::to_string(port), "--job", "ns/j", "--pod", "p-0", "--credential-file",
+                  credential_file, "--log-dir", dir + "/logs", "--checkpoint-root", "off", "--grace-ms", "5000"};
+    agent.env = env;
+    REQUIRE(launcher.Start({agent}).ok());
+    std::vector<std::string> agent_output;
+    auto drive_until = [&](const std::function<bool()>& done) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (!done() && absl::Now() < deadline) {
+        for (auto& line : launcher.Poll(absl::Now(), false).lines) agent_output.push_back(line.text);
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      return done();
+    };
+    const std::string log = dir + "/logs/rank-0.log";
+    REQUIRE(drive_until([&] { return ReadFileIfExists(log).find("probe-done") != std::string::npos; }));
+    for (const std::string& line : agent_output) UNSCOPED_INFO("agent: " << line);
+    const std::string probe = ReadFileIfExists(log);
+    INFO(probe);
+    CHECK(probe.find("parent=peregrine-agent") != std::string::npos);
+    CHECK(probe.find("no-file") != std::string::npos);
+    CHECK(probe.find("no-env") != std::string::npos);
+    CHECK(probe.find("no-argv") != std::string::npos);
+    CHECK(probe.find("no-mem") != std::string::npos);
+    CHECK(probe.find("no-environ") != std::string::npos);
+    CHECK(probe.find("leak") == std::string::npos);
+
+    // The first stream carried the bootstrap token; after the stream ends (a controller
+    // restart), the next carries the acked credential.
+    REQUIRE(service->CancelStream());
+    std::vector<std::string> bearers;
+    REQUIRE(drive_until([&] {
+      bearers = service->WaitForStreams(2, absl::ZeroDuration());
+      return bearers.size() >= 2;
+    }));
+    CHECK(bearers[0] == "Bearer bootstrap-7f3a9c");
+    CHECK(bearers[1] == "Bearer credential-5e1d2b");
+    launcher.SignalAll(SIGTERM);
+    REQUIRE(drive_until([&] { return launcher.Idle(); }));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  server->Wait();
+  CHECK(Eventually(NoDescendantsLeft));
+}
+
+TEST_CASE("TakeCredentialFile returns the stripped text and removes the file or names what is wrong", "[unit]") {
+  TempDir temp("peregrine-take-credential");
+  temp.Write("c", "  abc123\n");
+  absl::StatusOr<std::string> c = TakeCredentialFile(temp.path() + "/c");
+  REQUIRE(c.ok());
+  CHECK(*c == "abc123");
+  CHECK_FALSE(std::filesystem::exists(temp.path() + "/c"));
+  absl::StatusOr<std::string> gone = TakeCredentialFile(temp.path() + "/c");
+  CHECK(gone.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(gone.status().message()), Catch::Contains(temp.path() + "/c"));
+  temp.Write("empty", "\n");
+  CHECK_THAT(std::string(TakeCredentialFile(temp.path() + "/empty").status().message()), Catch::Contains("is empty"));
+  CHECK_FALSE(std::filesystem::exists(temp.path() + "/empty"));
 }
 
 }  // namespace

@@ -199,6 +199,9 @@ TEST_CASE("A sent diagnostic is pending until its result, which the observation 
   CHECK(got.diagnostic->detail == d.detail);
 
   // An error result is recorded with its message too.
+  CommandToSend other = c;
+  other.id = "default/j/other";
+  reg.registry.Send("default/j", other, 6);
   v1::CommandResult bad;
   bad.set_command_id("default/j/other");
   bad.mutable_status()->set_code(3);
@@ -214,6 +217,11 @@ TEST_CASE("A sent diagnostic is pending until its result, which the observation 
 TEST_CASE("Command results are bounded to the newest 64 per agent", "[unit]") {
   Registered reg;
   for (int i = 0; i < 70; ++i) {
+    CommandToSend c;
+    c.pod = "j-m0";
+    c.id = "id-" + std::to_string(i);
+    c.kind = CommandKind::kPause;
+    reg.registry.Send("default/j", c, 3);
     v1::CommandResult r;
     r.set_command_id("id-" + std::to_string(i));
     reg.Result(r);

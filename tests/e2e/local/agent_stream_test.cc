@@ -1,5 +1,5 @@
 // The agent stream over a real loopback gRPC server: registration, heartbeats, commands
-// and results round-trip; bad input on one stream (wrong first message, bad token, an empty
+// and results round-trip; bad input on one stream (wrong first message, bad credential, an empty
 // message, bytes that are not a protobuf) is refused without dropping the other agents.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "controller/agent_credentials.h"
 #include "controller/agent_registry.h"
 #include "controller/agent_service.h"
 #include "peregrine/v1/agent.grpc.pb.h"
@@ -20,6 +21,12 @@ namespace {
 
 using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>;
 
+constexpr char kKey[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+std::string CredentialOf(const std::string& pod) {
+  return *DeriveAgentCredential(kKey, AgentIdentity{"default", "j", "uid-j", pod});
+}
+
 struct Server {
   AgentRegistry registry{"test-controller"};
   ManualClock clock{absl::FromUnixSeconds(1)};
@@ -30,7 +37,8 @@ struct Server {
 
   Server() {
     job = testing::TrainJob(/*machines=*/2, /*gpus_per_machine=*/1, /*tensor=*/1);
-    registry.BindJob("default/j", AgentRegistry::JobBinding{job.spec, "secret"});
+    REQUIRE(registry.SetAgentKey(kKey).ok());
+    registry.BindJob("default/j", AgentRegistry::JobBinding{job.spec, "uid-j"});
     AssignmentSpec a;
     a.slot = 0;
     a.attempt = 1;
@@ -73,7 +81,7 @@ using testing::Eventually;
 
 TEST_CASE("Register, heartbeat, command and result round-trip over loopback gRPC", "[integration]") {
   Server server;
-  Agent agent(server, "secret");
+  Agent agent(server, CredentialOf("j-m0"));
   REQUIRE(agent.stream->Write(Agent::Register("j-m0")));
   v1::ControllerMessage in;
   REQUIRE(agent.stream->Read(&in));
@@ -119,14 +127,14 @@ TEST_CASE("Register, heartbeat, command and result round-trip over loopback gRPC
 
 TEST_CASE("Malformed streams are refused without dropping the other agents", "[integration]") {
   Server server;
-  Agent good(server, "secret");
+  Agent good(server, CredentialOf("j-m0"));
   REQUIRE(good.stream->Write(Agent::Register("j-m0")));
   v1::ControllerMessage in;
   REQUIRE(good.stream->Read(&in));
   REQUIRE(in.has_register_ack());
 
   {  // A heartbeat before registering: Reject, then the stream ends with INVALID_ARGUMENT.
-    Agent bad(server, "secret");
+    Agent bad(server, CredentialOf("j-m1"));
     v1::AgentMessage hb;
     hb.mutable_heartbeat()->set_sent_at(1);
     REQUIRE(bad.stream->Write(hb));
@@ -136,14 +144,15 @@ TEST_CASE("Malformed streams are refused without dropping the other agents", "[i
     CHECK_FALSE(bad.stream->Read(&reply));
     CHECK(bad.stream->Finish().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
-  // A registration with a wrong token, and one for an unknown pod: the stream ends.
+  // A registration with a wrong credential, and one for an unknown pod: the stream ends.
   struct Refused {
-    const char* token;
+    std::string token;
     const char* pod;
     grpc::StatusCode code;
   };
   for (const Refused& r : {Refused{"wrong", "j-m1", grpc::StatusCode::UNAUTHENTICATED},
-                           Refused{"secret", "not-a-pod", grpc::StatusCode::NOT_FOUND}}) {
+                           Refused{CredentialOf("j-m0"), "j-m1", grpc::StatusCode::UNAUTHENTICATED},
+                           Refused{CredentialOf("not-a-pod"), "not-a-pod", grpc::StatusCode::NOT_FOUND}}) {
     INFO(r.token << " " << r.pod);
     Agent bad(server, r.token);
     REQUIRE(bad.stream->Write(Agent::Register(r.pod)));

@@ -1,0 +1,54 @@
+#include "controller/agent_credentials.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "base/hmac.h"
+#include "base/secret_token.h"
+
+namespace peregrine {
+
+absl::Status ValidateAgentKey(absl::string_view key) {
+  if (key.size() != kSecretTokenBits / 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent key must be ", kSecretTokenBits / 4, " hex characters, got ", key.size()));
+  }
+  for (char c : key) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError("agent key has a character that is not hexadecimal");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DeriveAgentCredential(absl::string_view key, const AgentIdentity& identity) {
+  if (absl::Status s = ValidateAgentKey(key); !s.ok()) return s;
+  if (identity.job_namespace.empty()) return absl::InvalidArgumentError("agent identity has no job namespace");
+  if (identity.job_name.empty()) return absl::InvalidArgumentError("agent identity has no job name");
+  if (identity.pod.empty()) return absl::InvalidArgumentError("agent identity has no pod name");
+  for (const std::string* part : {&identity.job_namespace, &identity.job_name, &identity.job_uid, &identity.pod}) {
+    if (part->find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("agent identity part \"", *part, "\" contains '/'"));
+    }
+  }
+  // No part holds a '/' (as in Kubernetes namespaces, names and uids), so the message is
+  // unambiguous: no two identities share one.
+  return HmacSha256Hex(key, absl::StrCat(identity.job_namespace, "/", identity.job_name, "/", identity.job_uid, "/",
+                                         identity.pod));
+}
+
+absl::Status VerifyAgentCredential(absl::string_view key, const AgentIdentity& identity,
+                                   absl::string_view presented) {
+  absl::StatusOr<std::string> expected = DeriveAgentCredential(key, identity);
+  if (!expected.ok()) return expected.status();
+  if (presented.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat("no credential presented for pod ", identity.pod));
+  }
+  if (!SecretTokensEqual(presented, *expected)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the credential presented is not pod ", identity.pod, "'s of job ", identity.job_namespace, "/",
+                     identity.job_name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace peregrine
