@@ -34,6 +34,13 @@ class Cluster {
   virtual absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) = 0;
   // Marks a machine unschedulable for node health management (cordon + label).
   virtual absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) = 0;
+  // Whether the machine was made unschedulable by someone other than Peregrine (asked
+  // before QuarantineMachine; the job's cordon record says so and Peregrine never undoes
+  // such a cordon). A cluster where only Peregrine cordons answers false.
+  virtual bool CordonedByOthers(const std::string& machine_id) {
+    (void)machine_id;
+    return false;
+  }
   // Records an event on the job (Kubernetes Event, or the local event log).
   virtual absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) = 0;
   // Persists / loads the job status (status subresource, or the local state file).

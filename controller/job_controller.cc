@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
+#include "controller/core/cordons.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -234,10 +235,12 @@ JobController::RoundResult JobController::ReconcileOnce() {
   JobStatus written = plan.status;
   bool quarantined_any = false;
   for (const QuarantineRequest& q : plan.quarantine) {
+    const bool cordoned_by_others = cluster_->CordonedByOthers(q.machine_id);
     if (absl::Status s = cluster_->QuarantineMachine(q.machine_id, q.reason); !s.ok()) {
       note(s);
       continue;
     }
+    RecordCordon(q, cordoned_by_others, now, plan.status);
     for (Eviction& e : plan.status.evicted) {
       if (e.machine_id == q.machine_id && !e.quarantined) {
         e.quarantined = true;

@@ -246,7 +246,8 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
     if (auto s = RequireMap(ft, fp); !s.ok()) return s;
     if (auto s = CheckKnownFields(ft, fp, {"networkAlarmWindowSeconds", "networkAlarmsToEvict", "maxReattempts",
                                            "lossSpikeFactor", "hotUpdateWindowHours", "restartGraceSeconds",
-                                           "heartbeatTimeoutSeconds", "maxRecoveries", "hangTimeoutSeconds"});
+                                           "heartbeatTimeoutSeconds", "maxRecoveries", "hangTimeoutSeconds",
+                                           "nodeUnreachableGraceSeconds"});
         !s.ok()) {
       return s;
     }
@@ -256,7 +257,8 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
                             std::pair{"restartGraceSeconds", &f.restart_grace_seconds},
                             std::pair{"heartbeatTimeoutSeconds", &f.heartbeat_timeout_seconds},
                             std::pair{"maxRecoveries", &f.max_recoveries},
-                            std::pair{"hangTimeoutSeconds", &f.hang_timeout_seconds}}) {
+                            std::pair{"hangTimeoutSeconds", &f.hang_timeout_seconds},
+                            std::pair{"nodeUnreachableGraceSeconds", &f.node_unreachable_grace_seconds}}) {
       if (auto s = ReadInt(ft, key, fp, dst); !s.ok()) return s;
     }
     if (auto s = ReadDouble(ft, "lossSpikeFactor", fp, &f.loss_spike_factor); !s.ok()) return s;
@@ -378,6 +380,9 @@ absl::Status ValidateTrainingJob(const TrainingJob& job) {
   if (f.restart_grace_seconds < 0) return FieldError("spec.faultTolerance.restartGraceSeconds", "must be >= 0");
   if (f.heartbeat_timeout_seconds < 1) return FieldError("spec.faultTolerance.heartbeatTimeoutSeconds", "must be >= 1");
   if (f.max_recoveries < 0) return FieldError("spec.faultTolerance.maxRecoveries", "must be >= 0");
+  if (f.node_unreachable_grace_seconds < 0) {
+    return FieldError("spec.faultTolerance.nodeUnreachableGraceSeconds", "must be >= 0");
+  }
   if (f.hang_timeout_seconds < 1) return FieldError("spec.faultTolerance.hangTimeoutSeconds", "must be >= 1");
   const FailSlowSpec& fs = s.fail_slow;
   if (!(fs.change_point_probability > 0 && fs.change_point_probability < 1)) {

@@ -22,6 +22,15 @@ using nlohmann::json;
 
 std::string Time(int64_t nanos) { return nanos == 0 ? "" : FormatRfc3339(nanos); }
 
+// A cordon's reason is the eviction's (an incident signal): its first 1024 bytes, as the
+// node's quarantine-reason annotation keeps.
+std::string CordonReason(const std::string& reason) {
+  if (reason.size() <= 1024) return reason;
+  size_t cut = 1024;
+  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80) --cut;
+  return reason.substr(0, cut);
+}
+
 // Free text in the status (signals, decisions, messages, reasons) is cut to
 // kMaxStatusTextBytes and a list of text lines (one per machine or rank) to
 // kMaxStatusListEntries, so no single finding can make the TrainingJob status too large
@@ -312,11 +321,17 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   json machines = json::array();
   for (const SlotStatus& m : s.slots) {
     machines.push_back({{"index", m.index}, {"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
+    if (m.node_unready_since != 0) {
+      machines.back()["nodeUnreadySince"] = Time(m.node_unready_since);
+      machines.back()["nodeUnreadyStep"] = m.node_unready_step;
+      machines.back()["nodeUnreadyProgressAt"] = Time(m.node_unready_progress_at);
+    }
   }
   j["machines"] = machines;
   json standbys = json::array();
   for (const StandbyStatus& m : s.standbys) {
     standbys.push_back({{"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
+    if (m.node_unready_since != 0) standbys.back()["nodeUnreadySince"] = Time(m.node_unready_since);
   }
   j["standby"] = {{"desired", s.standby_desired}, {"ready", s.standby_ready}, {"pods", standbys}};
   j["lastCompletedStep"] = s.last_completed_step;
@@ -340,9 +355,17 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   json evicted = json::array();
   for (const Eviction& e : s.evicted) {
     evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", Bounded(e.reason)}, {"at", Time(e.at)},
-                       {"quarantined", e.quarantined}});
+                       {"quarantined", e.quarantined}, {"machineFault", e.machine_fault},
+                       {"incidentId", e.incident_id}});
   }
   j["evictedMachines"] = evicted;
+  json cordons = json::array();
+  for (const CordonRecord& c : s.cordons) {
+    cordons.push_back({{"node", c.node}, {"reason", CordonReason(c.reason)}, {"at", Time(c.at)},
+                       {"incidentId", c.incident_id}, {"byPeregrine", c.by_peregrine}});
+  }
+  j["cordons"] = cordons;
+  j["cordonsDropped"] = s.cordons_dropped;
   j["nextIncidentId"] = s.next_incident_id;
   j["nextPodSerial"] = s.next_pod_serial;
   j["recoveries"] = s.recoveries;
@@ -423,12 +446,16 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     }
     for (const json& m : j.value("machines", json::array())) {
       s.slots.push_back(SlotStatus{CheckedInt<int>(m.at("index"), "index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
+      s.slots.back().node_unready_since = ParseTime(m, "nodeUnreadySince");
+      s.slots.back().node_unready_step = IntValue<uint64_t>(m, "nodeUnreadyStep", 0);
+      s.slots.back().node_unready_progress_at = ParseTime(m, "nodeUnreadyProgressAt");
     }
     const json standby = j.value("standby", json::object());
     s.standby_desired = IntValue<int>(standby, "desired", 0);
     s.standby_ready = IntValue<int>(standby, "ready", 0);
     for (const json& m : standby.value("pods", json::array())) {
       s.standbys.push_back(StandbyStatus{m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
+      s.standbys.back().node_unready_since = ParseTime(m, "nodeUnreadySince");
     }
     s.last_completed_step = IntValue<uint64_t>(j, "lastCompletedStep", 0);
     s.max_completed_step = IntValue<uint64_t>(j, "maxCompletedStep", 0);
@@ -458,7 +485,20 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     for (const json& e : j.value("evictedMachines", json::array())) {
       s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at"),
                                    e.value("quarantined", false)});
+      s.evicted.back().machine_fault = e.value("machineFault", true);
+      s.evicted.back().incident_id = IntValue<uint64_t>(e, "incidentId", 0);
     }
+    for (const json& c : j.value("cordons", json::array())) {
+      CordonRecord record;
+      record.node = c.at("node").get<std::string>();
+      if (record.node.empty()) throw std::invalid_argument("cordons[].node: empty");
+      record.reason = c.value("reason", "");
+      record.at = ParseTime(c, "at");
+      record.incident_id = IntValue<uint64_t>(c, "incidentId", 0);
+      record.by_peregrine = c.value("byPeregrine", true);
+      s.cordons.push_back(std::move(record));
+    }
+    s.cordons_dropped = IntValue<uint64_t>(j, "cordonsDropped", 0);
     s.next_incident_id = IntValue<uint64_t>(j, "nextIncidentId", 1);
     s.next_pod_serial = IntValue<uint64_t>(j, "nextPodSerial", 0);
     s.recoveries = IntValue<int>(j, "recoveries", 0);

@@ -10,6 +10,7 @@
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
 #include "controller/core/loss_monitor.h"
+#include "controller/core/pod_health.h"
 #include "controller/core/recovery_policy.h"
 #include "controller/core/standby_pool_size.h"
 #include "controller/core/stop_time_diagnosis.h"
@@ -31,16 +32,47 @@ void Decider::SizeStandbyPool() {
 void Decider::ReplaceFailedStandbys() {
   JobStatus& st = plan_.status;
   std::vector<StandbyStatus> kept;
-  for (const StandbyStatus& sb : st.standbys) {
+  const FaultToleranceSpec& ft = spec_.fault_tolerance;
+  for (StandbyStatus& sb : st.standbys) {
     std::string reason;
-    if (PodLost(sb.pod, sb.observed, &reason)) {
+    const PodObservation* p = Pod(sb.pod);
+    bool lost = PodLost(sb.pod, sb.observed, &reason);
+    bool machine_fault = true;
+    if (lost && (p == nullptr || p->not_machine_fault)) {
+      // OOMKilled, evicted for memory pressure, preempted, deleted by someone else: the
+      // standby is replaced, its machine is not to blame.
+      machine_fault = false;
+      if (p == nullptr) reason = "pod disappeared without Peregrine deleting it";
+      absl::StrAppend(&reason, " (not the machine's fault: it is not quarantined)");
+    } else if (!lost && p != nullptr) {
+      // An unready node: lost when the standby's agent is silent or past the grace.
+      NodeUnreadyInput in;
+      in.node_unready = p->node_unready;
+      in.node_reason = p->reason.empty() ? absl::StrCat("node ", p->machine_id, " not Ready") : p->reason;
+      in.agent = Agent(sb.pod);
+      in.since = sb.node_unready_since;
+      in.grace_ns = static_cast<int64_t>(ft.node_unreachable_grace_seconds) * kNanosPerSecond;
+      in.heartbeat_timeout_ns = static_cast<int64_t>(ft.heartbeat_timeout_seconds) * kNanosPerSecond;
+      const NodeUnreadyJudgement j = JudgeNodeUnready(in, now_);
+      if (j.verdict == NodeUnreadyVerdict::kTolerate && sb.node_unready_since == 0) {
+        Event(JobEventType::kWarning, "NodeUnreachableTolerated",
+              absl::StrFormat("standby %s (machine %s): %s", sb.pod, sb.machine_id, j.reason));
+      }
+      sb.node_unready_since = j.verdict == NodeUnreadyVerdict::kReady ? 0 : j.since;
+      if (j.verdict == NodeUnreadyVerdict::kEvict) {
+        lost = true;
+        reason = j.reason;
+      }
+    }
+    if (lost) {
       // The machine is evicted (and quarantined) only on the machine's evidence: the pod
       // disappeared or failed on it. A standby failed for being stuck Pending (an image or
       // scheduling problem, FailStuckStandbys) carries no machine in its observation, even
       // when an earlier pod of it ran on one: nothing is quarantined.
-      const PodObservation* p = Pod(sb.pod);
       const std::string machine = p == nullptr ? sb.machine_id : p->machine_id;
-      st.evicted.push_back(Eviction{machine, sb.pod, absl::StrCat("standby failed: ", reason), now_});
+      Eviction eviction{machine, sb.pod, absl::StrCat("standby failed: ", reason), now_};
+      eviction.machine_fault = machine_fault;
+      st.evicted.push_back(std::move(eviction));
       plan_.delete_pods.push_back(PodToDelete{sb.pod, absl::StrCat("standby failed: ", reason)});
       Event(JobEventType::kWarning, "StandbyFailed", absl::StrCat("standby ", sb.pod, " failed: ", reason));
       continue;

@@ -13,6 +13,7 @@
 #include "controller/core/internal/decider.h"
 #include "controller/core/list_summary.h"
 #include "controller/core/loss_monitor.h"
+#include "controller/core/pod_health.h"
 #include "controller/core/recovery_policy.h"
 #include "controller/core/standby_pool_size.h"
 #include "controller/core/stop_time_diagnosis.h"
@@ -108,13 +109,69 @@ void Decider::DetectAndTriage() {
     signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
                    absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, reason));
   };
-  for (const SlotStatus& slot : st.slots) {
+  // A pod on an unready node: lost, or kept while its agent vouches for the machine
+  // (pod_health.h); the suspicion is persisted on the slot and shown as an event.
+  const FaultToleranceSpec& fts = spec_.fault_tolerance;
+  auto judge_node = [&](SlotStatus& slot, const PodObservation& p, const AgentObservation* a) {
+    NodeUnreadyInput in;
+    in.node_unready = p.node_unready;
+    in.node_reason = p.reason.empty() ? absl::StrCat("node ", p.machine_id, " not Ready") : p.reason;
+    in.agent = a;
+    in.training = a != nullptr && a->attempt == st.attempt && st.attempt > 0 &&
+                  (a->phase == AgentTrainingPhase::kRunning || a->phase == AgentTrainingPhase::kUnknown);
+    if (a != nullptr) {
+      for (const auto& [rank, step] : a->rank_steps) in.step = std::max(in.step, step);
+    }
+    in.since = slot.node_unready_since;
+    in.since_step = slot.node_unready_since == 0 ? in.step : slot.node_unready_step;
+    in.progress_at = slot.node_unready_progress_at;
+    in.grace_ns = static_cast<int64_t>(fts.node_unreachable_grace_seconds) * kNanosPerSecond;
+    in.heartbeat_timeout_ns = static_cast<int64_t>(fts.heartbeat_timeout_seconds) * kNanosPerSecond;
+    in.stall_ns = static_cast<int64_t>(fts.hang_timeout_seconds) * kNanosPerSecond;
+    if (st.mean_iteration_seconds > 0) {
+      in.stall_ns = std::max(in.stall_ns, static_cast<int64_t>(10 * st.mean_iteration_seconds * kNanosPerSecond));
+    }
+    const NodeUnreadyJudgement j = JudgeNodeUnready(in, now_);
+    if (j.verdict == NodeUnreadyVerdict::kTolerate && slot.node_unready_since == 0) {
+      Event(JobEventType::kWarning, "NodeUnreachableTolerated",
+            absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, j.reason));
+    } else if (j.verdict == NodeUnreadyVerdict::kReady && slot.node_unready_since != 0) {
+      Event(JobEventType::kNormal, "NodeReachable",
+            absl::StrFormat("machine %s (slot %d, pod %s): its node is Ready again", slot.machine_id, slot.index,
+                            slot.pod));
+    }
+    // Kept until the node is Ready again or the slot's pod is replaced: a machine judged
+    // lost stays lost for the rest of the triage window.
+    const bool keep = j.verdict != NodeUnreadyVerdict::kReady;
+    slot.node_unready_since = keep ? j.since : 0;
+    slot.node_unready_step = keep ? j.step : 0;
+    slot.node_unready_progress_at = keep ? j.progress_at : 0;
+    return j;
+  };
+  // Pods lost for a reason that is not their machine's: replaced, never quarantined.
+  std::set<std::string> blameless_pods;
+  std::vector<std::string> tolerated_nodes;
+  for (SlotStatus& slot : st.slots) {
     std::string reason;
     if (PodLost(slot.pod, slot.observed, &reason)) {
+      const PodObservation* p = Pod(slot.pod);
+      if (p == nullptr || p->not_machine_fault) {
+        blameless_pods.insert(slot.pod);
+        if (p == nullptr) reason = "pod disappeared without Peregrine deleting it";
+        absl::StrAppend(&reason, " (not the machine's fault: it is not quarantined)");
+      }
       machine_at_fault(slot, reason);
       continue;
     }
     const AgentObservation* a = Agent(slot.pod);
+    if (const PodObservation* p = Pod(slot.pod); p != nullptr) {
+      const NodeUnreadyJudgement node = judge_node(slot, *p, a);
+      if (node.verdict == NodeUnreadyVerdict::kEvict) {
+        machine_at_fault(slot, node.reason);
+        continue;
+      }
+      if (node.verdict == NodeUnreadyVerdict::kTolerate) tolerated_nodes.push_back(node.reason);
+    }
     if (a == nullptr) continue;
     // Machine-attributed inspection faults (fatal Xid, GPU lost, ECC, disk): evict now.
     if (std::optional<std::string> fault = MachineAttributedFault(*a)) {
@@ -200,6 +257,13 @@ void Decider::DetectAndTriage() {
     process_failed = true;
     signals.push_back(hang.reason);
   }
+  if (tolerated_nodes.empty()) {
+    SetCondition(st, kNodeUnreachableCondition, false, "NodesReady", "every pod's node is Ready, or judged lost",
+                 job_.metadata.generation, now_);
+  } else {
+    SetCondition(st, kNodeUnreachableCondition, true, "AgentVouches", absl::StrJoin(tolerated_nodes, "; "),
+                 job_.metadata.generation, now_);
+  }
   const bool failure = process_failed || !lost_slots.empty() || numeric.has_value();
   // A lost machine makes every peer's collectives fail: name the machine, count the rest.
   if (!lost_slots.empty()) {
@@ -251,6 +315,14 @@ void Decider::DetectAndTriage() {
   if (!lost_slots.empty()) {
     inc->kind = lost_kind;
     EvictAndActivate(lost_slots, inc);
+    // EvictAndActivate appended one eviction per lost slot (and may have trimmed the oldest).
+    for (size_t i = st.evicted.size() - std::min(st.evicted.size(), lost_slots.size()); i < st.evicted.size(); ++i) {
+      Eviction& e = st.evicted[i];
+      if (!blameless_pods.count(e.pod)) continue;
+      e.machine_fault = false;
+      inc->actions.push_back(absl::StrFormat("pod %s replaced; machine %s not quarantined (not its fault)", e.pod,
+                                             e.machine_id));
+    }
     inc->decision = hang.verdict == HangVerdict::kEvict
                         ? absl::StrCat(hang.reason, "; activate warm standbys, restart the others in place")
                         : "evict the machine, activate a warm standby, restart the others in place";
@@ -395,7 +467,9 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
   for (int index : lost_slots) {
     SlotStatus& slot = st.slots[index];
     inc->machines.push_back(slot.machine_id);
-    st.evicted.push_back(Eviction{slot.machine_id, slot.pod, inc->signal, now_});
+    Eviction eviction{slot.machine_id, slot.pod, inc->signal, now_};
+    eviction.incident_id = inc->id;
+    st.evicted.push_back(std::move(eviction));
     plan_.delete_pods.push_back(PodToDelete{slot.pod, "evicted: machine-attributed fault"});
     inc->actions.push_back(absl::StrFormat("evict machine %s (pod %s, slot %d)", slot.machine_id, slot.pod, index));
     Event(JobEventType::kWarning, "Evicted", inc->actions.back());
@@ -410,6 +484,9 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
                                              ready->machine_id, index));
       slot.pod = ready->pod;
       slot.machine_id = ready->machine_id;
+      slot.node_unready_since = ready->node_unready_since;
+      slot.node_unready_step = 0;
+      slot.node_unready_progress_at = 0;
       slot.observed = true;
       st.standbys.erase(ready);
       Event(JobEventType::kNormal, "StandbyActivated", inc->actions.back());
@@ -417,6 +494,9 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
       slot.pod = absl::StrCat(ActivePodName(job_.metadata.name, index), "-", st.next_pod_serial++);
       slot.machine_id.clear();
       slot.observed = false;
+      slot.node_unready_since = 0;
+      slot.node_unready_step = 0;
+      slot.node_unready_progress_at = 0;
       plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index});
       inc->actions.push_back(absl::StrFormat("no ready standby: create pod %s for slot %d", slot.pod, index));
     }

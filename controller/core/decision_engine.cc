@@ -179,8 +179,8 @@ void Decider::FillDesiredAgents() {
   // ones are still to do, so a controller restart after a failed quarantine retries it.
   std::set<std::string> asked;
   for (const Eviction& e : plan_.status.evicted) {
-    if (e.quarantined || e.machine_id.empty() || !asked.insert(e.machine_id).second) continue;
-    plan_.quarantine.push_back(QuarantineRequest{e.machine_id, e.reason});
+    if (e.quarantined || !e.machine_fault || e.machine_id.empty() || !asked.insert(e.machine_id).second) continue;
+    plan_.quarantine.push_back(QuarantineRequest{e.machine_id, e.reason, e.incident_id});
   }
 }
 

@@ -59,6 +59,10 @@ struct FaultToleranceSpec {
   // max(hangTimeoutSeconds, 10 x the job's mean iteration time) while every training
   // process is alive is hung: stacks are captured and aggregated (hang_policy.h).
   int hang_timeout_seconds = 60;
+  // nodeUnreachableGraceSeconds: a pod whose node reports Ready=False/Unknown keeps its
+  // machine this long while its agent heartbeats and its ranks make progress; evicted
+  // past it, or at once when the agent falls silent too (pod_health.h JudgeNodeUnready).
+  int node_unreachable_grace_seconds = 300;
 };
 
 enum class FailSlowMitigation {

@@ -39,12 +39,19 @@ struct SlotStatus {
   std::string pod;         // the pod holding the slot now
   std::string machine_id;  // where that pod runs ("" until observed)
   bool observed = false;   // the pod has been seen running at least once
+  // The pod's node has reported Ready=False/Unknown since this time (0: it has not) while
+  // the agent vouched for the machine (pod_health.h JudgeNodeUnready); the most advanced
+  // step its ranks had completed, and when that last advanced.
+  int64_t node_unready_since = 0;
+  uint64_t node_unready_step = 0;
+  int64_t node_unready_progress_at = 0;
 };
 
 struct StandbyStatus {
   std::string pod;
   std::string machine_id;
   bool observed = false;
+  int64_t node_unready_since = 0;  // as SlotStatus::node_unready_since (no progress: it does not train)
 };
 
 // One stage of a stop-time diagnosis (stop_time_diagnosis.h) as recorded in its incident.
@@ -101,12 +108,31 @@ struct Eviction {
   // The machine was handed to node health management (cordoned and labelled). Until then
   // every round's plan asks for it (JobPlan::quarantine), across controller restarts.
   bool quarantined = false;
+  // The machine is to blame (its pod failed or vanished on it, its inspections, its node
+  // unreachable past the grace, a diagnosis verdict). False when the pod was lost for a
+  // reason that is not the machine's (OOMKilled, evicted for memory pressure, preempted,
+  // deleted by someone else): the pod is replaced, the machine is never quarantined.
+  bool machine_fault = true;
+  uint64_t incident_id = 0;  // the incident that evicted it; 0: none (a failed standby)
 };
 
 // A machine to hand to node health management, and why.
 struct QuarantineRequest {
   std::string machine_id;
   std::string reason;
+  uint64_t incident_id = 0;  // the incident behind it; 0: none (a failed standby)
+};
+
+// A node Peregrine cordoned (quarantined), as the status records it so node health
+// management can undo it: the node, why, when and for which incident, and whether the
+// node was schedulable until Peregrine cordoned it. A node someone else had cordoned
+// first is recorded with by_peregrine false and must never be uncordoned by Peregrine.
+struct CordonRecord {
+  std::string node;
+  std::string reason;
+  int64_t at = 0;
+  uint64_t incident_id = 0;  // 0: no incident (a failed standby's machine)
+  bool by_peregrine = true;
 };
 
 struct VersionRecord {
@@ -290,6 +316,10 @@ struct JobStatus {
   int rollbacks = 0;  // rollbacks after failed reattempts without passing the failure step
   StackDiagnosisStatus stack_diagnosis;  // hang / MFU-drop investigations (hang_policy.h)
   CheckpointStatus checkpoint;           // in-memory checkpoints (spec.checkpoint.intervalSteps > 0)
+  // Every cordon Peregrine made for this job (cordons.h RecordCordon): the newest
+  // kMaxCordonRecords, oldest first, and how many older ones were dropped.
+  std::vector<CordonRecord> cordons;
+  uint64_t cordons_dropped = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -306,6 +336,14 @@ struct PodObservation {
   // ("ImagePullBackOff: ...", "Unschedulable: ..."); empty while nothing is wrong.
   std::string waiting_reason;
   int64_t created_at = 0;  // when the cluster created the pod (Unix ns); 0 unknown
+  // With `failed`: the pod was lost for a reason that is not its machine's (a container
+  // OOMKilled, evicted by the kubelet for memory pressure, preempted, deleted by someone
+  // other than Peregrine). It is replaced; its machine is not quarantined.
+  bool not_machine_fault = false;
+  // The pod's node reports Ready=False or Unknown (`reason` says which). Not a failure by
+  // itself: the decision engine waits spec.faultTolerance.nodeUnreachableGraceSeconds
+  // while the pod's agent heartbeats and makes progress (pod_health.h JudgeNodeUnready).
+  bool node_unready = false;
 };
 
 enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };

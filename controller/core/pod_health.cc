@@ -54,4 +54,44 @@ void UpdatePodsStuckCondition(const std::vector<PodObservation>& pods, int64_t g
   SetCondition(status, kPodsStuckCondition, true, reason, message, generation, now);
 }
 
+// A node's Ready condition is the kubelet's word, relayed through the API server: a
+// kubelet restart, a partitioned control plane or an overloaded API server turn it
+// Unknown while the machine trains on. The agent's own stream is a second, independent
+// witness: while it heartbeats and its ranks complete steps, the machine works. The grace
+// bounds how long the two may disagree; a silent agent ends the disagreement at once.
+NodeUnreadyJudgement JudgeNodeUnready(const NodeUnreadyInput& in, int64_t now) {
+  NodeUnreadyJudgement j;
+  if (!in.node_unready) return j;
+  j.since = in.since > 0 ? in.since : now;
+  j.step = in.since_step;
+  j.progress_at = in.progress_at > 0 ? in.progress_at : j.since;
+  if (in.training && in.step > j.step) {
+    j.step = in.step;
+    j.progress_at = now;
+  }
+  auto seconds = [](int64_t ns) {
+    return absl::FormatDuration(absl::Trunc(absl::Nanoseconds(ns), absl::Seconds(1)));
+  };
+  const AgentObservation* a = in.agent;
+  j.verdict = NodeUnreadyVerdict::kEvict;
+  if (a == nullptr) {
+    j.reason = absl::StrCat(in.node_reason, " and its agent never registered");
+  } else if (!a->connected) {
+    j.reason = absl::StrCat(in.node_reason, " and its agent is disconnected");
+  } else if (now - a->last_seen > in.heartbeat_timeout_ns) {
+    j.reason = absl::StrCat(in.node_reason, " and its agent silent for ", seconds(now - a->last_seen));
+  } else if (in.training && now - j.progress_at > in.stall_ns) {
+    j.reason = absl::StrCat(in.node_reason, " and its ranks completed no step for ", seconds(now - j.progress_at));
+  } else if (now - j.since > in.grace_ns || in.grace_ns == 0) {
+    j.reason = absl::StrCat(in.node_reason, " for ", seconds(now - j.since), ", past the grace of ",
+                            seconds(in.grace_ns), " (the agent still heartbeats)");
+  } else {
+    j.verdict = NodeUnreadyVerdict::kTolerate;
+    j.reason = absl::StrCat(in.node_reason, " for ", seconds(now - j.since), ", but its agent heartbeats",
+                            in.training ? " and its ranks make progress" : "", ": kept for up to ",
+                            seconds(in.grace_ns));
+  }
+  return j;
+}
+
 }  // namespace peregrine

@@ -168,6 +168,25 @@ std::vector<std::string> KubeCluster::CachedPodNames(const TrainingJob& job) {
   return out;
 }
 
+namespace {
+// Set by QuarantineMachine on a node that was already unschedulable when Peregrine
+// labelled it: the cordon is someone else's, and stays someone else's after a restart.
+constexpr char kCordonedBeforeAnnotation[] = "peregrine.dev/cordoned-before";
+
+bool Unschedulable(const json& node) {
+  const json* u = Path(node, {"spec", "unschedulable"});
+  return u != nullptr && u->is_boolean() && u->get<bool>();
+}
+}  // namespace
+
+bool KubeCluster::CordonedByOthers(const std::string& machine_id) {
+  kube::ObjectPtr node = nodes_->Get(machine_id);
+  if (node == nullptr || !Unschedulable(*node)) return false;
+  const json* label = Path(*node, {"metadata", "labels", kQuarantineLabel});
+  const json* before = Path(*node, {"metadata", "annotations", kCordonedBeforeAnnotation});
+  return label == nullptr || (before != nullptr && before->is_string() && before->get<std::string>() == "true");
+}
+
 absl::Status KubeCluster::QuarantineMachine(const std::string& machine_id, const std::string& reason) {
   if (machine_id.empty()) return absl::InvalidArgumentError("quarantine: empty machine id");
   // Done already (a restart after the cordon, before its record was written): the cached
@@ -181,10 +200,12 @@ absl::Status KubeCluster::QuarantineMachine(const std::string& machine_id, const
     }
   }
   if (auto s = CheckMayWrite("quarantine node"); !s.ok()) return s;
+  const bool cordoned_before = CordonedByOthers(machine_id);
   json patch = {{"spec", {{"unschedulable", true}}},
                 {"metadata",
                  {{"labels", {{kQuarantineLabel, ShortLabelValue(reason)}}},
                   {"annotations", {{kQuarantineReasonAnnotation, reason.substr(0, 1024)}}}}}};
+  if (cordoned_before) patch["metadata"]["annotations"][kCordonedBeforeAnnotation] = "true";
   auto patched = client_->MergePatch(NodesPath(), machine_id, patch);
   if (absl::IsNotFound(patched.status())) return absl::OkStatus();  // the machine is gone already
   if (!patched.ok()) return patched.status();

@@ -54,6 +54,9 @@ class KubeCluster final : public Cluster {
   absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override;
   absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override;
   absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override;
+  // The cached node is unschedulable without Peregrine's quarantine label, or Peregrine
+  // found it so when it labelled it (annotation peregrine.dev/cordoned-before).
+  bool CordonedByOthers(const std::string& machine_id) override;
   absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override;
   absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override;
   absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override;

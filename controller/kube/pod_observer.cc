@@ -36,6 +36,54 @@ std::string TerminationReason(const json& pod, const std::string& phase) {
 
 }  // namespace
 
+// Kubernetes says why a pod ended in several places; each of these names a cause that is
+// the workload's or the cluster's scheduling, not the node's hardware:
+//   - a container terminated with reason OOMKilled (its memory limit, or the node's OOM
+//     killer choosing it);
+//   - status.reason Evicted (the kubelet's node-pressure eviction: memory, disk, PIDs) or
+//     Preempting (the kubelet admitted a critical pod in its place);
+//   - condition DisruptionTarget=True with reason PreemptionByScheduler (a higher-priority
+//     pod), EvictionByEvictionAPI (kubectl drain, the eviction API) or
+//     TerminationByKubelet (node-pressure eviction); DeletionByTaintManager is not among
+//     them: the node's NoExecute taint (unreachable, not ready) is the node's;
+//   - metadata.deletionTimestamp set: someone deleted it (Peregrine deletes only pods it
+//     has already taken out of the job, which it no longer observes).
+std::string NotMachineFaultReason(const json& pod) {
+  for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
+    const json* statuses = Path(pod, {"status", list});
+    if (statuses == nullptr || !statuses->is_array()) continue;
+    for (const json& cs : *statuses) {
+      // The current state only: a container that was OOMKilled before and restarted runs.
+      const json* t = Path(cs, {"state", "terminated"});
+      if (t != nullptr && t->is_object() && Str(*t, "reason") == "OOMKilled") {
+        return absl::StrFormat("container %s OOMKilled (exit code %d)", Str(cs, "name"), t->value("exitCode", 0));
+      }
+    }
+  }
+  if (const json* status = Path(pod, {"status"}); status != nullptr && status->is_object()) {
+    const std::string reason = Str(*status, "reason");
+    if (reason == "Evicted" || reason == "Preempting") {
+      const std::string message = Str(*status, "message");
+      return absl::StrCat("pod ", reason, message.empty() ? "" : ": ", message.substr(0, 200));
+    }
+  }
+  if (const json* conds = Path(pod, {"status", "conditions"}); conds && conds->is_array()) {
+    for (const json& c : *conds) {
+      if (Str(c, "type") != "DisruptionTarget" || Str(c, "status") != "True") continue;
+      const std::string reason = Str(c, "reason");
+      if (reason == "PreemptionByScheduler" || reason == "PreemptionByKubeScheduler" ||
+          reason == "EvictionByEvictionAPI" || reason == "TerminationByKubelet") {
+        const std::string message = Str(c, "message");
+        return absl::StrCat("pod disrupted (", reason, ")", message.empty() ? "" : ": ", message.substr(0, 200));
+      }
+    }
+  }
+  if (const json* deleted = Path(pod, {"metadata", "deletionTimestamp"}); deleted != nullptr && deleted->is_string()) {
+    return absl::StrCat("pod deleted (deletionTimestamp ", deleted->get<std::string>(), "), not by Peregrine");
+  }
+  return "";
+}
+
 std::string NodeReadyStatus(const json& node) {
   const json* conds = Path(node, {"status", "conditions"});
   if (conds == nullptr || !conds->is_array()) return "";
@@ -91,12 +139,18 @@ PodObservation ObservePodObject(const json& pod, const json* node) {
   } else if (phase == "Running") {
     obs.running = true;
   }
+  if (const std::string blameless = NotMachineFaultReason(pod); !blameless.empty() && !(phase == "Succeeded")) {
+    obs.running = false;
+    obs.failed = true;
+    obs.not_machine_fault = true;
+    obs.reason = blameless;
+    return obs;
+  }
   if (!obs.machine_id.empty() && !obs.failed && node != nullptr) {
     const std::string ready = NodeReadyStatus(*node);
     if (ready == "False" || ready == "Unknown") {
-      obs.running = false;
-      obs.failed = true;
-      obs.reason = absl::StrCat("node ", obs.machine_id, " NotReady");
+      obs.node_unready = true;
+      obs.reason = absl::StrCat("node ", obs.machine_id, " NotReady (Ready=", ready, ")");
     }
   }
   if (obs.running || obs.failed) return obs;

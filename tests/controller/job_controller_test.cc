@@ -154,6 +154,17 @@ TEST_CASE("An evicted machine is quarantined once, a failed quarantine retried",
   const auto quarantines = h.cluster.quarantines();
   REQUIRE(quarantines.size() == 1);
   CHECK(quarantines[0].first == lost_machine);
+  // The cordon is recorded in the status (and persisted) with its reason and incident.
+  REQUIRE(st.cordons.size() == 1);
+  CHECK(st.cordons[0].node == lost_machine);
+  CHECK_THAT(st.cordons[0].reason, Catch::Contains("signal 9"));
+  CHECK(st.cordons[0].incident_id == st.evicted.back().incident_id);
+  CHECK(st.cordons[0].incident_id != 0);
+  CHECK(st.cordons[0].by_peregrine);
+  CHECK(st.cordons[0].at != 0);
+  REQUIRE(h.cluster.persisted().has_value());
+  REQUIRE(h.cluster.persisted()->cordons.size() == 1);
+  CHECK(h.cluster.persisted()->cordons[0].node == lost_machine);
 }
 
 TEST_CASE("Start loads the persisted status: a restarted controller continues the job", "[unit]") {

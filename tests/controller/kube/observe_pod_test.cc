@@ -55,8 +55,9 @@ TEST_CASE("A pod maps to phases, stuck reasons and the standby pending timeout",
   const std::vector<Case> cases = {
       {"running", Pod("active", {{"phase", "Running"}}), &ready_node, absl::Minutes(1), true, false, "", "", true},
       {"failed", Pod("active", {{"phase", "Failed"}}), &ready_node, absl::Minutes(1), false, true, "", "pod Failed", true},
-      {"node lost", Pod("active", {{"phase", "Running"}}), &lost_node, absl::Minutes(1), false, true, "",
-       "node node-1 NotReady", true},
+      // An unready node alone is not a failure: the core judges it (JudgeNodeUnready).
+      {"node lost", Pod("active", {{"phase", "Running"}}), &lost_node, absl::Minutes(1), true, false, "",
+       "node node-1 NotReady (Ready=Unknown)", true},
       {"creating is not stuck", Pod("standby", Waiting("ContainerCreating")), &ready_node, absl::Hours(1), false,
        false, "", "", true},
       {"image pull back-off", Pod("active", Waiting("ImagePullBackOff")), &ready_node, absl::Hours(1), false, false,
@@ -97,6 +98,66 @@ TEST_CASE("A pod maps to phases, stuck reasons and the standby pending timeout",
     }
     CHECK(obs.machine_id == (c.machine ? "node-1" : ""));
   }
+}
+
+TEST_CASE("Pods lost for causes not their machine's are marked so; node causes are not", "[unit]") {
+  const json ready_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "True"}}})}}}};
+  const json oom = {{"phase", "Failed"},
+                    {"containerStatuses",
+                     json::array({json{{"name", "trainer"},
+                                       {"state", {{"terminated", {{"reason", "OOMKilled"}, {"exitCode", 137}}}}}}})}};
+  const json evicted = {{"phase", "Failed"},
+                        {"reason", "Evicted"},
+                        {"message", "The node was low on resource: memory. Threshold quantity: 100Mi"}};
+  auto disrupted = [](const char* reason) {
+    return json{{"phase", "Running"},
+                {"conditions", json::array({json{{"type", "DisruptionTarget"},
+                                                 {"status", "True"},
+                                                 {"reason", reason},
+                                                 {"message", "m"}}})}};
+  };
+  json deleted = Pod("active", {{"phase", "Running"}});
+  deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:05:00Z";
+  struct Case {
+    const char* name;
+    json pod;
+    bool failed, not_machine_fault;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {"OOMKilled", Pod("active", oom), true, true, "container trainer OOMKilled (exit code 137)"},
+      {"evicted for memory pressure", Pod("active", evicted), true, true, "pod Evicted: The node was low on resource: memory"},
+      {"preempted by the scheduler", Pod("active", disrupted("PreemptionByScheduler")), true, true,
+       "PreemptionByScheduler"},
+      {"evicted through the API", Pod("active", disrupted("EvictionByEvictionAPI")), true, true,
+       "EvictionByEvictionAPI"},
+      {"deleted by a user", deleted, true, true, "not by Peregrine"},
+      // The taint manager deletes pods of an unreachable node: that is the node's.
+      {"taint manager", Pod("active", disrupted("DeletionByTaintManager")), false, false, ""},
+      {"crashed", Pod("active", {{"phase", "Failed"},
+                                 {"containerStatuses",
+                                  json::array({json{{"name", "trainer"},
+                                                    {"state", {{"terminated", {{"reason", "Error"}, {"exitCode", 1}}}}}}})}}),
+       true, false, "container trainer terminated (Error, exit code 1)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const PodObservation obs = ObservePodObject(c.pod, &ready_node);
+    CHECK(obs.failed == c.failed);
+    CHECK(obs.not_machine_fault == c.not_machine_fault);
+    CHECK_FALSE(obs.node_unready);
+    if (std::string(c.reason).empty()) {
+      CHECK(obs.reason.empty());
+    } else {
+      CHECK_THAT(obs.reason, Catch::Contains(c.reason));
+    }
+  }
+  const json lost_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "False"}}})}}}};
+  const PodObservation on_lost = ObservePodObject(Pod("active", {{"phase", "Running"}}), &lost_node);
+  CHECK(on_lost.node_unready);
+  CHECK(on_lost.running);
+  CHECK_FALSE(on_lost.failed);
+  CHECK(on_lost.reason == "node node-1 NotReady (Ready=False)");
 }
 
 TEST_CASE("StuckPodsMessage lists at most five stuck pods", "[unit]") {
