@@ -58,7 +58,8 @@ TEST_CASE("helm template renders the default objects", "[integration]") {
   for (const YAML::Node& o : objects) kinds.insert(o["kind"].Scalar());
   CHECK(kinds == std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Service",
-                                            "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"});
+                                            "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
+                                            "Secret"});
   // The chart ships the same CRD as crds/.
   const YAML::Node crd = One(objects, "CustomResourceDefinition");
   const YAML::Node source = YAML::LoadFile((SourceDir() / "crds/peregrine.dev_trainingjobs.yaml").string());
@@ -89,7 +90,10 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
                                  "peregrine-controller", "--grpc-port", "7400",
                                  "--http-port", "7401", "--metrics-port", "7402", "--agent-image",
                                  "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
-                                 std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--log-level", "info"});
+                                 std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--agent-tls-cert",
+                                 "/var/run/peregrine/agent-tls/tls.crt", "--agent-tls-key",
+                                 "/var/run/peregrine/agent-tls/tls.key", "--agent-tls-ca",
+                                 "/var/run/peregrine/agent-tls/ca.crt", "--log-level", "info"});
   // Every rendered flag is one the controller accepts, with the values meant.
   const KubeMainOptions flags = ParseControllerArgs(c);
   CHECK(flags.mode.leader_elect);
@@ -147,6 +151,8 @@ TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") 
       // The rendezvous Service and the agent token Secret: Get, Create when missing.
       {{"", "services"}, V{"create", "get"}},
       {{"", "secrets"}, V{"create", "get"}},
+      // Each job's CA ConfigMap (agent TLS): Get, Create when missing, Update on a new CA.
+      {{"", "configmaps"}, V{"create", "get", "update"}},
       // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
       {{"", "events"}, V{"create", "patch"}},
       // Informer; MergePatch of node labels.
@@ -252,7 +258,8 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   Helm helm;
   const std::vector<YAML::Node> objects =
       helm.Render({"--set", "image.tag=1.2.3", "--set", "replicaCount=1", "--set", "controller.leaderElect=false",
-                   "--set", "controller.logLevel=debug", "--set", "agent.image.tag=9.9.9"});
+                   "--set", "controller.logLevel=debug", "--set", "agent.image.tag=9.9.9", "--set",
+                   "agentTLS.enabled=false"});
   const YAML::Node deploy = One(objects, "Deployment");
   CHECK(deploy["spec"]["replicas"].as<int>() == 1);
   const YAML::Node c = deploy["spec"]["template"]["spec"]["containers"][0];
