@@ -20,12 +20,23 @@
 // one JobController; kube mode the controllers of the jobs it reconciles right now, and
 // applies code updates to the TrainingJob object in the API server.
 //
+// Limits (HttpLimits, cpp-httplib's own settings): a request body above max_body_bytes
+// is answered 413 with a JSON error, whether it declares its Content-Length or is sent
+// chunked (its bytes are never kept); at most max_connections connections are served at
+// once, one worker thread each; accepted connections beyond that wait in a queue of at
+// most max_queued_connections, and past that the server stops accepting (the kernel's
+// listen queue holds or refuses the rest). While more connections wait than are served,
+// the newest is served first, so a fresh request (a /healthz probe) is answered within
+// about one read timeout even while a flood of stalled clients waits. A client that sends
+// nothing for idle_timeout, or stalls mid-request for read_timeout, is dropped.
+//
 // Thread-safe; Start() serves on a thread pool until Stop(). The directory (or the
 // controllers), metrics and fault sink (nullptr: fault injection answers 409) must
 // outlive the server.
 #ifndef PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 #define PEREGRINE_CONTROLLER_HTTP_SERVER_H_
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -33,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controller/api_auth.h"
 #include "controller/code_update.h"
@@ -46,6 +58,8 @@ struct Response;
 }
 
 namespace peregrine {
+
+struct ConnectionQueueState;
 
 // Where POST .../faults goes: the local mode's fault injector. Inject applies the request
 // to the job whose current status is `status` and returns what was done, or an error
@@ -87,6 +101,20 @@ class StaticJobDirectory final : public JobDirectory {
   const std::vector<JobController*> jobs_;
 };
 
+// The server's resource limits (see the file comment). Every field must be positive.
+struct HttpLimits {
+  size_t max_body_bytes = 1 << 20;       // request body (413 above)
+  int max_connections = 32;              // served at once (worker threads)
+  int max_queued_connections = 1024;     // accepted, waiting for a worker
+  int read_timeout_seconds = 5;          // a stalled request is dropped
+  int write_timeout_seconds = 5;         // a client that stops reading is dropped
+  int idle_timeout_seconds = 5;          // keep-alive: an idle connection is closed
+  int max_requests_per_connection = 100; // keep-alive: then the connection is closed
+};
+
+// InvalidArgument naming the field when a limit is not positive.
+absl::Status ValidateHttpLimits(const HttpLimits& limits);
+
 // Which endpoints a server answers.
 enum class HttpEndpoints {
   kAll,          // /healthz, /metrics and /api/v1 (local mode)
@@ -107,6 +135,8 @@ class HttpServer {
   void RequireAuth(ApiAuthorizer* authorizer) { authorizer_ = authorizer; }
   // Before Start(): the endpoints served (default kAll).
   void ServeOnly(HttpEndpoints endpoints) { endpoints_ = endpoints; }
+  // Before Start(): the limits (default HttpLimits{}); Start() refuses invalid ones.
+  void SetLimits(const HttpLimits& limits) { limits_ = limits; }
 
   // Binds host:port (port 0 picks one) and starts serving; returns the bound port.
   absl::StatusOr<int> Start(const std::string& host, int port);
@@ -119,6 +149,8 @@ class HttpServer {
   FaultSink* faults_;
   ApiAuthorizer* authorizer_ = nullptr;
   HttpEndpoints endpoints_ = HttpEndpoints::kAll;
+  HttpLimits limits_;
+  std::shared_ptr<ConnectionQueueState> queue_;  // shared with the server's task queue
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 
@@ -128,6 +160,7 @@ class HttpServer {
   // The caller, when its token is valid (nullopt after answering on `res`).
   std::optional<ApiUser> Authenticate(const std::string& authorization, httplib::Response& res);
   void RegisterApi();
+  void ApplyLimits();
 };
 
 }  // namespace peregrine

@@ -24,6 +24,9 @@ std::string KubeMainUsage() {
          "  --http-port N              the peregrinectl API and /healthz (default 7401); callers need\n"
          "                             a bearer token allowed on the TrainingJob (docs/kubernetes.md)\n"
          "  --metrics-port N           /metrics and /healthz (default 7402)\n"
+         "  --http-max-connections N   HTTP connections each port serves at once (default 32)\n"
+         "  --http-max-queued-connections N  accepted HTTP connections waiting to be served, per\n"
+         "                             port (default 1024); past it the port stops accepting\n"
          "  --api-audience A           audience the API's bearer tokens must have (repeatable;\n"
          "                             default: the API server's own)\n"
          "  --agent-tls-cert FILE      serve the agents' gRPC with TLS: PEM certificate chain (with\n"
@@ -84,6 +87,10 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
       s = number(&m.http_port, 0);
     } else if (arg == "--metrics-port") {
       s = number(&m.metrics_port, 0);
+    } else if (arg == "--http-max-connections") {
+      s = number(&m.http_limits.max_connections, 1);
+    } else if (arg == "--http-max-queued-connections") {
+      s = number(&m.http_limits.max_queued_connections, 1);
     } else if (arg == "--api-audience") {
       if (value.empty()) return absl::InvalidArgumentError("--api-audience: needs a non-empty audience");
       m.api_audiences.push_back(value);

@@ -391,6 +391,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->http = std::make_unique<HttpServer>(impl->reconciler.get(), impl->metrics.get(), nullptr);
   impl->http->RequireAuth(impl->authorizer.get());
   impl->http->ServeOnly(HttpEndpoints::kApiOnly);
+  impl->http->SetLimits(options.http_limits);
   auto http_port = impl->http->Start(options.host, options.http_port);
   if (!http_port.ok()) {
     impl->grpc_server->Shutdown();
@@ -399,6 +400,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->http_port = *http_port;
   impl->metrics_http = std::make_unique<HttpServer>(impl->reconciler.get(), impl->metrics.get(), nullptr);
   impl->metrics_http->ServeOnly(HttpEndpoints::kMetricsOnly);
+  impl->metrics_http->SetLimits(options.http_limits);
   auto metrics_port = impl->metrics_http->Start(options.host, options.metrics_port);
   if (!metrics_port.ok()) {
     impl->http->Stop();

@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "controller/agent_tls.h"
 #include "controller/core/decision_engine.h"
+#include "controller/http_server.h"
 #include "controller/kube/config.h"
 #include "controller/kube/resources.h"
 
@@ -33,6 +34,7 @@ struct KubeModeOptions {
   int grpc_port = 7400;  // 0 picks a free port
   int http_port = 7401;     // the peregrinectl API (and /healthz); 0 picks a free port
   int metrics_port = 7402;  // /metrics and /healthz; 0 picks a free port
+  HttpLimits http_limits;   // both HTTP servers' (http_server.h)
   // The API's callers are authenticated with TokenReviews asking for these audiences
   // (empty: the API server's own) and authorised with SubjectAccessReviews.
   std::vector<std::string> api_audiences;
