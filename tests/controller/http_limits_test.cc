@@ -52,7 +52,7 @@ class RawClient {
     }
     return true;
   }
-  // Reads until the response's headers and `body_bytes` more arrived, or the peer closed.
+  // Reads until the response headers and a JSON body arrived, or the peer closed.
   std::string ReadResponse() {
     std::string out;
     char buf[4096];
