@@ -458,6 +458,7 @@ class FakeKubeApiServer::Impl {
   std::map<std::string, std::vector<std::string>> delete_log_ ABSL_GUARDED_BY(mu_);  // resource -> names
   std::map<std::pair<std::string, std::string>, int> request_counts_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
+  FakeKubeApiServer::WriteHook write_hook_ ABSL_GUARDED_BY(mu_);
   FakeKubeAuth auth_;  // thread-safe on its own
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
@@ -629,6 +630,7 @@ void FakeKubeApiServer::Impl::Serve(const httplib::Request& req, httplib::Respon
     }
   }
   CollectGarbageLocked();
+  if (write_hook_ && verb != "get" && verb != "list") write_hook_(verb, resource, t->name);
   write(reply);
 }
 
@@ -1441,6 +1443,11 @@ std::vector<std::string> FakeKubeApiServer::DeleteRequestsForTest(absl::string_v
   auto it = impl_->delete_log_.find(std::string(resource));
   return it == impl_->delete_log_.end() ? std::vector<std::string>{} : it->second;
 }
+void FakeKubeApiServer::SetWriteHookForTest(WriteHook hook) {
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->write_hook_ = std::move(hook);
+}
+
 int FakeKubeApiServer::RequestCountForTest(absl::string_view verb,
                                            absl::string_view resource) const {
   absl::MutexLock lock(&impl_->mu_);
