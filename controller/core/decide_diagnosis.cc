@@ -10,6 +10,7 @@
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
 #include "controller/core/loss_monitor.h"
+#include "controller/core/pod_health.h"
 #include "controller/core/recovery_policy.h"
 #include "controller/core/standby_pool_size.h"
 #include "controller/core/stop_time_diagnosis.h"
@@ -28,16 +29,58 @@ void Decider::AdvanceDiagnosis() {
     st.diagnosis.reset();
     return;
   }
-  // A machine lost meanwhile ends the diagnosis: it is the one to evict.
+  // A machine lost meanwhile ends the diagnosis: it is the one to evict. Lost means its pod
+  // failed or vanished, an inspection fault, or its node unready with the agent gone or past
+  // the grace (pod_health.h JudgeNodeUnready; no progress is expected while stopped). An
+  // agent link lost on a running pod of a Ready node is not a loss (its answers are
+  // inconclusive, see stop_time_diagnosis.cc). A pod lost for a cause not its machine's
+  // (OOMKilled, preempted, deleted by someone else) is replaced without a quarantine.
+  const FaultToleranceSpec& ft = spec_.fault_tolerance;
   std::vector<int> lost;
-  for (const SlotStatus& slot : st.slots) {
+  std::set<std::string> blameless_pods;
+  for (SlotStatus& slot : st.slots) {
     std::string reason;
     const AgentObservation* a = Agent(slot.pod);
     std::optional<std::string> fault = a ? MachineAttributedFault(*a) : std::nullopt;
-    if (PodLost(slot.pod, slot.observed, &reason) || fault) {
+    bool is_lost = PodLost(slot.pod, slot.observed, &reason);
+    if (is_lost) {
+      const PodObservation* p = Pod(slot.pod);
+      if (p == nullptr || p->not_machine_fault) {
+        blameless_pods.insert(slot.pod);
+        if (p == nullptr) reason = "pod disappeared without Peregrine deleting it";
+        absl::StrAppend(&reason, " (not the machine's fault: it is not quarantined)");
+      }
+    } else if (fault) {
+      is_lost = true;
+      reason = absl::StrCat("inspection ", *fault);
+    } else if (const PodObservation* p = Pod(slot.pod); p != nullptr) {
+      NodeUnreadyInput in;
+      in.node_unready = p->node_unready;
+      in.node_reason = p->reason.empty() ? absl::StrCat("node ", p->machine_id, " not Ready") : p->reason;
+      in.agent = a;
+      in.training = false;
+      in.since = slot.node_unready_since;
+      in.since_step = slot.node_unready_step;
+      in.progress_at = slot.node_unready_progress_at;
+      in.grace_ns = static_cast<int64_t>(ft.node_unreachable_grace_seconds) * kNanosPerSecond;
+      in.heartbeat_timeout_ns = static_cast<int64_t>(ft.heartbeat_timeout_seconds) * kNanosPerSecond;
+      const NodeUnreadyJudgement j = JudgeNodeUnready(in, now_);
+      if (j.verdict == NodeUnreadyVerdict::kTolerate && slot.node_unready_since == 0) {
+        Event(JobEventType::kWarning, "NodeUnreachableTolerated",
+              absl::StrFormat("machine %s (slot %d, pod %s): %s", slot.machine_id, slot.index, slot.pod, j.reason));
+      }
+      const bool keep = j.verdict != NodeUnreadyVerdict::kReady;
+      slot.node_unready_since = keep ? j.since : 0;
+      slot.node_unready_step = keep ? j.step : 0;
+      slot.node_unready_progress_at = keep ? j.progress_at : 0;
+      if (j.verdict == NodeUnreadyVerdict::kEvict) {
+        is_lost = true;
+        reason = j.reason;
+      }
+    }
+    if (is_lost) {
       lost.push_back(slot.index);
-      inc->signal = absl::StrCat(inc->signal, "; during diagnosis: machine ", slot.machine_id, " ",
-                                 fault ? absl::StrCat("inspection ", *fault) : reason);
+      inc->signal = absl::StrCat(inc->signal, "; during diagnosis: machine ", slot.machine_id, " ", reason);
     }
   }
   if (!lost.empty()) {
@@ -45,6 +88,14 @@ void Decider::AdvanceDiagnosis() {
     inc->kind = IncidentKind::kMachineLost;
     inc->decision = "machine lost during stop-time diagnosis: evict it, activate a warm standby, restart the others in place";
     EvictAndActivate(lost, inc);
+    // EvictAndActivate appended one eviction per lost slot (and may have trimmed the oldest).
+    for (size_t i = st.evicted.size() - std::min(st.evicted.size(), lost.size()); i < st.evicted.size(); ++i) {
+      Eviction& e = st.evicted[i];
+      if (!blameless_pods.count(e.pod)) continue;
+      e.machine_fault = false;
+      inc->actions.push_back(absl::StrFormat("pod %s replaced; machine %s not quarantined (not its fault)", e.pod,
+                                             e.machine_id));
+    }
     FinishRecovery(inc, false);
     return;
   }
@@ -56,6 +107,7 @@ void Decider::AdvanceDiagnosis() {
   ctx.gpus_per_machine = spec_.gpus_per_machine;
   ctx.parallelism = spec_.parallelism;
   ctx.stop_grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
+  ctx.heartbeat_timeout_ns = static_cast<int64_t>(ft.heartbeat_timeout_seconds) * kNanosPerSecond;
   ctx.now = now_;
   const StopTimeStage stage_before = st.diagnosis->stage;
   DiagnosisAdvance step = AdvanceStopTimeDiagnosis(ctx, &*st.diagnosis, &inc->diagnosis);

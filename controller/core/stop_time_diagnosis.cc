@@ -39,10 +39,14 @@
 // Judging a machine's answer: not_present -> passed (recorded); a command error (e.g. an
 // agent without that diagnostic: UNIMPLEMENTED) -> no evidence, passed (recorded as
 // unavailable); no answer by the stage deadline (the kind's timeout + kAnswerMarginNs) ->
-// failed if its agent is connected (a live agent whose diagnostic cannot finish points at
-// the machine itself; the agent kills diagnostics at their timeout and answers), no
-// verdict for it if the agent is disconnected (the lost-pod path decides about that
-// machine). A stage in which more than half of at least two machines fail gives no
+// failed if its agent is connected, heartbeated within the heartbeat timeout and still
+// holds the command as pending (a live agent whose diagnostic cannot finish points at the
+// machine itself; the agent runs diagnostics off its heartbeat loop, kills them at their
+// timeout and answers); no verdict for it ("inconclusive: agent link lost") if the agent
+// is disconnected, silent for longer than the heartbeat timeout (a half-open stream), or
+// no longer holds the command (its stream dropped and came back: the command and its
+// answer were lost with it). A lost link is not the machine's fault: the lost-pod and
+// unready-node paths decide about a machine that is really gone. A stage in which more than half of at least two machines fail gives no
 // verdict (a job-wide cause such as a bad build or a diagnosis bug is not a machine fault).
 // The first stage with failing machines ends the diagnosis with them as the verdict; when
 // every stage passes the engine decides what comes next (reattempt, rollback or replay).
@@ -126,9 +130,22 @@ Judged JudgeTask(const DiagnosisContext& ctx, const DiagnosisMachine& m, const s
     j.line = absl::StrCat(who, ": agent disconnected, no verdict");
     return j;
   }
+  // Connected, no answer by the deadline: a machine verdict only when the link is known to
+  // have worked the whole time, i.e. the agent kept heartbeating and still holds the command.
+  if (ctx.now - a->last_seen > ctx.heartbeat_timeout_ns) {
+    j.answer = Answer::kExcluded;
+    j.line = absl::StrFormat("%s: inconclusive: agent link lost (silent for %d s), no verdict", who,
+                             (ctx.now - a->last_seen) / 1'000'000'000);
+    return j;
+  }
+  if (std::find(a->pending_command_ids.begin(), a->pending_command_ids.end(), id) == a->pending_command_ids.end()) {
+    j.answer = Answer::kExcluded;
+    j.line = absl::StrCat(who, ": inconclusive: agent link lost (the command and its answer were lost with a dropped "
+                               "stream), no verdict");
+    return j;
+  }
   j.answer = Answer::kFailed;
   j.line = absl::StrCat(who, ": no answer before the deadline");
-  (void)ctx;
   return j;
 }
 

@@ -64,6 +64,9 @@ struct DiagnosisContext {
   int gpus_per_machine = 1;
   ParallelismSpec parallelism;
   int stop_grace_ms = 10000;
+  // heartbeatTimeoutSeconds: an agent silent this long has lost its link, and its missing
+  // answer is no verdict on its machine.
+  int64_t heartbeat_timeout_ns = 30'000'000'000;
   int64_t now = 0;
 };
 

@@ -984,6 +984,11 @@ TEST_CASE("A live agent that never answers fails the stage at the deadline, a di
   w.Step();
   CHECK(w.status.diagnosis.has_value());  // deadline = timeout + margin not reached
   w.now += 60 * kSecond;
+  // The mute agent's link works: it heartbeats (an agent silent past the heartbeat timeout
+  // would be a lost link, no verdict: diagnosis_link_test.cc).
+  for (AgentObservation& a : w.obs.agents) {
+    if (a.connected) a.last_seen = w.now;
+  }
   w.Settle();
   const Incident& inc = w.status.incidents.back();
   CHECK(inc.diagnosis.back().stage == StopTimeStage::kEud);
