@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "controller/core/agent_reach.h"
 #include "controller/core/conditions.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
@@ -394,7 +395,21 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
                                        spec_.gpus_per_machine);
   if (!layout.ok() || layout->machines() != static_cast<int>(st.slots.size())) return HangDecision{};
   const bool steady = st.phase == JobPhase::kRunning && OpenIncident() == nullptr && st.triage_deadline == 0;
-  HangDecision d = DecideHang(MakeHangPolicyInput(job_, st, obs_, &*layout, steady, other_failure), now_);
+  HangPolicyInput in = MakeHangPolicyInput(job_, st, obs_, &*layout, steady, other_failure);
+  // An unreachable agent's ranks are not seen to train: no hang or MFU drop is judged on
+  // its stale steps. While steady, the hang clock is held, so it restarts when the link
+  // comes back instead of counting the partition as time without a step.
+  const int64_t heartbeat_timeout =
+      static_cast<int64_t>(spec_.fault_tolerance.heartbeat_timeout_seconds) * kNanosPerSecond;
+  bool partitioned = false;
+  for (HangPolicySlot& s : in.slots) {
+    if (JudgeAgentReach(Pod(s.pod), Agent(s.pod), heartbeat_timeout, now_).reach == AgentReach::kUnreachable) {
+      s.training_alive = false;
+      partitioned = true;
+    }
+  }
+  if (partitioned && steady) in.held = true;
+  HangDecision d = DecideHang(in, now_);
   st.stack_diagnosis = d.state;
   for (const StackCaptureRequest& r : d.captures) {
     CommandToSend c;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "controller/core/checkpoint_policy.h"
+#include "controller/core/agent_reach.h"
 #include "controller/core/conditions.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
@@ -212,6 +213,17 @@ void Decider::UpdateConditions() {
                terminal ? "JobFinished" : (st.standby_ready >= st.standby_desired ? "PoolReady" : "PoolFilling"),
                absl::StrFormat("%d of %d standbys ready", st.standby_ready, st.standby_desired), gen, now_);
   UpdatePodsStuckCondition(obs_.pods, gen, now_, st);
+  // Agents silent on running pods of Ready nodes (agent_reach.h): shown in every phase,
+  // never a reason to evict.
+  std::vector<UnreachableAgent> unreachable;
+  const int64_t heartbeat_timeout =
+      static_cast<int64_t>(spec_.fault_tolerance.heartbeat_timeout_seconds) * kNanosPerSecond;
+  for (const SlotStatus& slot : st.slots) {
+    if (terminal) break;
+    const AgentReachJudgement j = JudgeAgentReach(Pod(slot.pod), Agent(slot.pod), heartbeat_timeout, now_);
+    if (j.reach == AgentReach::kUnreachable) unreachable.push_back(UnreachableAgent{slot.pod, slot.machine_id, j.reason});
+  }
+  for (JobEvent& e : UpdateAgentUnreachableCondition(unreachable, gen, now_, st)) plan_.events.push_back(std::move(e));
 }
 
 }  // namespace decision_internal

@@ -44,6 +44,7 @@ JobPlan PlanWorld::Step() {
     a.registered_as_standby = c.role == PodRole::kStandby;
     a.self_check_passed = true;
     a.phase = AgentTrainingPhase::kIdle;
+    a.last_seen = now;  // its registration is its first message
     obs.agents.push_back(a);
   }
   for (const PodToDelete& d : plan.delete_pods) {
@@ -55,6 +56,7 @@ JobPlan PlanWorld::Step() {
     AgentObservation* a = Agent(c.pod);
     REQUIRE(a != nullptr);
     if (OnCommand(c, *a)) continue;
+    a->last_seen = now;  // its answer is a message
     if (c.kind == CommandKind::kStop) {
       a->phase = AgentTrainingPhase::kIdle;
       a->command_results[c.id] = CommandResultObservation{c.id, true, 0, "", now, std::nullopt, false, {}};

@@ -4,7 +4,8 @@
 // quarantined at once, every created pod appears running on a machine of its own with a
 // connected, self-checked agent, deleted pods and their agents disappear, and agents
 // follow their commands (a stop leaves the agent idle with a result; an assignment makes it
-// run that attempt). Suites extend it by overriding OnPlan / OnCommand for the commands
+// run that attempt). An agent's last_seen is the time of its registration or of the last
+// command it followed; tests that model heartbeats set it themselves. Suites extend it by overriding OnPlan / OnCommand for the commands
 // they model (diagnostics, stack captures, ...). Single-threaded; owned by one test.
 #ifndef PEREGRINE_TESTS_TESTING_PLAN_WORLD_H_
 #define PEREGRINE_TESTS_TESTING_PLAN_WORLD_H_
