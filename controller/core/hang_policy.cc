@@ -28,9 +28,13 @@
 //  - aggregation: when every pod has answered (success or error) or capture_deadline has
 //    passed, the ranks' stacks are grouped (diagnosis/stack_aggregation.h). A pod that did
 //    not answer contributes no stacks, so its ranks are "<no stack captured>" and are
-//    suspects themselves. The dominant group is healthy; the smallest TP/PP/DP group whose
-//    machines cover every suspect's machine is chosen (the union of their machines when
-//    no group does).
+//    suspects themselves, unless its answer was lost with its agent's link: the agent
+//    disconnected, silent for longer than the heartbeat timeout (a half-open stream), or
+//    no longer holding the command (its stream dropped and came back, the command and its
+//    answer lost). Such ranks are inconclusive, not suspects; when they make up the largest
+//    group no group can be taken as healthy and nothing is evicted. The dominant group is
+//    healthy; the smallest TP/PP/DP group whose machines cover every suspect's machine is
+//    chosen (the union of their machines when no group does).
 //  - verdict: kEvict with the chosen machine slots (the engine evicts them all through its
 //    eviction path: warm standbys where ready, new pods for the rest, every other machine
 //    restarted in place), or kReattempt when no outlier stands out (identical stacks, or
@@ -326,9 +330,18 @@ class Policy {
     const int gpus = layout.gpus_per_machine();
     std::vector<RankStacks> ranks;
     std::vector<std::string> failures;
+    std::set<int> link_lost_ranks;
+    std::vector<int> link_lost_slots;
     for (const HangPolicySlot& slot : in_.slots) {
       const std::string id = StackCaptureCommandId(in_.command_prefix, slot.pod, inv.id, round);
       auto it = in_.replies.find(id);
+      if (it == in_.replies.end() && LinkLost(slot, id)) {
+        link_lost_slots.push_back(slot.index);
+        for (int rank = slot.index * gpus; rank < (slot.index + 1) * gpus; ++rank) link_lost_ranks.insert(rank);
+        failures.push_back(absl::StrFormat("slot %d (pod %s): inconclusive, agent link lost (%s): not a suspect",
+                                           slot.index, slot.pod, LinkLostReason(slot)));
+        continue;
+      }
       if (it == in_.replies.end() || !it->second.ok) {
         r.unanswered_slots.push_back(slot.index);
         failures.push_back(it == in_.replies.end()
@@ -354,6 +367,7 @@ class Policy {
         r.groups.push_back(absl::StrFormat("ranks %s%s: %s", absl::StrJoin(g.ranks, ","),
                                            static_cast<int>(i) == agg->dominant_group ? " (healthy)" : "", summary));
       }
+      if (!link_lost_ranks.empty()) ExcludeLinkLost(layout, link_lost_ranks, link_lost_slots, &*agg);
       r.suspect_ranks = agg->suspect_ranks;
       r.explanation = agg->explanation;
     }
@@ -409,6 +423,66 @@ class Policy {
     RecordMachines(inv);
     Event(JobEventType::kWarning, "StackVerdict", absl::StrCat("investigation ", inv.id, ": ", inv.explanation));
     RepeatVerdict(inv);
+  }
+
+  // Whether `slot`'s missing answer to capture `id` was lost with its agent's link.
+  bool LinkLost(const HangPolicySlot& slot, const std::string& id) const {
+    return !slot.agent_connected || now_ - slot.agent_last_seen > in_.heartbeat_timeout_ns || !in_.pending.count(id);
+  }
+
+  std::string LinkLostReason(const HangPolicySlot& slot) const {
+    if (!slot.agent_connected) return "agent disconnected";
+    if (now_ - slot.agent_last_seen > in_.heartbeat_timeout_ns) {
+      return absl::StrFormat("agent silent for %d s", (now_ - slot.agent_last_seen) / kNanosPerSecond);
+    }
+    return "the command and its answer were lost with a dropped stream";
+  }
+
+  // Takes the ranks whose answers were lost with their agents' links out of the suspects
+  // and plans the over-eviction again for the rest; their group cannot be the healthy one.
+  static void ExcludeLinkLost(const ParallelLayout& layout, const std::set<int>& lost_ranks,
+                              const std::vector<int>& lost_slots, StackAggregation* agg) {
+    const std::string groups_text = agg->explanation.substr(std::min(agg->explanation.find('\n'), agg->explanation.size()));
+    const std::string lost = absl::StrCat("slot(s) ", absl::StrJoin(lost_slots, ","), " (ranks ",
+                                          absl::StrJoin(lost_ranks, ","), ")");
+    bool dominant_lost = false;
+    if (agg->dominant_group >= 0) {
+      for (int rank : agg->groups[static_cast<size_t>(agg->dominant_group)].ranks) {
+        dominant_lost = dominant_lost || lost_ranks.count(rank) > 0;
+      }
+    }
+    std::vector<int> suspects;
+    if (!dominant_lost) {
+      for (int rank : agg->suspect_ranks) {
+        if (!lost_ranks.count(rank)) suspects.push_back(rank);
+      }
+    }
+    agg->suspect_ranks = suspects;
+    agg->chosen_group.reset();
+    agg->machines_to_evict.clear();
+    if (dominant_lost) {
+      agg->dominant_group = -1;
+      agg->explanation = absl::StrCat("no verdict: the largest stack group is ", lost,
+                                      ", whose answers were lost with their agents' links, so no group can be taken "
+                                      "as healthy; nothing evicted.",
+                                      groups_text);
+      return;
+    }
+    if (suspects.empty()) {
+      agg->explanation = absl::StrCat("no suspect once ", lost,
+                                      ", whose answers were lost with their agents' links, are left out: nothing "
+                                      "evicted.",
+                                      groups_text);
+      return;
+    }
+    OverEvictionChoice choice = ChooseOverEviction(layout, suspects);
+    agg->chosen_group = choice.group;
+    agg->machines_to_evict = choice.machines;
+    agg->explanation = absl::StrFormat(
+        "%d suspect rank(s) [%s] besides %s, whose answers were lost with their agents' links; %s; evict machines "
+        "[%s].%s",
+        suspects.size(), absl::StrJoin(suspects, ","), lost, choice.reason, absl::StrJoin(agg->machines_to_evict, ","),
+        groups_text);
   }
 
   void DecideFromAggregation(StackInvestigation& inv, const StackAggregation* agg) {
@@ -491,6 +565,7 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
   in.command_prefix = absl::StrCat(job.metadata.namespace_, "/", job.metadata.name);
   in.layout = layout;
   in.hang_timeout_seconds = job.spec.fault_tolerance.hang_timeout_seconds;
+  in.heartbeat_timeout_ns = static_cast<int64_t>(job.spec.fault_tolerance.heartbeat_timeout_seconds) * kNanosPerSecond;
   in.attempt = status.attempt;
   in.resume_step = status.resume_step;
   in.last_completed_step = status.last_completed_step;
@@ -527,6 +602,8 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
     s.training_alive = p != pods.end() && p->second->running && !p->second->failed && agent != nullptr &&
                        agent->connected && !agent->registered_as_standby && agent->attempt == status.attempt &&
                        agent->phase == AgentTrainingPhase::kRunning;
+    s.agent_connected = agent != nullptr && agent->connected;
+    s.agent_last_seen = agent != nullptr ? agent->last_seen : 0;
     in.slots.push_back(s);
     if (agent == nullptr) continue;
     if (agent->attempt == status.attempt && agent->mean_iteration_seconds > 0) {

@@ -52,12 +52,18 @@ struct HangPolicySlot {
   std::string pod;
   std::string machine_id;
   bool training_alive = false;  // pod running, agent connected, running the attempt's processes
+  // The agent's link: a capture answer missing while the agent is disconnected, silent past
+  // heartbeat_timeout_ns, or no longer holding the command (its stream dropped and came
+  // back) was lost with the link and makes no suspect.
+  bool agent_connected = false;
+  int64_t agent_last_seen = 0;
 };
 
 struct HangPolicyInput {
   std::string command_prefix;  // "<namespace>/<job>"
   const ParallelLayout* layout = nullptr;
   int hang_timeout_seconds = 60;
+  int64_t heartbeat_timeout_ns = 30'000'000'000;  // heartbeatTimeoutSeconds
   uint64_t attempt = 0;
   uint64_t resume_step = 0;
   uint64_t last_completed_step = 0;  // slowest rank

@@ -2,6 +2,7 @@
 // over-eviction, MFU-drop rounds; synthetic stacks with known answers.
 #include "controller/core/hang_policy.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <set>
@@ -57,10 +58,16 @@ struct Fixture {
     in.steady = true;
     for (int s = 0; s < 4; ++s) {
       in.slots.push_back(HangPolicySlot{s, "demo-m" + std::to_string(s), "machine-" + std::to_string(10 + s), true});
+      in.slots.back().agent_connected = true;
     }
   }
-  // One round of the policy; the state carries over as the engine persists it.
+  std::set<int> silent;  // slots whose agents stopped heartbeating (a half-open stream)
+  // One round of the policy; the state carries over as the engine persists it. The agents
+  // not silent heartbeat now.
   HangDecision Decide() {
+    for (HangPolicySlot& s : in.slots) {
+      if (!silent.count(s.index)) s.agent_last_seen = now;
+    }
     HangDecision d = DecideHang(in, now);
     in.state = d.state;
     for (const StackCaptureRequest& c : d.captures) in.pending.insert(c.command_id);
@@ -243,6 +250,71 @@ TEST_CASE("A pod that does not answer by the deadline is itself the suspect", "[
   CHECK(round.unanswered_slots == std::vector<int>{1});
   CHECK(round.suspect_ranks == std::vector<int>{2, 3});
   CHECK(f.in.state.investigations.back().chosen_group == "tp 1");
+}
+
+TEST_CASE("A capture answer lost with the agent's link makes no suspect: half-open, disconnected or dropped stream", "[unit]") {
+  for (const std::string how : {"half-open", "disconnected", "dropped and re-registered"}) {
+    INFO(how);
+    Fixture f;
+    REQUIRE(f.DetectHang().verdict == HangVerdict::kHangDetected);
+    // Every pod but slot 1 answers the same DP all-reduce wait.
+    for (int slot : {0, 2, 3}) {
+      const int r = slot * 2;
+      f.Answer(f.Id(slot, 1, 1), slot, {{r, kDpAllReduce}, {r + 1, kDpAllReduce}});
+    }
+    REQUIRE(f.in.pending.count(f.Id(1, 1, 1)));
+    if (how == "half-open") {
+      f.silent.insert(1);  // the stream looks open, nothing arrives any more
+    } else if (how == "disconnected") {
+      f.in.slots[1].agent_connected = false;
+    } else {
+      f.in.pending.erase(f.Id(1, 1, 1));  // the registry forgot it; the answer in flight is gone
+      f.now += HangPolicyOptions{}.capture_deadline_ns;
+      HangDecision d = f.Decide();
+      REQUIRE(d.verdict == HangVerdict::kReattempt);
+      CHECK(d.evict_slots.empty());
+      CHECK_THAT(f.in.state.investigations.back().explanation, Catch::Contains("no suspect once slot(s) 1"));
+      continue;
+    }
+    f.now += HangPolicyOptions{}.capture_deadline_ns;
+    HangDecision d = f.Decide();
+    REQUIRE(d.verdict == HangVerdict::kReattempt);
+    CHECK(d.evict_slots.empty());
+    const StackRound& round = f.in.state.investigations.back().rounds.back();
+    CHECK(round.unanswered_slots.empty());
+    CHECK(round.suspect_ranks.empty());
+    CHECK_THAT(round.explanation, Catch::Contains("slot 1 (pod demo-m1): inconclusive, agent link lost"));
+  }
+}
+
+TEST_CASE("Outliers among the answered ranks are still evicted when another pod's answer was lost with its link", "[unit]") {
+  Fixture f;
+  REQUIRE(f.DetectHang().verdict == HangVerdict::kHangDetected);
+  // Slot 0 hangs in its compute, slots 1 and 2 wait in the DP all-reduce; slot 3's link is lost.
+  f.Answer(f.Id(0, 1, 1), 0, {{0, kHungCompute}, {1, kHungCompute}});
+  f.Answer(f.Id(1, 1, 1), 1, {{2, kDpAllReduce}, {3, kDpAllReduce}});
+  f.Answer(f.Id(2, 1, 1), 2, {{4, kDpAllReduce}, {5, kDpAllReduce}});
+  f.silent.insert(3);
+  f.now += HangPolicyOptions{}.capture_deadline_ns;
+  HangDecision d = f.Decide();
+  REQUIRE(d.verdict == HangVerdict::kEvict);
+  const StackRound& round = f.in.state.investigations.back().rounds.back();
+  CHECK(round.suspect_ranks == std::vector<int>{0, 1});  // ranks 6 and 7 (slot 3) are no suspects
+  CHECK(d.evict_slots == std::vector<int>{0});
+  CHECK_THAT(f.in.state.investigations.back().explanation, Catch::Contains("besides slot(s) 3 (ranks 6,7)"));
+}
+
+TEST_CASE("When the lost links' ranks are the largest stack group nothing is evicted", "[unit]") {
+  Fixture f;
+  REQUIRE(f.DetectHang().verdict == HangVerdict::kHangDetected);
+  f.Answer(f.Id(0, 1, 1), 0, {{0, kHungCompute}, {1, kHungCompute}});
+  f.Answer(f.Id(1, 1, 1), 1, {{2, kDpAllReduce}, {3, kDpAllReduce}});
+  f.silent = {2, 3};  // four ranks with no stacks outnumber either answered group
+  f.now += HangPolicyOptions{}.capture_deadline_ns;
+  HangDecision d = f.Decide();
+  REQUIRE(d.verdict == HangVerdict::kReattempt);
+  CHECK(d.evict_slots.empty());
+  CHECK_THAT(f.in.state.investigations.back().explanation, Catch::StartsWith("no verdict: the largest stack group is slot(s) 2,3"));
 }
 
 TEST_CASE("A failed capture counts like a silent pod", "[unit]") {
@@ -544,6 +616,9 @@ TEST_CASE("MakeHangPolicyInput reads slots, liveness, replies and pending ids fr
     obs.agents.push_back(a);
   }
   obs.agents[1].phase = AgentTrainingPhase::kExited;
+  obs.agents[1].connected = false;
+  obs.agents[0].last_seen = 123;
+  job.spec.fault_tolerance.heartbeat_timeout_seconds = 9;
   obs.agents[0].pending_command_ids = {"default/demo/demo-m0/stacks-1-1", "default/demo/demo-m0/attempt-3"};
   CommandResultObservation result;
   result.ok = true;
@@ -569,6 +644,10 @@ TEST_CASE("MakeHangPolicyInput reads slots, liveness, replies and pending ids fr
   REQUIRE(in.slots.size() == 2);
   CHECK(in.slots[0].training_alive);
   CHECK_FALSE(in.slots[1].training_alive);
+  CHECK(in.slots[0].agent_connected);
+  CHECK(in.slots[0].agent_last_seen == 123);
+  CHECK_FALSE(in.slots[1].agent_connected);
+  CHECK(in.heartbeat_timeout_ns == 9 * kSecond);
   CHECK(in.pending == std::set<std::string>{"default/demo/demo-m0/stacks-1-1"});
   REQUIRE(in.replies.size() == 1);
   const StackCaptureReply& r = in.replies.at("default/demo/demo-m1/stacks-1-1");
