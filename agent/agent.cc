@@ -33,6 +33,7 @@
 #include "agent/self_check.h"
 #include "agent/signal_pipe.h"
 #include "agent/stack_capture.h"
+#include "agent/stack_capture_worker.h"
 #include "agent/supervisor.h"
 #include "diagnosis/check.h"
 
@@ -100,7 +101,7 @@ class Agent::Impl {
     }
     diagnostics_.reset();  // kills a running diagnostic's helper, drops queued ones
     if (link_) link_->Stop();
-    JoinWorkers();
+    captures_.reset();  // drops queued captures, waits for the running one
     if (checkpoints_) checkpoints_->Shutdown();
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
@@ -554,15 +555,16 @@ class Agent::Impl {
                                                    "capture_stacks: no training process is running"}));
       return;
     }
-    std::lock_guard<std::mutex> lock(workers_mu_);
-    workers_.emplace_back([this, id, roots, include_native] {
-      StackCaptureOptions capture_options;
-      capture_options.include_native = include_native;
-      capture_options.clock = options_.clock;
-      // Parsed here, off the control loop, so the controller gets frames, not text to parse.
-      v1::StackCapture stacks = StacksToProto(CaptureStacks(WithDescendants(roots), capture_options));
-      Post([this, id, stacks = std::move(stacks)] { FinishWith(id, v1::Status(), &stacks); });
-    });
+    StackCaptureOptions capture_options;
+    capture_options.include_native = include_native;
+    capture_options.clock = options_.clock;
+    absl::Status submitted =
+        captures_->Submit(std::move(roots), capture_options, [this, id](std::vector<CapturedStack> captured) {
+          // Parsed here, off the control loop, so the controller gets frames, not text to parse.
+          v1::StackCapture stacks = StacksToProto(captured);
+          Post([this, id, stacks = std::move(stacks)] { FinishWith(id, v1::Status(), &stacks); });
+        });
+    if (!submitted.ok()) FinishWith(id, OutcomeToProto(CommandOutcome::FromStatus(submitted)));
   }
 
   // Runs off the loop (agent/diagnostics); the result comes back through Post.
@@ -613,14 +615,6 @@ class Agent::Impl {
     Execute(commands_.BeginShutdown(View()));
   }
 
-  void JoinWorkers() {
-    std::vector<std::thread> workers;
-    {
-      std::lock_guard<std::mutex> lock(workers_mu_);
-      workers.swap(workers_);
-    }
-    for (std::thread& t : workers) t.join();
-  }
 
   const AgentOptions options_;
   absl::Duration heartbeat_interval_;
@@ -636,8 +630,8 @@ class Agent::Impl {
   std::condition_variable done_cv_;
   bool done_ = false;  // guarded by done_mu_
   int exit_code_ = 143;  // written by the loop before done_
-  std::mutex workers_mu_;
-  std::vector<std::thread> workers_;
+  // Stack captures run here, one at a time (a bounded queue): the thread count stays flat.
+  std::unique_ptr<StackCaptureWorker> captures_ = std::make_unique<StackCaptureWorker>();
   std::thread loop_thread_;
   std::unique_ptr<ControllerLink> link_;
   std::unique_ptr<DiagnosticRunner> diagnostics_;
