@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace peregrine::kube {
@@ -47,7 +48,20 @@ IndexFunc IndexByLabel(std::string label_key) {
 }
 
 Informer::Informer(RestClient* client, InformerOptions options, Clock* clock, Random* random)
-    : client_(client), options_(std::move(options)), clock_(clock), random_(random) {}
+    : client_(client), options_(std::move(options)), clock_(clock), random_(random) {
+  std::vector<std::string> namespaces = options_.namespaces;
+  std::sort(namespaces.begin(), namespaces.end());
+  namespaces.erase(std::unique(namespaces.begin(), namespaces.end()), namespaces.end());
+  if (namespaces.empty()) {
+    streams_.push_back(std::make_unique<Stream>());
+    streams_.back()->resource = options_.resource;
+  }
+  for (const std::string& ns : namespaces) {
+    streams_.push_back(std::make_unique<Stream>());
+    streams_.back()->resource = options_.resource;
+    streams_.back()->resource.namespace_name = ns;
+  }
+}
 
 Informer::~Informer() { Stop(); }
 
@@ -62,10 +76,13 @@ void Informer::Start() {
   absl::MutexLock lock(&mu_);
   if (started_ || stopping_) return;
   started_ = true;
-  thread_ = std::thread([this] {
-    Run();
-    loop_done_.Notify();
-  });
+  for (const std::unique_ptr<Stream>& stream : streams_) {
+    Stream* st = stream.get();
+    st->thread = std::thread([this, st] {
+      Run(*st);
+      st->loop_done.Notify();
+    });
+  }
 }
 
 void Informer::Stop() {
@@ -77,9 +94,11 @@ void Informer::Stop() {
   }
   // A cancel that lands before the watch connection exists cannot abort it, so it is
   // re-issued until the loop has returned.
-  cancel_.Cancel();
-  while (!loop_done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) cancel_.Cancel();
-  if (thread_.joinable()) thread_.join();
+  for (const std::unique_ptr<Stream>& stream : streams_) {
+    stream->cancel.Cancel();
+    while (!stream->loop_done.WaitForNotificationWithTimeout(absl::Milliseconds(50))) stream->cancel.Cancel();
+    if (stream->thread.joinable()) stream->thread.join();
+  }
 }
 
 bool Informer::Stopping() {
@@ -96,14 +115,17 @@ bool Informer::Pause(absl::Duration d) {
   return !stopping_;
 }
 
-void Informer::SetError(absl::Status status) {
+void Informer::SetError(Stream& stream, absl::Status status) {
   absl::MutexLock lock(&mu_);
-  last_error_ = std::move(status);
+  stream.last_error = std::move(status);
 }
 
 bool Informer::HasSynced() {
   absl::MutexLock lock(&mu_);
-  return synced_;
+  for (const std::unique_ptr<Stream>& stream : streams_) {
+    if (!stream->synced) return false;
+  }
+  return true;
 }
 
 ObjectPtr Informer::Get(const std::string& key) {
@@ -145,17 +167,22 @@ std::vector<ObjectPtr> Informer::ByIndex(const std::string& index, const std::st
 
 std::string Informer::LastSyncResourceVersion() {
   absl::MutexLock lock(&mu_);
-  return resource_version_;
+  return streams_.front()->resource_version;
 }
 
 int Informer::ListCount() {
   absl::MutexLock lock(&mu_);
-  return list_count_;
+  int count = 0;
+  for (const std::unique_ptr<Stream>& stream : streams_) count += stream->list_count;
+  return count;
 }
 
 absl::Status Informer::LastError() {
   absl::MutexLock lock(&mu_);
-  return last_error_;
+  for (const std::unique_ptr<Stream>& stream : streams_) {
+    if (!stream->last_error.ok()) return stream->last_error;
+  }
+  return absl::OkStatus();
 }
 
 void Informer::RemoveLocked(const std::string& key) {
@@ -186,17 +213,17 @@ void Informer::Notify(const std::vector<std::string>& keys) {
   }
 }
 
-absl::Status Informer::ListAndReplace() {
+absl::Status Informer::ListAndReplace(Stream& stream) {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
-  absl::StatusOr<json> list = client_->List(options_.resource, list_options);
+  absl::StatusOr<json> list = client_->List(stream.resource, list_options);
   if (!list.ok()) return list.status();
   absl::flat_hash_map<std::string, ObjectPtr> fresh;
   for (json& item : (*list)["items"]) {
     std::string key = ObjectKey(item);
     if (key.empty()) {
-      return absl::DataLossError(absl::StrCat("LIST ", options_.resource.CollectionPath(),
+      return absl::DataLossError(absl::StrCat("LIST ", stream.resource.CollectionPath(),
                                               ": an item has no metadata.name"));
     }
     fresh[key] = std::make_shared<const json>(std::move(item));
@@ -204,9 +231,13 @@ absl::Status Informer::ListAndReplace() {
   std::vector<std::string> changed;
   {
     absl::MutexLock lock(&mu_);
+    // This stream's objects are those of its namespace (keys "namespace/name"); the
+    // other namespaces' streams keep theirs.
+    const std::string prefix =
+        stream.resource.namespace_name.empty() ? "" : absl::StrCat(stream.resource.namespace_name, "/");
     std::vector<std::string> gone;
     for (const auto& [key, object] : items_) {
-      if (!fresh.contains(key)) gone.push_back(key);
+      if (absl::StartsWith(key, prefix) && !fresh.contains(key)) gone.push_back(key);
     }
     for (const std::string& key : gone) {
       RemoveLocked(key);
@@ -220,31 +251,34 @@ absl::Status Informer::ListAndReplace() {
       changed.push_back(key);
       UpsertLocked(key, std::move(object));
     }
-    resource_version_ = (*list)["metadata"]["resourceVersion"].get<std::string>();
-    synced_ = true;
-    ++list_count_;
+    stream.resource_version = (*list)["metadata"]["resourceVersion"].get<std::string>();
+    stream.synced = true;
+    ++stream.list_count;
   }
   Notify(changed);
   return absl::OkStatus();
 }
 
-absl::Status Informer::WatchOnce(int* events) {
+absl::Status Informer::WatchOnce(Stream& stream, int* events) {
   WatchOptions watch;
   watch.label_selector = options_.label_selector;
   watch.field_selector = options_.field_selector;
   watch.allow_watch_bookmarks = true;
-  watch.resource_version = LastSyncResourceVersion();
+  {
+    absl::MutexLock lock(&mu_);
+    watch.resource_version = stream.resource_version;
+  }
   watch.timeout = options_.min_watch_timeout * (1.0 + random_->Uniform01());
-  const std::string where = absl::StrCat("WATCH ", options_.resource.CollectionPath());
+  const std::string where = absl::StrCat("WATCH ", stream.resource.CollectionPath());
   return client_->Watch(
-      options_.resource, watch,
+      stream.resource, watch,
       [&](WatchEvent& event) -> absl::Status {
         ++*events;
         const std::string rv = ResourceVersionOf(event.object);
         if (event.type == "BOOKMARK") {
           absl::MutexLock lock(&mu_);
-          if (!rv.empty()) resource_version_ = rv;
-          last_error_ = absl::OkStatus();  // the watch is healthy again
+          if (!rv.empty()) stream.resource_version = rv;
+          stream.last_error = absl::OkStatus();  // the watch is healthy again
           return absl::OkStatus();
         }
         if (event.type != "ADDED" && event.type != "MODIFIED" && event.type != "DELETED") {
@@ -261,42 +295,42 @@ absl::Status Informer::WatchOnce(int* events) {
           } else {
             UpsertLocked(key, std::make_shared<const json>(std::move(event.object)));
           }
-          if (!rv.empty()) resource_version_ = rv;
-          last_error_ = absl::OkStatus();
+          if (!rv.empty()) stream.resource_version = rv;
+          stream.last_error = absl::OkStatus();
         }
         Notify({key});
         return absl::OkStatus();
       },
-      &cancel_);
+      &stream.cancel);
 }
 
-void Informer::Run() {
+void Informer::Run(Stream& stream) {
   JitteredBackoff backoff(options_.backoff);
   bool need_list = true;
   while (!Stopping()) {
     if (need_list) {
-      absl::Status listed = ListAndReplace();
+      absl::Status listed = ListAndReplace(stream);
       if (!listed.ok()) {
-        SetError(listed);
+        SetError(stream, listed);
         if (!Pause(backoff.Next(clock_->Now(), *random_))) return;
         continue;
       }
-      SetError(absl::OkStatus());
+      SetError(stream, absl::OkStatus());
       need_list = false;
     }
     const absl::Time watch_start = clock_->Now();
     int events = 0;
-    absl::Status watched = WatchOnce(&events);
+    absl::Status watched = WatchOnce(stream, &events);
     if (Stopping()) return;
     if (watched.ok()) {
-      SetError(absl::OkStatus());
+      SetError(stream, absl::OkStatus());
       // A watch that the server closes at once, empty, would otherwise spin.
       if (events == 0 && clock_->Now() - watch_start < absl::Seconds(1)) {
         if (!Pause(backoff.Next(clock_->Now(), *random_))) return;
       }
       continue;
     }
-    SetError(watched);
+    SetError(stream, watched);
     if (IsExpired(watched)) {
       need_list = true;  // the resourceVersion is compacted away: start over at once
       continue;

@@ -1,6 +1,9 @@
-// An informer for one Kubernetes resource (optionally filtered by label/field selector):
-// it lists, then watches from the list's resourceVersion with bookmarks, keeps a local
-// cache of the objects with secondary indexes, and tells handlers which keys changed.
+// An informer for one Kubernetes resource (optionally filtered by label/field selector),
+// in one namespace, every namespace, or a list of namespaces: it lists, then watches from
+// the list's resourceVersion with bookmarks, keeps a local cache of the objects with
+// secondary indexes, and tells handlers which keys changed. With a namespace list each
+// namespace has its own list/watch loop (and thread) feeding the one cache, so it needs
+// read access in those namespaces only.
 //
 // Contract (client-go reflector semantics):
 //   - List (a consistent read), replace the cache, then Watch from the list's
@@ -14,7 +17,7 @@
 //     appeared or disappeared: level-based, the receiver reads the cache for the current
 //     state. Handlers run on the informer's thread, without informer locks held; they
 //     must be quick (typically WorkQueue::Add).
-//   - HasSynced() is true once the first list has been stored.
+//   - HasSynced() is true once the first list of every namespace has been stored.
 //
 // Thread safety: AddIndex/AddHandler before Start(); everything else is thread-safe.
 // Cached objects are immutable snapshots shared with readers (std::shared_ptr<const>),
@@ -67,6 +70,9 @@ class JitteredBackoff {
 
 struct InformerOptions {
   ResourcePath resource;
+  // Non-empty: `resource` is listed and watched in each of these namespaces (its own
+  // namespace_name is ignored); empty: `resource` as given.
+  std::vector<std::string> namespaces;
   std::string label_selector;
   std::string field_selector;
   // Each watch asks the server to end it after a random time in [min, 2*min).
@@ -96,18 +102,20 @@ class Informer {
   // Ends the loop (aborting an open watch) and joins its thread. Idempotent.
   void Stop();
 
-  bool HasSynced();
+  bool HasSynced();  // every namespace's first list stored
   // nullptr when the key is not cached.
   ObjectPtr Get(const std::string& key);
   std::vector<ObjectPtr> List();
   std::vector<std::string> Keys();
   // Objects whose index `index` yields `value`; empty for an unknown index.
   std::vector<ObjectPtr> ByIndex(const std::string& index, const std::string& value);
+  // The first namespace's (the only one's, without a namespace list).
   std::string LastSyncResourceVersion();
-  // Number of completed lists (1 after the first sync; more after 410s or errors).
+  // Number of completed lists, all namespaces together (1 per namespace after the first
+  // sync; more after 410s or errors).
   int ListCount();
-  // The last list/watch failure; OK again once a list succeeds or a watch delivers
-  // an event or bookmark.
+  // The last list/watch failure of the first namespace that has one; OK again once a list
+  // succeeds or a watch delivers an event or bookmark.
   absl::Status LastError();
 
  private:
@@ -115,33 +123,39 @@ class Informer {
     IndexFunc func;
     absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> keys_by_value;
   };
-  void Run();
-  absl::Status ListAndReplace();
-  absl::Status WatchOnce(int* events);
+  // One list/watch loop: a namespace of `resource` (or `resource` as given).
+  struct Stream {
+    ResourcePath resource;
+    CancelToken cancel;
+    absl::Notification loop_done;
+    std::thread thread;
+    // Guarded by the informer's mu_.
+    bool synced = false;
+    int list_count = 0;
+    std::string resource_version;
+    absl::Status last_error;
+  };
+  void Run(Stream& stream);
+  absl::Status ListAndReplace(Stream& stream);
+  absl::Status WatchOnce(Stream& stream, int* events);
   void UpsertLocked(const std::string& key, ObjectPtr object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(const std::vector<std::string>& keys);
   bool Pause(absl::Duration d);
   bool Stopping();
-  void SetError(absl::Status status);
+  void SetError(Stream& stream, absl::Status status);
 
   RestClient* const client_;
   const InformerOptions options_;
   Clock* const clock_;
   Random* const random_;
   std::vector<KeyHandler> handlers_;  // fixed after Start()
-  CancelToken cancel_;
-  absl::Notification loop_done_;
-  std::thread thread_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // fixed at construction, at least one
 
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool synced_ ABSL_GUARDED_BY(mu_) = false;
-  int list_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string resource_version_ ABSL_GUARDED_BY(mu_);
-  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ObjectPtr> items_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Index> indexes_ ABSL_GUARDED_BY(mu_);
 };

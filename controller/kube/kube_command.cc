@@ -6,6 +6,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
 #include "controller/kube/config.h"
@@ -16,7 +18,9 @@ std::string KubeMainUsage() {
   return "usage: peregrine-controller [options]   (Kubernetes mode; --local FILE runs the local cluster)\n"
          "  --kubeconfig FILE          kubeconfig (default: in-cluster, else $KUBECONFIG, ~/.kube/config)\n"
          "  --context NAME             kubeconfig context (default: current-context)\n"
-         "  --namespace NS             watch TrainingJobs in NS only (default: every namespace)\n"
+         "  --namespace NS[,NS...]     watch TrainingJobs (and their pods) in these namespaces only,\n"
+         "                             each listed and watched on its own (repeatable; default:\n"
+         "                             every namespace); TrainingJobs elsewhere are ignored\n"
          "  --leader-elect             Lease-based leader election (needed with several replicas)\n"
          "  --lease-namespace NS       the Lease's namespace (default: $POD_NAMESPACE or default)\n"
          "  --lease-name NAME          the Lease's name (default peregrine-controller)\n"
@@ -76,7 +80,10 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
     } else if (arg == "--context") {
       o.context = value;
     } else if (arg == "--namespace") {
-      m.watch_namespace = value;
+      for (absl::string_view ns : absl::StrSplit(value, ',')) {
+        if (ns.empty()) return absl::InvalidArgumentError(absl::StrCat("--namespace: empty namespace in '", value, "'"));
+        m.watch_namespaces.emplace_back(ns);
+      }
     } else if (arg == "--lease-namespace") {
       m.lease_namespace = value;
     } else if (arg == "--lease-name") {
@@ -166,7 +173,9 @@ int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) 
                "peregrine-controller: %s against %s (namespace %s); agents dial %s; grpc :%d, api :%d, "
                "metrics :%d%s\n",
                (*mode)->identity().c_str(), config->server.c_str(),
-               options.mode.watch_namespace.empty() ? "<all>" : options.mode.watch_namespace.c_str(),
+               watched.empty() ? "<all>" : absl::StrJoin(watched, ",").c_str(),
+  absl::StatusOr<std::vector<std::string>> watched_or = WatchedNamespaces(options.mode);
+  const std::vector<std::string> watched = watched_or.ok() ? *watched_or : std::vector<std::string>{};
                options.mode.controller_address.c_str(), (*mode)->grpc_port(), (*mode)->http_port(),
                (*mode)->metrics_port(), options.mode.leader_elect ? ", leader election on" : "");
   bool was_leader = false;

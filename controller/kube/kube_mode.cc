@@ -38,7 +38,9 @@
 #include "prometheus/histogram.h"
 
 // How KubeMode is wired:
-//   - informers on trainingjobs, pods (label selector peregrine.dev/job) and nodes;
+//   - informers on trainingjobs, pods (label selector peregrine.dev/job) and nodes; the
+//     first two list and watch every namespace, or each watched namespace on its own
+//     (--namespace), so a namespaced install needs no cluster-wide read of either;
 //   - a WorkQueue of "namespace/name" job keys fed level-based by the informers (a pod
 //     maps to its job through the peregrine.dev/job label, a node to the jobs with pods
 //     on it, so a Node going NotReady wakes the jobs with pods on it) and by the agent
@@ -84,6 +86,14 @@ using kube::Path;
 using kube::Str;
 
 
+
+bool IsDns1123Label(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return s.front() != '-' && s.back() != '-';
+}
 // API request metrics and the counts the tests read. Lease requests are counted in the
 // metrics but not in the test counts (they are the elector's, not the reconciler's).
 class ApiObserver final : public kube::RequestObserver {
@@ -163,6 +173,21 @@ struct KubeMode::Impl {
   KubeModeOptions options;
   std::string identity;
   std::unique_ptr<SeededRandom> random;
+absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions& options) {
+  std::vector<std::string> out = options.watch_namespaces;
+  if (!options.watch_namespace.empty()) out.push_back(options.watch_namespace);
+  for (const std::string& ns : out) {
+    if (!IsDns1123Label(ns)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kube mode: watched namespace '", ns,
+          "' is not a namespace name (at most 63 of a-z, 0-9 and '-', starting and ending alphanumeric)"));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
   std::unique_ptr<ControllerMetrics> metrics;
   std::unique_ptr<ApiObserver> observer;
   std::unique_ptr<kube::RestClient> client;
@@ -296,6 +321,8 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   std::shared_ptr<grpc::ServerCredentials> agent_credentials = grpc::InsecureServerCredentials();
   if (options.agent_tls.enabled()) {
     auto credentials = AgentServerCredentials(options.agent_tls, options.agent_tls_refresh);
+  absl::StatusOr<std::vector<std::string>> watched = WatchedNamespaces(options);
+  if (!watched.ok()) return watched.status();
     if (!credentials.ok()) return credentials.status();
     agent_credentials = *std::move(credentials);
   }
@@ -321,11 +348,14 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   // Ready keys only (client-go's depth): delayed resyncs are not backlog.
   impl->queue->SetDepthObserver([m = impl->metrics.get()](int depth) { m->SetWorkQueueDepth(depth); });
   kube::InformerOptions jobs_opts;
-  jobs_opts.resource = TrainingJobsPath(options.watch_namespace);
+  // Every namespace (one cluster-wide list/watch) or a list/watch per watched namespace.
+  jobs_opts.resource = TrainingJobsPath("");
+  jobs_opts.namespaces = *watched;
   impl->jobs = std::make_unique<kube::Informer>(impl->client.get(), jobs_opts, clock, impl->random.get());
   impl->jobs->AddHandler([self](const std::string& key) { self->queue->Add(key); });
   kube::InformerOptions pods_opts;
-  pods_opts.resource = PodsPath(options.watch_namespace);
+  pods_opts.resource = PodsPath("");
+  pods_opts.namespaces = *watched;
   pods_opts.label_selector = kJobLabel;
   impl->pods = std::make_unique<kube::Informer>(impl->client.get(), pods_opts, clock, impl->random.get());
   impl->pods->AddIndex(kPodsByJobIndex, PodJobIndex);

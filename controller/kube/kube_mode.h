@@ -26,7 +26,12 @@
 namespace peregrine {
 
 struct KubeModeOptions {
-  std::string watch_namespace;     // "" watches every namespace
+  // The namespaces whose TrainingJobs (and their pods) are reconciled, each listed and
+  // watched on its own, so the controller needs access in those namespaces only; a
+  // TrainingJob elsewhere is ignored. watch_namespace is one more (the single-namespace
+  // form). Both empty: every namespace (one cluster-wide list and watch).
+  std::vector<std::string> watch_namespaces;
+  std::string watch_namespace;
   std::string controller_address;  // host:port the agents dial (required)
   std::string agent_image;         // the init container's image (required)
   uint32_t rendezvous_port = 29500;
@@ -67,9 +72,14 @@ struct KubeModeOptions {
 class KubeMode {
  public:
   // Connects, starts the informers, servers, workers and (when configured) the elector.
-  // kInvalidArgument for bad options; errors from binding the ports or the client.
+  // kInvalidArgument for bad options (a bad namespace among them); errors from binding the ports or the client.
   static absl::StatusOr<std::unique_ptr<KubeMode>> Start(const kube::Config& config, KubeModeOptions options);
   ~KubeMode();
+// watch_namespaces and watch_namespace together, sorted, without duplicates; empty means
+// every namespace. kInvalidArgument naming an entry that is not a namespace name (a
+// DNS-1123 label: at most 63 of [a-z0-9-], starting and ending alphanumeric).
+absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions& options);
+
 
   int grpc_port() const;
   int http_port() const;
