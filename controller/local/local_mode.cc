@@ -163,7 +163,9 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   LocalClusterOptions copts;
   copts.state_dir = options.state_dir;
   copts.agent_binary = options.bin_dir + "/peregrine-agent";
-  copts.controller_address = absl::StrCat(options.host, ":", impl->grpc_port);
+  copts.controller_address = options.agent_controller_address.empty()
+                                ? absl::StrCat(options.host, ":", impl->grpc_port)
+                                : options.agent_controller_address;
   copts.token_file = token_path;
   copts.agent_key = *agent_key;
   copts.path_prepend = {options.bin_dir};

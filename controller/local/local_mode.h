@@ -29,6 +29,9 @@ struct LocalModeOptions {
   int grpc_port = 0;        // 0: reuse the persisted port, else pick one and persist it
   int http_port = 0;        // 0: pick one
   int heartbeat_ms = 500;
+  // host:port the agents dial; empty: the controller's own gRPC address. A test points it
+  // at a proxy in front of grpc_port to cut the agents' link (tests/testing/tcp_proxy.h).
+  std::string agent_controller_address;
   // Where the agents keep in-memory checkpoints. Empty: /dev/shm/peregrine-local-<uid>-<a
   // hash of state_dir> (or <state_dir>/shm without /dev/shm), linked as <state_dir>/shm.
   // Removed by Shutdown(true).
