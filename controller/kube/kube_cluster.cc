@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/secret_token.h"
 #include "controller/kube/json_fields.h"
 #include "controller/status_json.h"
 
@@ -30,9 +29,9 @@
 //   - RecordEvent goes through the EventRecorder; PersistStatus writes the status
 //     subresource (409: re-read and retry; a job deleted or re-created under another uid
 //     is kNotFound), LoadStatus reads it back from the API server.
-//   - EnsureJobObjects creates the job's headless Service and token Secret (idempotent,
-//     both owned by the job), with agent TLS the job's CA ConfigMap (AgentCaPublisher),
-//     and returns the token the agents must present.
+//   - EnsureJobObjects creates the job's headless Service (idempotent, owned by the
+//     job) and, with agent TLS, the job's CA ConfigMap (AgentCaPublisher). Agents
+//     authenticate with per-pod credentials (controller/agent_credentials.h): no Secret.
 
 namespace peregrine {
 namespace {
@@ -247,34 +246,10 @@ std::string KubeCluster::RendezvousDomain(const TrainingJob& job) {
 
 absl::StatusOr<uint32_t> KubeCluster::RendezvousPort(const TrainingJob&) { return options_.rendezvous_port; }
 
-absl::StatusOr<std::string> KubeCluster::EnsureJobObjects(const TrainingJob& job) {
+absl::Status KubeCluster::EnsureJobObjects(const TrainingJob& job) {
   const std::string& ns = job.metadata.namespace_;
   json labels = {{kJobLabel, job.metadata.name}};
   json owners = json::array({JobOwnerReference(job)});
-  // The token Secret: read it when it exists (the token must survive controller restarts).
-  auto secret = client_->Get(SecretsPath(ns), JobSecretName(job));
-  if (absl::IsNotFound(secret.status())) {
-    if (auto s = CheckMayWrite("create secret"); !s.ok()) return s;
-    absl::StatusOr<std::string> fresh = NewSecretToken();
-    if (!fresh.ok()) return fresh.status();
-    json body = {{"apiVersion", "v1"},
-                 {"kind", "Secret"},
-                 {"metadata", {{"name", JobSecretName(job)}, {"namespace", ns}, {"labels", labels},
-                               {"ownerReferences", owners}}},
-                 {"type", "Opaque"},
-                 {"data", {{kJobTokenKey, absl::Base64Escape(*fresh)}}}};
-    secret = client_->Create(SecretsPath(ns), body);
-    if (absl::IsAlreadyExists(secret.status())) secret = client_->Get(SecretsPath(ns), JobSecretName(job));
-  }
-  if (!secret.ok()) return secret.status();
-  const json* data = Path(*secret, {"data", kJobTokenKey});
-  std::string token;
-  if (data == nullptr || !data->is_string() || !absl::Base64Unescape(data->get<std::string>(), &token) ||
-      token.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("secret ", ns, "/", JobSecretName(job), " has no data.token: delete it to get a new one"));
-  }
-
   auto service = client_->Get(ServicesPath(ns), JobServiceName(job));
   if (absl::IsNotFound(service.status())) {
     if (auto s = CheckMayWrite("create service"); !s.ok()) return s;
@@ -296,7 +271,7 @@ absl::StatusOr<std::string> KubeCluster::EnsureJobObjects(const TrainingJob& job
   if (options_.ca_publisher != nullptr) {
     if (absl::Status s = options_.ca_publisher->Publish(job); !s.ok()) return s;
   }
-  return token;
+  return absl::OkStatus();
 }
 
 }  // namespace peregrine

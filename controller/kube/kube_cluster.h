@@ -63,9 +63,9 @@ class KubeCluster final : public Cluster {
   std::string RendezvousDomain(const TrainingJob& job) override;
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
-  // Creates (or finds) the job's headless Service and token Secret (and, with a CA
-  // publisher, makes its CA ConfigMap current); returns the token.
-  absl::StatusOr<std::string> EnsureJobObjects(const TrainingJob& job);
+  // Creates (or finds) the job's headless Service (and, with a CA publisher, makes its
+  // CA ConfigMap current).
+  absl::Status EnsureJobObjects(const TrainingJob& job);
   // Names of every cached pod of the job, including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);
 

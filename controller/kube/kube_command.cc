@@ -39,6 +39,8 @@ std::string KubeMainUsage() {
          "  --agent-tls-ca FILE        PEM CA bundle the agents verify the controller with; every\n"
          "                             job gets it in its ConfigMap <job>-peregrine-ca\n"
          "  --agent-image IMAGE        image with /opt/peregrine/bin/peregrine-agent (required)\n"
+         "  --agent-key-file FILE      the agent key (64 hex characters) the pods' agent credentials\n"
+         "                             derive from (required; docs/security.md)\n"
          "  --controller-address A     host:port the agents dial\n"
          "                             (default peregrine-grpc.<POD_NAMESPACE>.svc:<grpc-port>)\n"
          "  --workers N                reconcile workers (default 1)\n"
@@ -107,6 +109,9 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
                           : arg == "--agent-tls-key" ? m.agent_tls.key_file
                                                      : m.agent_tls.ca_file;
       file = value;
+    } else if (arg == "--agent-key-file") {
+      if (value.empty()) return absl::InvalidArgumentError("--agent-key-file: needs a file");
+      m.agent_key_file = value;
     } else if (arg == "--agent-image") {
       m.agent_image = value;
     } else if (arg == "--controller-address") {
@@ -154,6 +159,11 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
 }
 
 int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) {
+  if (options.mode.agent_key_file.empty()) {
+    std::fprintf(stderr, "peregrine-controller: --agent-key-file is required (docs/security.md)\n%s",
+                 KubeMainUsage().c_str());
+    return 2;
+  }
   absl::StatusOr<kube::Config> config;
   if (!options.kubeconfig.empty()) {
     config = kube::LoadKubeconfigFile(options.kubeconfig, options.context);

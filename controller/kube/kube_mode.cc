@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <map>
 #include <random>
 #include <set>
@@ -16,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -23,6 +26,7 @@
 #include "controller/agent_service.h"
 #include "controller/controller_metrics.h"
 #include "controller/http_server.h"
+#include "controller/kube/agent_bootstrap.h"
 #include "controller/kube/agent_ca_configmap.h"
 #include "controller/kube/api_reviews.h"
 #include "controller/kube/events.h"
@@ -203,6 +207,7 @@ absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions
   std::unique_ptr<LeaderGatedAgentService> gated_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<kube::KubeApiAuthorizer> authorizer;
+  std::unique_ptr<kube::KubeApiAuthorizer> agent_reviewer;  // TokenReviews for peregrine.dev
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<HttpServer> metrics_http;
   std::unique_ptr<kube::LeaderElector> elector;
@@ -390,6 +395,21 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->registry = std::make_unique<AgentRegistry>(impl->identity);
   impl->registry->SetHeartbeatIntervalMs(static_cast<uint32_t>(options.heartbeat_ms));
   impl->registry->SetChangeCallback([self](const std::string& key) { self->queue->Add(key); });
+  if (!options.agent_key_file.empty()) {
+    std::ifstream in(options.agent_key_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("--agent-key-file ", options.agent_key_file, ": cannot read it"));
+    if (absl::Status s = impl->registry->SetAgentKey(std::string(absl::StripAsciiWhitespace(text.str()))); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--agent-key-file ", options.agent_key_file, ": ", s.message()));
+    }
+    impl->agent_reviewer = std::make_unique<kube::KubeApiAuthorizer>(
+        impl->client.get(), std::vector<std::string>{kube::kAgentTokenAudience});
+    kube::KubeApiAuthorizer* reviewer = impl->agent_reviewer.get();
+    impl->registry->SetBootstrapVerifier(std::make_shared<kube::KubeAgentBootstrapVerifier>(
+        [reviewer](const std::string& token) { return reviewer->Authenticate(token); },
+        kube::PodLookupFromInformer(impl->pods.get()), clock));
+  }
   TrainingJobReconciler::Deps rdeps;
   rdeps.client = impl->client.get();
   rdeps.jobs = impl->jobs.get();

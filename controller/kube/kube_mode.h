@@ -43,6 +43,12 @@ struct KubeModeOptions {
   // The API's callers are authenticated with TokenReviews asking for these audiences
   // (empty: the API server's own) and authorised with SubjectAccessReviews.
   std::vector<std::string> api_audiences;
+  // The agent key (a file holding 64 hex characters): every pod's agent credential
+  // derives from it (controller/agent_credentials.h), and first registrations are
+  // bootstrapped with the pod's projected service-account token, checked by a
+  // TokenReview (controller/kube/agent_bootstrap.h). "": agents are not authenticated
+  // (tests only; --agent-key-file is required on the command line).
+  std::string agent_key_file;
   // TLS on the agents' gRPC port (controller/agent_tls.h): all three files, or none for
   // plaintext. The certificate and key are re-read every agent_tls_refresh; so is the CA
   // bundle, which every job's pods get through a ConfigMap (agent_ca_configmap.h).

@@ -17,11 +17,18 @@
 //     agent image (docker/Dockerfile, target agent) holding bin/peregrine-agent,
 //     bin/peregrine-diagnose and its tools, and lib/libperegrine_nccl.so under
 //     kAgentImagePrefix;
+//   - a second init container, peregrine-agent-credential (same image), the only
+//     container that mounts the pod's projected service-account token for the audience
+//     peregrine.dev (a serviceAccountToken volume), copies it with mode 0400 to
+//     /var/run/peregrine/credential/bootstrap on an emptyDir of medium Memory shared with
+//     the training container. It runs as the training container's user (its
+//     runAsUser/runAsGroup/runAsNonRoot are copied), so the copy is the agent's, which
+//     reads and removes it before it starts anything (docs/security.md);
 //   - the training container (the template's first container) runs
 //       /peregrine/bin/peregrine-agent --controller <addr> --job <ns>/<name> --pod <pod>
 //                                      --role active|standby --machine-id $(NODE_NAME)
-//     with NODE_NAME from the downward API, PEREGRINE_TOKEN_FILE pointing at the per-job
-//     token Secret mounted read-only and, when spec.failSlow.enabled,
+//     with NODE_NAME from the downward API, PEREGRINE_CREDENTIAL_FILE pointing at that
+//     bootstrap file and, when spec.failSlow.enabled,
 //     PEREGRINE_NCCL_HOOK=/peregrine/lib/libperegrine_nccl.so; with agent TLS
 //     (PodBuildOptions::agent_tls) also --tls-ca /var/run/peregrine/ca/ca.crt, the job's
 //     CA ConfigMap mounted as a directory (not subPath, so the kubelet's updates of a
@@ -45,12 +52,21 @@ constexpr char kNcclHook[] = "/peregrine/lib/libperegrine_nccl.so";
 // The diagnostics helper the agent runs (stop-time diagnosis, fail-slow validation); its
 // tools (peregrine-nccl-check, peregrine-gemm, ...) are its neighbours in /peregrine/bin.
 constexpr char kDiagnoseBinary[] = "/peregrine/bin/peregrine-diagnose";
-constexpr char kTokenDir[] = "/var/run/peregrine/token";
 constexpr char kBinVolume[] = "peregrine-bin";
-constexpr char kTokenVolume[] = "peregrine-token";
+// The projected service-account token (init container only) and the memory-backed
+// directory it is copied into for the agent.
+constexpr char kServiceAccountTokenDir[] = "/var/run/peregrine/serviceaccount";
+constexpr char kServiceAccountTokenVolume[] = "peregrine-agent-token";
+constexpr char kCredentialDir[] = "/var/run/peregrine/credential";
+constexpr char kCredentialVolume[] = "peregrine-credential";
+constexpr char kAgentTokenAudience[] = "peregrine.dev";
+// The kubelet refreshes the projected token; the agent's copy must outlive a slow first
+// registration (a controller down for a while), so it is issued for a day.
+constexpr int kAgentTokenSeconds = 86400;
 constexpr char kCaDir[] = "/var/run/peregrine/ca";
 constexpr char kCaVolume[] = "peregrine-ca";
 constexpr char kInitContainer[] = "peregrine-agent-install";
+constexpr char kCredentialInitContainer[] = "peregrine-agent-credential";
 
 // Appends `item` to the array `list` unless an element with the same "name" exists
 // (then that element is replaced: ours wins).
@@ -209,13 +225,15 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   trainer.erase("args");
   PutNamed(trainer["env"], json{{"name", "NODE_NAME"},
                                 {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
-  PutNamed(trainer["env"], json{{"name", "PEREGRINE_TOKEN_FILE"}, {"value", absl::StrCat(kTokenDir, "/", kJobTokenKey)}});
+  PutNamed(trainer["env"],
+           json{{"name", "PEREGRINE_CREDENTIAL_FILE"}, {"value", absl::StrCat(kCredentialDir, "/bootstrap")}});
   PutNamed(trainer["env"], json{{"name", "PEREGRINE_DIAGNOSE_BIN"}, {"value", kDiagnoseBinary}});
   if (job.spec.fail_slow.enabled) {  // the agent preloads the NCCL hook into training processes
     PutNamed(trainer["env"], json{{"name", "PEREGRINE_NCCL_HOOK"}, {"value", kNcclHook}});
   }
   PutNamed(trainer["volumeMounts"], json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}, {"readOnly", true}});
-  PutNamed(trainer["volumeMounts"], json{{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}});
+  // Writable: the agent removes the bootstrap file once read.
+  PutNamed(trainer["volumeMounts"], json{{"name", kCredentialVolume}, {"mountPath", kCredentialDir}});
   if (options.agent_tls) {
     PutNamed(trainer["volumeMounts"], json{{"name", kCaVolume}, {"mountPath", kCaDir}, {"readOnly", true}});
   }
@@ -225,16 +243,37 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
                {"command",
                 json::array({"cp", "-a", absl::StrCat(kAgentImagePrefix, "/."), absl::StrCat(kAgentBinDir, "/")})},
                {"volumeMounts", json::array({json{{"name", kBinVolume}, {"mountPath", kAgentBinDir}}})}};
-  json inits = json::array({init});
+  // The only container that sees the service-account token; it leaves a copy the agent
+  // can read and remove, owned by the training container's user.
+  json credential = {
+      {"name", kCredentialInitContainer},
+      {"image", options.agent_image},
+      {"command", json::array({"install", "-m", "0400", absl::StrCat(kServiceAccountTokenDir, "/token"),
+                               absl::StrCat(kCredentialDir, "/bootstrap")})},
+      {"volumeMounts",
+       json::array({json{{"name", kServiceAccountTokenVolume}, {"mountPath", kServiceAccountTokenDir}, {"readOnly", true}},
+                    json{{"name", kCredentialVolume}, {"mountPath", kCredentialDir}}})}};
+  if (const json* sc = Path(trainer, {"securityContext"}); sc != nullptr && sc->is_object()) {
+    for (const char* key : {"runAsUser", "runAsGroup", "runAsNonRoot"}) {
+      if (sc->contains(key)) credential["securityContext"][key] = (*sc)[key];
+    }
+  }
+  json inits = json::array({init, credential});
   if (spec.contains("initContainers") && spec["initContainers"].is_array()) {
     for (const json& c : spec["initContainers"]) {
-      if (Str(c, "name") != kInitContainer) inits.push_back(c);
+      if (Str(c, "name") != kInitContainer && Str(c, "name") != kCredentialInitContainer) inits.push_back(c);
     }
   }
   spec["initContainers"] = std::move(inits);
   PutNamed(spec["volumes"], json{{"name", kBinVolume}, {"emptyDir", json::object()}});
-  PutNamed(spec["volumes"], json{{"name", kTokenVolume},
-                                 {"secret", {{"secretName", JobSecretName(job)}, {"defaultMode", 0440}}}});
+  PutNamed(spec["volumes"],
+           json{{"name", kServiceAccountTokenVolume},
+                {"projected",
+                 {{"sources", json::array({json{{"serviceAccountToken",
+                                                 {{"audience", kAgentTokenAudience},
+                                                  {"expirationSeconds", kAgentTokenSeconds},
+                                                  {"path", "token"}}}}})}}}});
+  PutNamed(spec["volumes"], json{{"name", kCredentialVolume}, {"emptyDir", {{"medium", "Memory"}}}});
   if (options.agent_tls) {
     PutNamed(spec["volumes"], json{{"name", kCaVolume}, {"configMap", {{"name", JobCaConfigMapName(job)}}}});
   }

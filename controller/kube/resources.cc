@@ -10,7 +10,6 @@ kube::ResourcePath TrainingJobsPath(const std::string& ns) {
 kube::ResourcePath PodsPath(const std::string& ns) { return kube::ResourcePath{"", "v1", "pods", ns}; }
 kube::ResourcePath NodesPath() { return kube::ResourcePath{"", "v1", "nodes", ""}; }
 kube::ResourcePath ServicesPath(const std::string& ns) { return kube::ResourcePath{"", "v1", "services", ns}; }
-kube::ResourcePath SecretsPath(const std::string& ns) { return kube::ResourcePath{"", "v1", "secrets", ns}; }
 kube::ResourcePath ConfigMapsPath(const std::string& ns) { return kube::ResourcePath{"", "v1", "configmaps", ns}; }
 
 std::vector<std::string> PodJobIndex(const nlohmann::json& pod) {
@@ -32,7 +31,6 @@ nlohmann::json JobOwnerReference(const TrainingJob& job) {
 }
 
 std::string JobServiceName(const TrainingJob& job) { return job.metadata.name; }
-std::string JobSecretName(const TrainingJob& job) { return absl::StrCat(job.metadata.name, "-peregrine-token"); }
 
 std::string JobCaConfigMapName(const TrainingJob& job) { return absl::StrCat(job.metadata.name, "-peregrine-ca"); }
 

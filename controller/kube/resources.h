@@ -23,8 +23,6 @@ inline constexpr char kQuarantineReasonAnnotation[] = "peregrine.dev/quarantine-
 inline constexpr char kTeardownFinalizer[] = "peregrine.dev/teardown";
 // The label the leading replica puts on its own pod (the agents' Service selects it).
 inline constexpr char kLeaderLabel[] = "peregrine.dev/leader";
-// The key of the agents' token in the job's Secret (JobSecretName).
-inline constexpr char kJobTokenKey[] = "token";
 // The key of the CA bundle in the job's CA ConfigMap (JobCaConfigMapName).
 inline constexpr char kJobCaKey[] = "ca.crt";
 // The pod informer's index: "<namespace>/<job>" from the pod's namespace and job label.
@@ -35,7 +33,6 @@ kube::ResourcePath TrainingJobsPath(const std::string& ns);
 kube::ResourcePath PodsPath(const std::string& ns);
 kube::ResourcePath NodesPath();
 kube::ResourcePath ServicesPath(const std::string& ns);
-kube::ResourcePath SecretsPath(const std::string& ns);
 kube::ResourcePath ConfigMapsPath(const std::string& ns);
 
 // Index function for kPodsByJobIndex.
@@ -47,7 +44,6 @@ nlohmann::json JobOwnerReference(const TrainingJob& job);
 
 // Names of the per-job objects.
 std::string JobServiceName(const TrainingJob& job);  // the headless Service: the job's name
-std::string JobSecretName(const TrainingJob& job);   // "<job>-peregrine-token"
 std::string JobCaConfigMapName(const TrainingJob& job);  // "<job>-peregrine-ca"
 
 }  // namespace peregrine

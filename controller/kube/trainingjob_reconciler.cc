@@ -24,7 +24,7 @@
 //   - the object has a deletionTimestamp: delete its pods (actives and standbys) with
 //     their grace period, then remove the finalizer peregrine.dev/teardown; the API
 //     server's garbage collector then removes what the job owns (pods, headless Service,
-//     token Secret);
+//     CA ConfigMap);
 //   - otherwise add the finalizer on first sight; parse and validate the spec
 //     (ParseTrainingJob, ValidateForKubernetes): an invalid one is a terminal error,
 //     Valid=False reason InvalidSpec with the message and observedGeneration, no pods;
@@ -98,7 +98,7 @@ TrainingJob MinimalJob(const json& object) {
 }
 
 // Retried with backoff: on these paths a kInvalidArgument is one request refused (the
-// finalizer, the job's Service or Secret, a status write), not a verdict on the spec,
+// finalizer, the job's Service or CA ConfigMap, a status write), not a verdict on the spec,
 // so it is passed on as kFailedPrecondition. Only Terminal returns kInvalidArgument.
 absl::Status Retryable(const absl::Status& s) {
   if (!absl::IsInvalidArgument(s)) return s;
@@ -181,8 +181,7 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     entry = nullptr;
   }
   if (entry == nullptr) {
-    absl::StatusOr<std::string> token = deps_.cluster->EnsureJobObjects(*job);
-    if (!token.ok()) return Retryable(token.status());
+    if (absl::Status s = deps_.cluster->EnsureJobObjects(*job); !s.ok()) return Retryable(s);
     auto fresh = std::make_unique<JobEntry>();
     fresh->uid = job->metadata.uid;
     fresh->generation = job->metadata.generation;

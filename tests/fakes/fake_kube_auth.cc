@@ -55,6 +55,25 @@ void FakeKubeAuth::AddToken(std::string token, FakeTokenIdentity identity) {
   tokens_[std::move(token)] = std::move(identity);
 }
 
+void FakeKubeAuth::AddBoundServiceAccountToken(std::string token, const std::string& namespace_name,
+                                               const std::string& service_account, const std::string& pod_name,
+                                               const std::string& pod_uid, std::vector<std::string> audiences) {
+  FakeTokenIdentity id;
+  id.username = absl::StrCat("system:serviceaccount:", namespace_name, ":", service_account);
+  id.uid = absl::StrCat("sa-uid-", namespace_name, "-", service_account);
+  id.groups = {"system:serviceaccounts", absl::StrCat("system:serviceaccounts:", namespace_name),
+               "system:authenticated"};
+  id.extra["authentication.kubernetes.io/pod-name"] = {pod_name};
+  id.extra["authentication.kubernetes.io/pod-uid"] = {pod_uid};
+  id.audiences = std::move(audiences);
+  AddToken(std::move(token), std::move(id));
+}
+
+void FakeKubeAuth::RevokeToken(const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  tokens_.erase(token);
+}
+
 void FakeKubeAuth::AddRule(FakeAccessRule rule) {
   absl::MutexLock lock(&mu_);
   rules_.push_back(std::move(rule));

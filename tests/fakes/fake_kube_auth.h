@@ -7,6 +7,13 @@
 //     only when its audiences (default: the API server's) intersect the wanted ones, and
 //     status.audiences is that intersection. status.user carries username, uid, groups
 //     and extra.
+//   Bound service-account tokens (AddBoundServiceAccountToken): a projected token of a
+//     pod's service account is the user "system:serviceaccount:<namespace>:<name>" in
+//     the groups system:serviceaccounts, system:serviceaccounts:<namespace> and
+//     system:authenticated, with user.extra "authentication.kubernetes.io/pod-name" and
+//     "authentication.kubernetes.io/pod-uid" naming the pod it was issued to, and valid
+//     only for the audiences it was requested with. The API server stops
+//     authenticating it once the pod is gone: RevokeToken models that.
 //   SubjectAccessReview: exactly one of spec.resourceAttributes and
 //     spec.nonResourceAttributes (422 Invalid otherwise); spec.user or spec.groups is
 //     required (422). Evaluated like RBAC: a rule grants its verbs on its API groups and
@@ -58,6 +65,14 @@ struct FakeAccessRule {
 class FakeKubeAuth {
  public:
   void AddToken(std::string token, FakeTokenIdentity identity) ABSL_LOCKS_EXCLUDED(mu_);
+  // A projected service-account token bound to pod `pod_name` (uid `pod_uid`) of
+  // `namespace_name`, issued for `audiences`.
+  void AddBoundServiceAccountToken(std::string token, const std::string& namespace_name,
+                                   const std::string& service_account, const std::string& pod_name,
+                                   const std::string& pod_uid, std::vector<std::string> audiences)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The token is no longer authenticated (its pod was deleted).
+  void RevokeToken(const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
   void AddRule(FakeAccessRule rule) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A review's HTTP answer: code and body (the review with its status, or a Status).

@@ -64,6 +64,26 @@ TEST_CASE("fake TokenReview: known tokens, audiences, unknown tokens and a missi
   CHECK(server.RequestCountForTest("create", "tokenreviews.authentication.k8s.io") == 6);
 }
 
+TEST_CASE("fake TokenReview: a bound service-account token names its pod and is valid only for its audiences", "[integration]") {
+  FakeKubeApiServer server;
+  server.auth().AddBoundServiceAccountToken("tok-pod", "ml", "default", "job-m0", "pod-uid-1", {"peregrine.dev"});
+  REQUIRE(server.Start().ok());
+  ApiClient client(server.port());
+  ApiReply r = client.Post(kTokenReviews, TokenReview("tok-pod", {"peregrine.dev"}));
+  REQUIRE(r.code == 201);
+  CHECK(r.body["status"]["authenticated"] == true);
+  CHECK(r.body["status"]["audiences"] == json::array({"peregrine.dev"}));
+  const json& user = r.body["status"]["user"];
+  CHECK(user["username"] == "system:serviceaccount:ml:default");
+  CHECK(user["groups"] == json::array({"system:serviceaccounts", "system:serviceaccounts:ml", "system:authenticated"}));
+  CHECK(user["extra"]["authentication.kubernetes.io/pod-name"] == json::array({"job-m0"}));
+  CHECK(user["extra"]["authentication.kubernetes.io/pod-uid"] == json::array({"pod-uid-1"}));
+  // Not a token for the API server, and not once its pod is gone.
+  CHECK(client.Post(kTokenReviews, TokenReview("tok-pod")).body["status"]["authenticated"] == false);
+  server.auth().RevokeToken("tok-pod");
+  CHECK(client.Post(kTokenReviews, TokenReview("tok-pod", {"peregrine.dev"})).body["status"]["authenticated"] == false);
+}
+
 TEST_CASE("fake SubjectAccessReview: RBAC-like grants, namespaces, names, groups, deny and validation", "[integration]") {
   FakeKubeApiServer server;
   FakeAccessRule rule;

@@ -122,7 +122,9 @@ class ChaosEnv {
   void StartController() {
     testing::ChildProcess::Options o;
     o.argv = {testing::BinaryPath("bin/peregrine-controller"), "--kubeconfig", kubeconfig_, "--namespace", kNs,
-              "--agent-image", "example.com/peregrine-agent:test", "--controller-address",
+              "--agent-image", "example.com/peregrine-agent:test", "--agent-key-file",
+              dir_.Write("agent.key", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n"),
+              "--controller-address",
               absl::StrCat("127.0.0.1:", grpc_port_), "--grpc-port", absl::StrCat(grpc_port_), "--http-port", "0",
               "--metrics-port", "0", "--resync-s", "1", "--log-level", "error"};
     o.stderr_path = dir_.Path(absl::StrCat("controller-", starts_++, ".log"));

@@ -5,8 +5,9 @@
 //     started; a pod that is deleted has its agent stopped;
 //   - the agents (TestAgent): real gRPC bidi streams on loopback to the controller's
 //     AgentService, speaking peregrine.v1 like peregrine-agent does (register with the
-//     token from the job's Secret, heartbeats with per-rank steps, command results,
-//     re-register after a broken stream). "Training" advances one step per heartbeat up
+//     pod's bound service-account token, which the kubelet here issues through the fake
+//     API server's TokenReview, then with the credential the ack carried; heartbeats
+//     with per-rank steps, command results, re-register after a broken stream). "Training" advances one step per heartbeat up
 //     to a target step, then reports SUCCEEDED.
 // Why in-test agents and not peregrine-agent processes: the 100-machine case needs 100+
 // agents on a loaded 2-core machine, and the pods' rendezvous names
@@ -116,7 +117,11 @@ class TestAgent {
       auto channel = grpc::CreateChannel(target_(), grpc::InsecureChannelCredentials());
       auto stub = v1::AgentService::NewStub(channel);
       auto context = std::make_unique<grpc::ClientContext>();
-      context->AddMetadata("authorization", absl::StrCat("Bearer ", params_.token));
+      {
+        // The pod's bootstrap token until an ack gave the agent its credential.
+        absl::MutexLock lock(&mu_);
+        context->AddMetadata("authorization", absl::StrCat("Bearer ", credential_.empty() ? params_.token : credential_));
+      }
       {
         absl::MutexLock lock(&mu_);
         context_ = context.get();
@@ -168,6 +173,7 @@ class TestAgent {
         if (in.has_register_ack()) {
           connected_.store(true);
           absl::MutexLock lock(&mu_);
+          if (!in.register_ack().agent_credential().empty()) credential_ = in.register_ack().agent_credential();
           if (in.register_ack().role() == v1::AGENT_ROLE_ACTIVE) BeginAttemptLocked(in.register_ack().assignment());
         } else if (in.has_command()) {
           const v1::Command& c = in.command();
@@ -209,6 +215,7 @@ class TestAgent {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool role_active_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string credential_ ABSL_GUARDED_BY(mu_);  // from the last RegisterAck that had one
   uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   v1::TrainingPhase phase_ ABSL_GUARDED_BY(mu_) = v1::TRAINING_PHASE_IDLE;
   v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
@@ -315,13 +322,19 @@ class FakeKubelet {
     const json& cmd = c["command"];
     if (!cmd.is_array() || cmd.size() < 11 || cmd[0] != "/peregrine/bin/peregrine-agent") return "agent command";
     if (cmd[9] != "--machine-id" || cmd[10] != "$(NODE_NAME)") return "machine id";
-    bool node_env = false, token_env = false;
+    bool node_env = false, credential_env = false;
     for (const json& e : c["env"]) {
       node_env = node_env || (e["name"] == "NODE_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName");
-      token_env = token_env || e["name"] == "PEREGRINE_TOKEN_FILE";
+      credential_env = credential_env || e["name"] == "PEREGRINE_CREDENTIAL_FILE";
+      if (e["name"] == "PEREGRINE_TOKEN_FILE") return "a token file in the training container";
     }
-    if (!node_env || !token_env) return "env";
+    if (!node_env || !credential_env) return "env";
     if (pod["spec"]["initContainers"][0]["name"] != "peregrine-agent-install") return "init container";
+    // The service-account token reaches the credential init container only.
+    for (const json& m : c.value("volumeMounts", json::array())) {
+      if (m["name"] == "peregrine-agent-token") return "service-account token mounted in the training container";
+    }
+    if (pod["spec"]["initContainers"][1]["name"] != "peregrine-agent-credential") return "credential init container";
     const json& owner = pod["metadata"]["ownerReferences"][0];
     if (owner["kind"] != "TrainingJob" || owner["controller"] != true || owner["blockOwnerDeletion"] != true) {
       return "owner reference";
@@ -355,9 +368,11 @@ class FakeKubelet {
     if (!server_->CreateForTest("nodes", "", node_obj).ok()) return;
     if (!client_->MergePatch(PodsPath(ns_), name, json{{"spec", {{"nodeName", node}}}}).ok()) return;
     if (!server_->SetPodPhaseForTest(ns_, name, "Running").ok()) return;
-    auto secret = server_->GetForTest("secrets", ns_, absl::StrCat(job, "-peregrine-token"));
-    std::string token;
-    if (secret.ok()) absl::Base64Unescape((*secret)["data"]["token"].get<std::string>(), &token);
+    // As the kubelet does: the pod's projected service-account token for peregrine.dev,
+    // bound to this pod (the API server's TokenReview names the pod and its uid).
+    const std::string pod_uid = pod["metadata"].value("uid", "");
+    const std::string token = absl::StrCat("sa-token-", name, "-", pod_uid);
+    server_->auth().AddBoundServiceAccountToken(token, ns_, "default", name, pod_uid, {"peregrine.dev"});
     const json& cmd = pod["spec"]["containers"][0]["command"];
     TestAgent::Params p{ns_, job, name, node, token, cmd.size() > 8 && cmd[8] == "standby"};
     auto agent = std::make_unique<TestAgent>(p, target_, script_);

@@ -98,6 +98,7 @@ struct Env {
     o.heartbeat_ms = 100;
     o.resync = absl::Seconds(2);
     o.identity = identity;
+    o.agent_key_file = agent_key_file;
     o.decision.triage_window_ns = 300'000'000;
     if (leader_elect) {
       o.leader_elect = true;
@@ -153,6 +154,9 @@ struct Env {
   }
 
   std::function<void(KubeModeOptions&)> tweak_options;  // set before StartController
+  testing::TempDir key_dir{"peregrine-e2e-key"};
+  const std::string agent_key_file =
+      key_dir.Write("agent.key", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n");
   FakeKubeApiServer server;
   kube::Config config;
   std::unique_ptr<kube::RestClient> client;
@@ -213,11 +217,13 @@ TEST_CASE("a TrainingJob runs from creation to completion", "[integration]") {
   CHECK(st->slots.size() == 2);
   CHECK(st->incidents.empty());
   CHECK(env.kubelet->PodErrors().empty());
-  // The job's objects: headless Service, token Secret, the finalizer, and Events.
+  // The job's objects: headless Service, the finalizer, and Events; no Secret (the
+  // agents registered with their pods' service-account tokens, then credentials).
   auto svc = env.server.GetForTest("services", kNs, "demo");
   REQUIRE(svc.ok());
   CHECK((*svc)["spec"]["clusterIP"] == "None");
-  CHECK(env.server.GetForTest("secrets", kNs, "demo-peregrine-token").ok());
+  CHECK_FALSE(env.server.GetForTest("secrets", kNs, "demo-peregrine-token").ok());
+  CHECK(env.server.RequestCountForTest("create", "tokenreviews.authentication.k8s.io") > 0);
   auto job = env.server.GetForTest(kJobs, kNs, "demo");
   REQUIRE(job.ok());
   CHECK((*job)["metadata"]["finalizers"] == json::array({kTeardownFinalizer}));
@@ -645,8 +651,7 @@ TEST_CASE("deleting a TrainingJob removes every object it owns", "[integration]"
     for (const char* pod : {"gone-m0", "gone-m1", "gone-s0"}) {
       if (env.server.GetForTest("pods", kNs, pod).ok()) return false;
     }
-    return !env.server.GetForTest("services", kNs, "gone").ok() &&
-           !env.server.GetForTest("secrets", kNs, "gone-peregrine-token").ok();
+    return !env.server.GetForTest("services", kNs, "gone").ok();
   }));
   CHECK(Eventually([&] { return env.kubelet->RunningPods().empty(); }));
   // ... and gone from a live scrape once it is deleted: no alert can fire on it, and it
