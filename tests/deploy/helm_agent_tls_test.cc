@@ -21,7 +21,14 @@
 namespace peregrine {
 namespace {
 
-std::vector<YAML::Node> Secrets(const std::vector<YAML::Node>& objects) { return OfKind(objects, "Secret"); }
+// The chart's TLS Secrets (the agent-key Secret is always there: helm_chart_test.cc).
+std::vector<YAML::Node> Secrets(const std::vector<YAML::Node>& objects) {
+  std::vector<YAML::Node> out;
+  for (const YAML::Node& s : OfKind(objects, "Secret")) {
+    if (s["type"].Scalar() == "kubernetes.io/tls") out.push_back(s);
+  }
+  return out;
+}
 
 YAML::Node Controller(const std::vector<YAML::Node>& objects) {
   return One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];

@@ -17,6 +17,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/escaping.h"
 #include "controller/kube/kube_command.h"
 #include "tests/deploy/chart_render.h"
 #include "tests/deploy/deploy_tools.h"
@@ -59,7 +60,7 @@ TEST_CASE("helm template renders the default objects", "[integration]") {
   CHECK(kinds == std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Service",
                                             "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
-                                            "Secret"});
+                                            "Secret", "Secret"});
   // The chart ships the same CRD as crds/.
   const YAML::Node crd = One(objects, "CustomResourceDefinition");
   const YAML::Node source = YAML::LoadFile((SourceDir() / "crds/peregrine.dev_trainingjobs.yaml").string());
@@ -90,7 +91,8 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
                                  "peregrine-controller", "--grpc-port", "7400",
                                  "--http-port", "7401", "--metrics-port", "7402", "--agent-image",
                                  "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
-                                 std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--agent-tls-cert",
+                                 std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--agent-key-file",
+                                 "/var/run/peregrine/agent-key/key", "--agent-tls-cert",
                                  "/var/run/peregrine/agent-tls/tls.crt", "--agent-tls-key",
                                  "/var/run/peregrine/agent-tls/tls.key", "--agent-tls-ca",
                                  "/var/run/peregrine/agent-tls/ca.crt", "--log-level", "info"});
@@ -105,6 +107,23 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(flags.mode.agent_image == "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion());
   CHECK(flags.mode.controller_address == std::string("peregrine-grpc.") + kNamespace + ".svc:7400");
   CHECK(flags.log_level == "info");
+  // The agent key: a Secret of 64 hex characters, mounted read-only into the controller.
+  CHECK(flags.mode.agent_key_file == "/var/run/peregrine/agent-key/key");
+  std::string key;
+  for (const YAML::Node& o : objects) {
+    if (o["kind"].Scalar() == "Secret" && o["metadata"]["name"].Scalar() == "peregrine-agent-key") {
+      REQUIRE(absl::Base64Unescape(o["data"]["key"].Scalar(), &key));
+    }
+  }
+  CHECK(key.size() == 64);
+  CHECK(key.find_first_not_of("0123456789abcdef") == std::string::npos);
+  bool key_mounted = false;
+  for (const YAML::Node& m : c["volumeMounts"]) {
+    if (m["name"].Scalar() == "agent-key") {
+      key_mounted = m["mountPath"].Scalar() == "/var/run/peregrine/agent-key" && m["readOnly"].as<bool>();
+    }
+  }
+  CHECK(key_mounted);
   // The downward API gives the leader-election identity and the pod the leader labels.
   std::map<std::string, std::string> field_refs;
   for (const YAML::Node& e : c["env"]) {
@@ -148,9 +167,9 @@ TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") 
       {{"peregrine.dev", "trainingjobs/finalizers"}, V{"update"}},
       // Informer, Create, Delete (never Get: the informer's cache answers).
       {{"", "pods"}, V{"create", "delete", "list", "watch"}},
-      // The rendezvous Service and the agent token Secret: Get, Create when missing.
+      // The rendezvous Service: Get, Create when missing. No Secrets (agents have
+      // per-pod credentials, docs/security.md).
       {{"", "services"}, V{"create", "get"}},
-      {{"", "secrets"}, V{"create", "get"}},
       // Each job's CA ConfigMap (agent TLS): Get, Create when missing, Update on a new CA.
       {{"", "configmaps"}, V{"create", "get", "update"}},
       // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
