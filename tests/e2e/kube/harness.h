@@ -261,6 +261,31 @@ class FakeKubelet {
     if (agent) agent->Stop();
     return server_->SetPodPhaseForTest(ns_, pod, "Failed").ok();
   }
+  // The training container of `pod` is OOMKilled: its agent stops and, in one status write
+  // as the kubelet makes it, the pod is Failed with the container terminated OOMKilled
+  // (exit code 137). The node stays Ready.
+  bool OomKillPod(const std::string& pod) {
+    std::unique_ptr<TestAgent> agent;
+    {
+      absl::MutexLock lock(&mu_);
+      dead_.insert(pod);
+      if (auto it = agents_.find(pod); it != agents_.end()) {
+        agent = std::move(it->second);
+        agents_.erase(it);
+      }
+    }
+    if (agent) agent->Stop();
+    return server_
+        ->MutateStatusForTest("pods", ns_, pod,
+                              [](json& status) {
+                                status["phase"] = "Failed";
+                                status["containerStatuses"] = json::array(
+                                    {json{{"name", "trainer"},
+                                          {"ready", false},
+                                          {"state", {{"terminated", {{"reason", "OOMKilled"}, {"exitCode", 137}}}}}}});
+                              })
+        .ok();
+  }
   // The node of `pod` goes NotReady (its kubelet stops posting status): the agent on it
   // falls silent and the pod's phase stays what it was, as on a real cluster.
   bool NodeDown(const std::string& pod) {
