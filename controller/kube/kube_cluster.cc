@@ -11,14 +11,23 @@
 #include "controller/status_json.h"
 
 // What each method does against the API server:
-//   - CreatePod submits BuildPod's pod (pod_builder.h); an existing pod is OK.
-//   - ListPods maps the cached pods labelled peregrine.dev/job=<name> (excluding those
-//     with a deletionTimestamp, and those owned by an older job of the same name) to
-//     PodObservation with ObservePodObject (pod_observer.h); what a stuck pod means is the
-//     decision core's (controller/core/pod_health.h).
-//   - DeletePod deletes with gracePeriodSeconds and a uid precondition (the uid cached),
-//     so a pod re-created under the same name is never deleted by a stale decision; a
-//     uid this process deleted already is not deleted again while the cache lags.
+//   - Ownership: a pod is the job's only when its metadata.ownerReferences hold the job's
+//     uid (OwnedByJob). The peregrine.dev/job label only narrows the pod informer; a pod
+//     carrying the label without that ownerReference (made by hand, by another tool, or
+//     owned by an older job of the same name) is never listed, adopted or deleted.
+//   - CreatePod submits BuildPod's pod, which carries the ownerReference; a cached pod
+//     of that name owned by the job is OK, one not owned by it is kFailedPrecondition.
+//   - ListPods maps the cached pods labelled peregrine.dev/job=<name> and owned by the
+//     job (excluding those with a deletionTimestamp) to PodObservation with
+//     ObservePodObject (pod_observer.h); what a stuck pod means is the decision core's
+//     (controller/core/pod_health.h).
+//   - DeletePod deletes only a cached pod the job owns, with gracePeriodSeconds and a uid
+//     precondition (the uid cached), so a pod re-created under the same name is never
+//     deleted by a stale decision; a uid this process deleted already is not deleted
+//     again while the cache lags. A pod not in the cache is left alone (its owner cannot
+//     be checked; once cached, the next round's orphan sweep deletes it if it is the
+//     job's), one cached but not owned is kFailedPrecondition and left alone.
+//   - CachedPodNames (the tear-down's list) names only the pods the job owns.
 //   - QuarantineMachine (called by JobController for every machine the decision engine
 //     evicts) cordons the node (merge patch spec.unschedulable=true), labels it
 //     peregrine.dev/quarantined=<short reason> with the full reason in an annotation, and
@@ -40,7 +49,29 @@ using nlohmann::json;
 using kube::Path;
 using kube::Str;
 
+std::string PodKey(const TrainingJob& job, const std::string& name) {
+  return absl::StrCat(job.metadata.namespace_, "/", name);
+}
+
+absl::Status NotOwned(const char* what, const TrainingJob& job, const json& pod) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " ", job.metadata.namespace_, "/", Str(pod["metadata"], "name"),
+      ": the pod is not owned by TrainingJob ", job.metadata.namespace_, "/", job.metadata.name,
+      " (no ownerReference with uid ", job.metadata.uid.empty() ? "<none>" : job.metadata.uid,
+      "); it is left alone"));
+}
+
 }  // namespace
+
+bool OwnedByJob(const json& pod, const std::string& job_uid) {
+  if (job_uid.empty()) return false;
+  const json* refs = Path(pod, {"metadata", "ownerReferences"});
+  if (refs == nullptr || !refs->is_array()) return false;
+  for (const json& r : *refs) {
+    if (r.is_object() && Str(r, "uid") == job_uid) return true;
+  }
+  return false;
+}
 
 std::string ShortLabelValue(const std::string& reason) {
   std::string out;
@@ -66,12 +97,8 @@ absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const Training
   for (const kube::ObjectPtr& pod : pods_->ByIndex(kPodsByJobIndex, absl::StrCat(job.metadata.namespace_, "/",
                                                                                    job.metadata.name))) {
     if (const json* ts = Path(*pod, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) continue;
-    // A pod of an older job with the same name is not this job's.
-    if (const json* refs = Path(*pod, {"metadata", "ownerReferences"}); refs && refs->is_array() && !job.metadata.uid.empty()) {
-      bool owned = false;
-      for (const json& r : *refs) owned = owned || Str(r, "uid") == job.metadata.uid;
-      if (!owned) continue;
-    }
+    // The label is not ownership: an un-owned pod (or an older job's) is not this job's.
+    if (!OwnedByJob(*pod, job.metadata.uid)) continue;
     kube::ObjectPtr node;
     if (const json* n = Path(*pod, {"spec", "nodeName"}); n && n->is_string() && !n->get<std::string>().empty()) {
       node = nodes_->Get(n->get<std::string>());
@@ -120,7 +147,9 @@ absl::Status KubeCluster::CheckMayWrite(const char* what) const {
 }
 
 absl::Status KubeCluster::CreatePod(const TrainingJob& job, const PodToCreate& request) {
-  if (pods_->Get(absl::StrCat(job.metadata.namespace_, "/", request.name)) != nullptr) return absl::OkStatus();
+  if (kube::ObjectPtr cached = pods_->Get(PodKey(job, request.name)); cached != nullptr) {
+    return OwnedByJob(*cached, job.metadata.uid) ? absl::OkStatus() : NotOwned("create pod", job, *cached);
+  }
   auto pod = BuildPod(job, request, options_);
   if (!pod.ok()) return pod.status();
   if (auto s = CheckMayWrite("create pod"); !s.ok()) return s;
@@ -132,14 +161,16 @@ absl::Status KubeCluster::CreatePod(const TrainingJob& job, const PodToCreate& r
 absl::Status KubeCluster::DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) {
   kube::DeleteOptions options;
   options.grace_period_seconds = (grace_ms + 999) / 1000;
-  kube::ObjectPtr cached = pods_->Get(absl::StrCat(job.metadata.namespace_, "/", name));
-  if (cached != nullptr) {
-    if (const json* ts = Path(*cached, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) {
-      return absl::OkStatus();  // already being deleted
-    }
-    if (const json* uid = Path(*cached, {"metadata", "uid"}); uid && uid->is_string()) {
-      options.precondition_uid = uid->get<std::string>();
-    }
+  kube::ObjectPtr cached = pods_->Get(PodKey(job, name));
+  // Only a pod the cache shows owned by the job is deleted: one not cached cannot be
+  // checked (the next round's orphan sweep deletes it once cached, if it is the job's).
+  if (cached == nullptr) return absl::OkStatus();
+  if (!OwnedByJob(*cached, job.metadata.uid)) return NotOwned("delete pod", job, *cached);
+  if (const json* ts = Path(*cached, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) {
+    return absl::OkStatus();  // already being deleted
+  }
+  if (const json* uid = Path(*cached, {"metadata", "uid"}); uid && uid->is_string()) {
+    options.precondition_uid = uid->get<std::string>();
   }
   // The cache lags behind our own delete: a pod (this uid) deleted already is not
   // deleted again by the next round's orphan sweep.
@@ -162,7 +193,7 @@ std::vector<std::string> KubeCluster::CachedPodNames(const TrainingJob& job) {
   std::vector<std::string> out;
   for (const kube::ObjectPtr& pod :
        pods_->ByIndex(kPodsByJobIndex, absl::StrCat(job.metadata.namespace_, "/", job.metadata.name))) {
-    out.push_back(Str((*pod)["metadata"], "name"));
+    if (OwnedByJob(*pod, job.metadata.uid)) out.push_back(Str((*pod)["metadata"], "name"));
   }
   return out;
 }

@@ -45,6 +45,10 @@ struct KubeClusterOptions : PodBuildOptions {
 // alphanumeric) summarising `reason`; "unknown" when nothing is left.
 std::string ShortLabelValue(const std::string& reason);
 
+// True when the pod's metadata.ownerReferences hold `job_uid` (never for an empty uid):
+// the only test of a pod being a job's; the peregrine.dev/job label is not ownership.
+bool OwnedByJob(const nlohmann::json& pod, const std::string& job_uid);
+
 class KubeCluster final : public Cluster {
  public:
   KubeCluster(kube::RestClient* client, kube::Informer* pods, kube::Informer* nodes, kube::EventRecorder* events,
@@ -66,7 +70,7 @@ class KubeCluster final : public Cluster {
   // Creates (or finds) the job's headless Service (and, with a CA publisher, makes its
   // CA ConfigMap current).
   absl::Status EnsureJobObjects(const TrainingJob& job);
-  // Names of every cached pod of the job, including those being deleted.
+  // Names of every cached pod the job owns (OwnedByJob), including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);
 
  private:
