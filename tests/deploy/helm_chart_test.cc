@@ -1,8 +1,8 @@
 // helm/peregrine with the real helm (v3.17, .tools/bin/helm from
 // scripts/install-tools.sh): `helm lint --strict`, then `helm template` rendered
-// objects checked one by one: kinds, replicas and leader election, the exact RBAC
-// rules, probes, security context, Services, PDB, and the optional ServiceMonitor /
-// PrometheusRule. The rendered controller flags go through the controller's own
+// objects checked one by one: kinds, replicas and leader election, the RBAC rules of
+// both modes (cluster-wide and watchNamespaces) against an explicit allow-list, probes,
+// security context, Services, PDB, and the optional ServiceMonitor / PrometheusRule. The rendered controller flags go through the controller's own
 // ParseKubeMainFlags, so a flag it does not accept fails here and not in a crash loop.
 #include <catch2/catch.hpp>
 
@@ -19,6 +19,7 @@
 
 #include "absl/strings/escaping.h"
 #include "controller/kube/kube_command.h"
+#include "controller/kube/kube_mode.h"
 #include "tests/deploy/chart_render.h"
 #include "tests/deploy/deploy_tools.h"
 
@@ -154,61 +155,132 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
   CHECK(Selects(pdb["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]));
 }
 
-TEST_CASE("RBAC grants exactly the verbs the controller uses", "[integration]") {
-  Helm helm;
-  const std::vector<YAML::Node> objects = helm.Render();
-  using V = std::vector<std::string>;
-  const RuleSet expected_cluster = {
-      // Informer (list, watch); finalizers: Get, then PUT of the object (update).
-      {{"peregrine.dev", "trainingjobs"}, V{"get", "list", "update", "watch"}},
-      // Status: Get of the object, then PUT of the status subresource.
-      {{"peregrine.dev", "trainingjobs/status"}, V{"update"}},
-      // Children with ownerReferences.blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
-      {{"peregrine.dev", "trainingjobs/finalizers"}, V{"update"}},
-      // Informer, Create, Delete (never Get: the informer's cache answers).
-      {{"", "pods"}, V{"create", "delete", "list", "watch"}},
-      // The rendezvous Service: Get, Create when missing. No Secrets (agents have
-      // per-pod credentials, docs/security.md).
-      {{"", "services"}, V{"create", "get"}},
-      // Each job's CA ConfigMap (agent TLS): Get, Create when missing, Update on a new CA.
-      {{"", "configmaps"}, V{"create", "get", "update"}},
-      // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
-      {{"", "events"}, V{"create", "patch"}},
-      // Informer; MergePatch of node labels.
-      {{"", "nodes"}, V{"list", "patch", "watch"}},
-      // The HTTP API's callers: TokenReview and SubjectAccessReview (kube/api_reviews.h).
-      {{"authentication.k8s.io", "tokenreviews"}, V{"create"}},
-      {{"authorization.k8s.io", "subjectaccessreviews"}, V{"create"}},
-  };
-  const YAML::Node cluster_role = One(objects, "ClusterRole");
-  CHECK(RulesOf(cluster_role) == expected_cluster);
-  // Leases and the leader label on the controller's own pod (a MergePatch) only through
-  // the namespaced Role, in the release namespace.
-  const YAML::Node role = One(objects, "Role");
-  CHECK(role["metadata"]["namespace"].Scalar() == kNamespace);
-  CHECK(RulesOf(role) == RuleSet{{{"coordination.k8s.io", "leases"}, V{"create", "get", "update"}},
-                                 {{"", "pods"}, V{"patch"}}});
-  // No wildcards anywhere, no resourceNames surprises.
-  for (const YAML::Node& r : {cluster_role, role}) {
-    for (const YAML::Node& rule : r["rules"]) {
-      for (const char* field : {"apiGroups", "resources", "verbs"}) {
-        for (const std::string& s : Strings(rule[field])) CHECK(s != "*");
-      }
+// Every Role and ClusterRole the chart renders, by (kind, namespace, name).
+using Grants = std::map<std::tuple<std::string, std::string, std::string>, RuleSet>;
+
+Grants GrantsOf(const std::vector<YAML::Node>& objects) {
+  Grants grants;
+  for (const char* kind : {"ClusterRole", "Role"}) {
+    for (const YAML::Node& r : OfKind(objects, kind)) {
+      const std::string ns = r["metadata"]["namespace"] ? r["metadata"]["namespace"].Scalar() : "";
+      grants[{kind, ns, r["metadata"]["name"].Scalar()}] = RulesOf(r);
     }
   }
-  // Both bindings bind their role to the controller's ServiceAccount.
+  return grants;
+}
+
+RuleSet Union(RuleSet a, const RuleSet& b) {
+  a.insert(b.begin(), b.end());
+  return a;
+}
+
+using V = std::vector<std::string>;
+// The allow-list: every verb the controller's own REST calls need, and nothing else.
+// The jobs and what the controller makes for them (a ClusterRole cluster-wide, a Role in
+// each watched namespace in namespaced mode).
+const RuleSet kJobRules = {
+    // Informer (list, watch); finalizers: Get, then PUT of the object (update).
+    {{"peregrine.dev", "trainingjobs"}, V{"get", "list", "update", "watch"}},
+    // Status: Get of the object, then PUT of the status subresource.
+    {{"peregrine.dev", "trainingjobs/status"}, V{"update"}},
+    // Children with ownerReferences.blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
+    {{"peregrine.dev", "trainingjobs/finalizers"}, V{"update"}},
+    // Informer, Create, Delete (never Get: the informer's cache answers).
+    {{"", "pods"}, V{"create", "delete", "list", "watch"}},
+    // The rendezvous Service: Get, Create when missing. No Secrets (agents have
+    // per-pod credentials, docs/security.md).
+    {{"", "services"}, V{"create", "get"}},
+    // Each job's CA ConfigMap (agent TLS): Get, Create when missing, Update on a new CA.
+    {{"", "configmaps"}, V{"create", "get", "update"}},
+    // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
+    {{"", "events"}, V{"create", "patch"}},
+};
+// Cluster-scoped, so a ClusterRole in both modes.
+const RuleSet kClusterScopedRules = {
+    // Informer; MergePatch of node labels.
+    {{"", "nodes"}, V{"list", "patch", "watch"}},
+    // The HTTP API's callers: TokenReview and SubjectAccessReview (kube/api_reviews.h).
+    {{"authentication.k8s.io", "tokenreviews"}, V{"create"}},
+    {{"authorization.k8s.io", "subjectaccessreviews"}, V{"create"}},
+};
+// Leases and the leader label on the controller's own pod (a MergePatch), in the release
+// namespace only.
+const RuleSet kLeaderRules = {{{"coordination.k8s.io", "leases"}, V{"create", "get", "update"}},
+                              {{"", "pods"}, V{"patch"}}};
+
+// What holds in every rendering: no wildcard and no secrets in any rule, no
+// resourceNames or nonResourceURLs, and each role bound (once, by a binding of the same
+// kind, name and namespace) to the controller's ServiceAccount only.
+void CheckRolesAndBindings(const std::vector<YAML::Node>& objects) {
   const std::string sa = One(objects, "ServiceAccount")["metadata"]["name"].Scalar();
-  for (const auto& [binding_kind, role_obj] :
-       {std::pair<std::string, YAML::Node>{"ClusterRoleBinding", cluster_role}, {"RoleBinding", role}}) {
-    const YAML::Node b = One(objects, binding_kind);
-    INFO(binding_kind);
-    CHECK(b["roleRef"]["kind"].Scalar() == role_obj["kind"].Scalar());
-    CHECK(b["roleRef"]["name"].Scalar() == role_obj["metadata"]["name"].Scalar());
-    REQUIRE(b["subjects"].size() == 1);
-    CHECK(b["subjects"][0]["kind"].Scalar() == "ServiceAccount");
-    CHECK(b["subjects"][0]["name"].Scalar() == sa);
-    CHECK(b["subjects"][0]["namespace"].Scalar() == kNamespace);
+  for (const auto& [kind, binding_kind] :
+       {std::pair<std::string, std::string>{"ClusterRole", "ClusterRoleBinding"}, {"Role", "RoleBinding"}}) {
+    const std::vector<YAML::Node> bindings = OfKind(objects, binding_kind);
+    CHECK(bindings.size() == OfKind(objects, kind).size());
+    for (const YAML::Node& r : OfKind(objects, kind)) {
+      const std::string name = r["metadata"]["name"].Scalar();
+      const std::string ns = r["metadata"]["namespace"] ? r["metadata"]["namespace"].Scalar() : "";
+      INFO(kind << " " << ns << "/" << name);
+      for (const YAML::Node& rule : r["rules"]) {
+        for (const char* field : {"apiGroups", "resources", "verbs"}) {
+          for (const std::string& v : Strings(rule[field])) CHECK(v != "*");
+        }
+        for (const std::string& resource : Strings(rule["resources"])) CHECK(resource.rfind("secrets", 0) != 0);
+        CHECK_FALSE(rule["resourceNames"]);
+        CHECK_FALSE(rule["nonResourceURLs"]);
+      }
+      int bound = 0;
+      for (const YAML::Node& b : bindings) {
+        const std::string bns = b["metadata"]["namespace"] ? b["metadata"]["namespace"].Scalar() : "";
+        if (b["roleRef"]["name"].Scalar() != name || bns != ns) continue;
+        ++bound;
+        CHECK(b["roleRef"]["kind"].Scalar() == kind);
+        REQUIRE(b["subjects"].size() == 1);
+        CHECK(b["subjects"][0]["kind"].Scalar() == "ServiceAccount");
+        CHECK(b["subjects"][0]["name"].Scalar() == sa);
+        CHECK(b["subjects"][0]["namespace"].Scalar() == kNamespace);
+      }
+      CHECK(bound == 1);
+    }
   }
+}
+
+TEST_CASE("RBAC cluster-wide: exactly the allow-listed rules, one ClusterRole and the leader Role", "[integration]") {
+  Helm helm;
+  const std::vector<YAML::Node> objects = helm.Render();
+  CHECK(GrantsOf(objects) == Grants{{{"ClusterRole", "", "peregrine"}, Union(kJobRules, kClusterScopedRules)},
+                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+  CheckRolesAndBindings(objects);
+  CHECK(ParseControllerArgs(One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+            .mode.watch_namespaces.empty());
+}
+
+TEST_CASE("RBAC namespaced: a Role per watched namespace and a ClusterRole for cluster-scoped resources only", "[integration]") {
+  Helm helm;
+  const std::vector<YAML::Node> objects = helm.Render({"--set", "watchNamespaces={team-b,team-a,team-b}"});
+  CHECK(GrantsOf(objects) == Grants{{{"ClusterRole", "", "peregrine"}, kClusterScopedRules},
+                                    {{"Role", "team-a", "peregrine-jobs"}, kJobRules},
+                                    {{"Role", "team-b", "peregrine-jobs"}, kJobRules},
+                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+  CheckRolesAndBindings(objects);
+  // The controller watches exactly those namespaces (through its own flag parser).
+  const KubeMainOptions flags =
+      ParseControllerArgs(One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]);
+  CHECK(*WatchedNamespaces(flags.mode) == std::vector<std::string>{"team-a", "team-b"});
+
+  // The release's own namespace among them: its job Role sits beside the leader Role.
+  const std::vector<YAML::Node> with_own =
+      helm.Render({"--set", std::string("watchNamespaces={") + kNamespace + ",team-a}"});
+  CHECK(GrantsOf(with_own) == Grants{{{"ClusterRole", "", "peregrine"}, kClusterScopedRules},
+                                     {{"Role", kNamespace, "peregrine-jobs"}, kJobRules},
+                                     {{"Role", "team-a", "peregrine-jobs"}, kJobRules},
+                                     {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+  CheckRolesAndBindings(with_own);
+
+  // A name that is not a namespace is refused at render time.
+  const ProcessResult bad = helm.Template({"--set", "watchNamespaces={team-a,Team_B}"});
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Contains("watchNamespaces: \"Team_B\" is not a namespace name"));
 }
 
 TEST_CASE("Services expose the agents' gRPC, the API and the metrics ports", "[integration]") {
