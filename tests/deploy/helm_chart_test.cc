@@ -360,6 +360,7 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
                                                       "ghcr.io/peregrine-dev/peregrine-agent:9.9.9",
                                                       "--controller-address",
                                                       std::string("peregrine-grpc.") + kNamespace + ".svc:7400",
+                                                      "--agent-key-file", "/var/run/peregrine/agent-key/key",
                                                       "--log-level", "debug"});
   const KubeMainOptions flags = ParseControllerArgs(c);
   CHECK_FALSE(flags.mode.leader_elect);
