@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,95 @@ std::string CheckpointArea(const std::string& root, const std::string& job_key, 
 void RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);  // best effort: an area already gone is fine
+}
+
+// Pod creation is crash-consistent (see CreatePod): each pod's launch is recorded in
+// <state_dir>/pods/<pod>.pid, which the parent locks (flock) before fork. The child,
+// before exec, writes "<pid> <starttime>" into it through the inherited descriptor, so the
+// lock is held by one of the two from before the fork until the identity is on disk. A
+// restarted controller that takes the lock therefore reads either nothing (no process was
+// ever started) or the identity of the one that was.
+std::string PidFilePath(const std::string& state_dir, const std::string& pod) {
+  return absl::StrCat(state_dir, "/pods/", pod, ".pid");
+}
+
+// Async-signal-safe (the child runs it between fork and exec): the decimal text of `v`
+// into `out`; returns its length.
+size_t FormatDecimal(unsigned long long v, char* out) {
+  char rev[24];
+  size_t n = 0;
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (size_t i = 0; i < n; ++i) out[i] = rev[n - 1 - i];
+  return n;
+}
+
+// Async-signal-safe: this process's starttime (field 22 of /proc/self/stat); 0 if unread.
+unsigned long long OwnStartTicks() {
+  char buf[1024];
+  const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  ssize_t close_paren = -1;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (buf[i] == ')') close_paren = i;
+  }
+  if (close_paren < 0) return 0;
+  // After ") " come the fields from state (field 3); starttime is field 22: 19 more spaces.
+  int field = 3;
+  ssize_t i = close_paren + 2;
+  for (; i < n && field < 22; ++i) {
+    if (buf[i] == ' ') ++field;
+  }
+  unsigned long long v = 0;
+  for (; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v = v * 10 + static_cast<unsigned long long>(buf[i] - '0');
+  return v;
+}
+
+// What a restarted controller finds of a pod whose launch was recorded but not its pid.
+struct LaunchRecord {
+  pid_t pid = 0;                      // 0: no process was started
+  unsigned long long start_ticks = 0;
+};
+
+// Takes the pod's launch lock (waiting out a child that is still writing its identity, at
+// most `timeout`) and reads what the child wrote.
+absl::StatusOr<LaunchRecord> ReadLaunchRecord(const std::string& path, std::chrono::milliseconds timeout) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return LaunchRecord{};  // the intent was saved, the fork never came
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat(path, ": still locked by a starting pod after ", timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  char buf[64] = {};
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  close(fd);
+  LaunchRecord record;
+  if (n <= 0) return record;
+  std::vector<std::string> fields = absl::StrSplit(std::string(buf, static_cast<size_t>(n)), absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  long pid = 0;
+  if (fields.size() != 2 || (pid = std::strtol(fields[0].c_str(), nullptr, 10)) <= 0) {
+    return absl::DataLossError(absl::StrCat(path, ": not a launch record: '", std::string(buf, static_cast<size_t>(n)), "'"));
+  }
+  record.pid = static_cast<pid_t>(pid);
+  record.start_ticks = std::strtoull(fields[1].c_str(), nullptr, 10);
+  return record;
 }
 
 std::string DescribeWait(int status) {
@@ -138,6 +228,7 @@ absl::Status LocalCluster::LoadPodTable() {
       pod.machine_id = p.at("machineId");
       pod.pid = p.at("pid");
       pod.start_ticks = p.at("startTicks");
+      pod.starting = p.value("state", "") == "starting";
       pod.exited = p.value("exited", false);
       pod.exit_reason = p.value("exitReason", "");
       pod.own_child = false;
@@ -146,6 +237,32 @@ absl::Status LocalCluster::LoadPodTable() {
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": not a pod table: ", e.what()));
   }
+  // A pod recorded as starting: the controller died between saving the intent and saving
+  // the pid. Its launch record says whether a process was started (adopt it: the pid and
+  // start time are checked like any re-adopted pod's) or not (drop the entry: the job's
+  // next round creates the pod again). Never a second process for one pod.
+  bool changed = false;
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    LocalPod& pod = it->second;
+    if (!pod.starting) {
+      ++it;
+      continue;
+    }
+    const std::string pid_file = PidFilePath(options_.state_dir, pod.name);
+    absl::StatusOr<LaunchRecord> record = ReadLaunchRecord(pid_file, std::chrono::seconds(10));
+    if (!record.ok()) return record.status();
+    changed = true;
+    if (record->pid == 0) {
+      ::unlink(pid_file.c_str());
+      it = pods_.erase(it);
+      continue;
+    }
+    pod.starting = false;
+    pod.pid = record->pid;
+    pod.start_ticks = record->start_ticks;  // Refresh finds it gone if it exited since
+    ++it;
+  }
+  if (changed) return SavePodTable();
   return absl::OkStatus();
 }
 
@@ -153,7 +270,8 @@ absl::Status LocalCluster::SavePodTable() {
   nlohmann::json pods = nlohmann::json::array();
   for (const auto& [name, p] : pods_) {
     pods.push_back({{"name", p.name}, {"job", p.job_key}, {"machineId", p.machine_id}, {"pid", p.pid},
-                    {"startTicks", p.start_ticks}, {"exited", p.exited}, {"exitReason", p.exit_reason}});
+                    {"startTicks", p.start_ticks}, {"state", p.starting ? "starting" : "started"},
+                    {"exited", p.exited}, {"exitReason", p.exit_reason}});
   }
   nlohmann::json j = {{"nextMachine", next_machine_}, {"quarantined", quarantined_}, {"pods", pods}};
   return WriteFileAtomically(absl::StrCat(options_.state_dir, "/pods.json"), j.dump(2));
@@ -233,14 +351,58 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t pid = fork();
-  if (pid < 0) {
+  auto close_fds = [&] {
     close(log_fd);
     if (null_fd >= 0) close(null_fd);
-    return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+  };
+
+  // Crash consistency: intent, launch, pid. (1) The pod is saved as "starting" before any
+  // process exists; (2) its launch record is created empty and locked, and the child writes
+  // its identity into it before exec (see ReadLaunchRecord); (3) the pid is saved. A
+  // controller killed between (1) and (3) finds the entry on restart and adopts the process
+  // the launch record names, or drops the entry when none was started (LoadPodTable).
+  const std::string pid_dir = absl::StrCat(options_.state_dir, "/pods");
+  if (::mkdir(pid_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    close_fds();
+    return absl::InternalError(absl::StrCat("cannot create ", pid_dir, ": ", std::strerror(errno)));
+  }
+  const std::string pid_path = PidFilePath(options_.state_dir, pod.name);
+  pod.starting = true;
+  pods_[pod.name] = pod;
+  if (absl::Status s = SavePodTable(); !s.ok()) {
+    pods_.erase(pod.name);
+    close_fds();
+    return s;
+  }
+  const int pid_fd = open(pid_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (pid_fd < 0 || flock(pid_fd, LOCK_EX) != 0) {
+    const std::string error = std::strerror(errno);
+    if (pid_fd >= 0) close(pid_fd);
+    close_fds();
+    pods_.erase(pod.name);
+    SavePodTable().IgnoreError();  // a starting entry without a launch record is dropped on load
+    return absl::InternalError(absl::StrCat("cannot create the launch record ", pid_path, ": ", error));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const std::string error = std::strerror(errno);
+    close(pid_fd);
+    close_fds();
+    ::unlink(pid_path.c_str());
+    pods_.erase(pod.name);
+    SavePodTable().IgnoreError();
+    return absl::UnavailableError(absl::StrCat("fork: ", error));
   }
   if (pid == 0) {
     setsid();
+    // The launch record: "<pid> <starttime>\n", then the lock goes with the descriptor.
+    char record[64];
+    size_t n = FormatDecimal(static_cast<unsigned long long>(getpid()), record);
+    record[n++] = ' ';
+    n += FormatDecimal(OwnStartTicks(), record + n);
+    record[n++] = '\n';
+    if (pwrite(pid_fd, record, n, 0) != static_cast<ssize_t>(n)) _exit(126);
+    close(pid_fd);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
@@ -250,8 +412,10 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
-  close(log_fd);
-  if (null_fd >= 0) close(null_fd);
+  close(pid_fd);
+  close_fds();
+  if (options_.launched_hook_for_test) options_.launched_hook_for_test(pod.name);
+  pod.starting = false;
   pod.pid = pid;
   pod.own_child = true;
   char state;
@@ -307,6 +471,7 @@ void LocalCluster::ReapDeleted() {
     if (now >= pod.delete_deadline_ns) SignalSession(pod.pid, SIGKILL);
     if (pod.exited && ProcessesInSession(pod.pid).empty()) {
       if (!options_.checkpoint_root.empty()) RemoveTree(CheckpointArea(options_.checkpoint_root, pod.job_key, pod.name));
+      ::unlink(PidFilePath(options_.state_dir, pod.name).c_str());
       it = pods_.erase(it);
       changed = true;
     } else {
@@ -451,6 +616,7 @@ void LocalCluster::TearDown(int grace_ms) {
     if (!any) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  for (const auto& [name, pod] : pods_) ::unlink(PidFilePath(options_.state_dir, name).c_str());
   pods_.clear();
   SavePodTable().IgnoreError();  // the table is empty; a failure leaves dead pids that Refresh drops
   if (!options_.checkpoint_root.empty()) RemoveTree(options_.checkpoint_root);

@@ -5,7 +5,11 @@
 // Pods outlive the controller: they are started in their own session with output to
 // <state_dir>/logs/<pod>.log, and the pod table is persisted in <state_dir>/pods.json, so
 // a restarted controller re-adopts running pods (pid plus start time, safe against pid
-// reuse) and never kills training. Deleting a pod sends SIGTERM to its agent and SIGKILL
+// reuse) and never kills training. Creation is crash-consistent: the pod is saved as
+// "starting" before its process exists, the child writes its pid and start time into the
+// locked <state_dir>/pods/<pod>.pid before exec, then the pid is saved; a controller killed
+// in between adopts that process on restart, or drops the entry if none was started, so a
+// pod never gets a second process. Deleting a pod sends SIGTERM to its agent and SIGKILL
 // to whatever of its session remains after the grace period. Job status is persisted in
 // <state_dir>/status-<namespace>-<name>.json (atomic rename); events are appended to
 // <state_dir>/events.log.
@@ -18,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +50,9 @@ struct LocalClusterOptions {
   // (its memory is gone), a deleted pod's area is removed once the pod is reaped, and
   // TearDown removes the whole root. Empty: no stores.
   std::string checkpoint_root;
+  // Tests only: called in CreatePod once the pod's process is started and before its pid
+  // is saved (a crash test kills the controller there). Empty in production.
+  std::function<void(const std::string& pod)> launched_hook_for_test;
 };
 
 class LocalCluster final : public Cluster {
@@ -86,6 +94,7 @@ class LocalCluster final : public Cluster {
     pid_t pid = 0;
     unsigned long long start_ticks = 0;  // /proc/<pid>/stat starttime: pid-reuse guard
     bool own_child = false;              // started by this process (waitpid works)
+    bool starting = false;               // saved before its process exists (CreatePod)
     bool exited = false;
     std::string exit_reason;
     int64_t delete_deadline_ns = 0;      // >0 while being deleted
