@@ -73,7 +73,7 @@ std::vector<std::string> DuplicateKeys(const std::string& text) {
   return finder.duplicates;
 }
 
-TEST_CASE("yaml-cpp keeps a duplicated key silently; DuplicateKeys finds it with its line", "[unit]") {
+TEST_CASE("yaml-cpp keeps a duplicated key silently: DuplicateKeys finds it with its line", "[unit]") {
   const std::string doc = "a: 1\nb:\n  c: 2\n  d: [1, 2]\n  c: 3\na: 4\ne:\n  - c: 1\n  - c: 2\n";
   YAML::Node n = YAML::Load(doc);
   CHECK(n["a"].as<int>() == 1);  // no error, the first wins

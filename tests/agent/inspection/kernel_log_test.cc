@@ -276,7 +276,7 @@ TEST_CASE("kernel log: PCI bus ids in the Xid and nvidia-smi forms normalise ali
   CHECK((*x)->xid == 79);
 }
 
-TEST_CASE("kernel log: only Xids of this pod's GPUs count; another pod's GPU is skipped", "[integration]") {
+TEST_CASE("kernel log: only Xids of this pod's GPUs count: another pod's GPU is skipped", "[integration]") {
   TempDir dir;
   // The node has GPUs 3b and db; this pod owns 3b (nvidia-smi's 8-digit upper-case form).
   const std::string path = dir.Write(
@@ -305,7 +305,7 @@ TEST_CASE("kernel log: only Xids of this pod's GPUs count; another pod's GPU is 
   CHECK(Find(rs, "PCI:0000:db:00") == nullptr);
 }
 
-TEST_CASE("kernel log: this pod's GPUs learned from nvidia-smi; an Xid naming no GPU counts, said so", "[integration]") {
+TEST_CASE("kernel log: this pod's GPUs learned from nvidia-smi: an Xid naming no GPU counts, said so", "[integration]") {
   TempDir dir;
   const std::string smi = dir.Write("nvidia-smi",
                                     "#!/bin/sh\n"

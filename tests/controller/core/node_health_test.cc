@@ -226,7 +226,7 @@ TEST_CASE("A pod lost for a cause not its machine's is replaced and its node nev
   }
 }
 
-TEST_CASE("A standby OOMKilled or deleted is replaced without quarantine; one whose node is unready is kept while its agent heartbeats", "[unit]") {
+TEST_CASE("A standby OOMKilled or deleted is replaced without quarantine: one whose node is unready is kept while its agent heartbeats", "[unit]") {
   for (const bool deleted : {false, true}) {
     World w;
     const std::string standby = w.status.standbys.at(0).pod;

@@ -100,7 +100,7 @@ TEST_CASE("A pod maps to phases, stuck reasons and the standby pending timeout",
   }
 }
 
-TEST_CASE("Pods lost for causes not their machine's are marked so; node causes are not", "[unit]") {
+TEST_CASE("Pods lost for causes not their machine's are marked so: node causes are not", "[unit]") {
   const json ready_node = {{"status", {{"conditions", json::array({json{{"type", "Ready"}, {"status", "True"}}})}}}};
   const json oom = {{"phase", "Failed"},
                     {"containerStatuses",
