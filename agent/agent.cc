@@ -442,8 +442,10 @@ class Agent::Impl {
     registered_ = true;
     link_->MarkRegistered(session_);
     if (ack.heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(ack.heartbeat_interval_ms());
-    // The plan's updates (committed step, the slots to hold for) reach a running store.
+    // The job's data token first (a restore the ack leads to fetches with it), then the
+    // plan's updates (committed step, the slots to hold for) reach a running store.
     if (checkpoints_) {
+      checkpoints_->SetDataToken(ack.data_token());
       absl::Status configured = checkpoints_->ApplyAssignment(ack.assignment(), RunningAttempt());
       if (!configured.ok()) ReportLog(absl::StrCat("checkpoint store: ", configured.ToString()));
     }

@@ -31,7 +31,6 @@ struct AgentOptions {
   // token the agent presents to the controller (its credential, or a bootstrap token); the
   // credential the controller acks is kept in memory only (agent/controller_link.h).
   std::string credential_file;
-  std::string token_file;     // optional: the job's data-channel token (checkpoint peers)
   std::string tls_ca_file;    // optional: TLS with this CA bundle
   std::string log_dir;        // optional: per-rank logs rank-<N>.log
   // optional: libperegrine_nccl.so; when set, training processes run with it preloaded

@@ -76,7 +76,6 @@ checkpoint::AgentCheckpointsOptions CheckpointOptionsFor(const AgentOptions& opt
   out.job_namespace = options.job_namespace;
   out.job_name = options.job_name;
   out.pod_name = options.pod_name;
-  out.token_file = options.token_file;
   out.data_bind = options.data_bind;
   out.data_port = options.data_port;
   out.data_advertise = options.data_advertise;

@@ -16,7 +16,7 @@ struct FlagDef {
 constexpr FlagDef kFlags[] = {
     {"controller", "PEREGRINE_CONTROLLER"}, {"job", "PEREGRINE_JOB"},
     {"pod", "PEREGRINE_POD"},               {"machine-id", "PEREGRINE_MACHINE_ID"},
-    {"role", "PEREGRINE_ROLE"},             {"token-file", "PEREGRINE_TOKEN_FILE"},
+    {"role", "PEREGRINE_ROLE"},
     {"credential-file", "PEREGRINE_CREDENTIAL_FILE"},
     {"tls-ca", "PEREGRINE_TLS_CA"},         {"log-dir", "PEREGRINE_LOG_DIR"},
     {"heartbeat-ms", "PEREGRINE_HEARTBEAT_MS"}, {"grace-ms", "PEREGRINE_GRACE_MS"},
@@ -116,7 +116,6 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
   } else {
     return absl::InvalidArgumentError(absl::StrCat(source("role"), ": expected active or standby, got \"", role, "\""));
   }
-  o.token_file = get("token-file");
   o.credential_file = get("credential-file");
   o.tls_ca_file = get("tls-ca");
   o.log_dir = get("log-dir");

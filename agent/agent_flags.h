@@ -10,7 +10,6 @@
 //   --credential-file PATH [PEREGRINE_CREDENTIAL_FILE] the first bearer token for the
 //                          controller (credential or bootstrap token); read and removed
 //                          at start, the acked credential then kept in memory only
-//   --token-file PATH      [PEREGRINE_TOKEN_FILE]   the job's data-channel token
 //   --tls-ca PATH          [PEREGRINE_TLS_CA]
 //   --log-dir DIR          [PEREGRINE_LOG_DIR]
 //   --nccl-hook PATH       [PEREGRINE_NCCL_HOOK]    libperegrine_nccl.so to preload

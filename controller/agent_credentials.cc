@@ -36,6 +36,22 @@ absl::StatusOr<std::string> DeriveAgentCredential(absl::string_view key, const A
                                          identity.pod));
 }
 
+// The message starts with "data/" and the credentials' with the namespace; the two
+// could only meet for a credential of namespace "data" whose pod is named after a job
+// uid, and the controller's pod names (<job>-m<N>, <job>-s<N>) are never one.
+absl::StatusOr<std::string> DeriveDataToken(absl::string_view key, absl::string_view job_namespace,
+                                            absl::string_view job_name, absl::string_view job_uid) {
+  if (absl::Status s = ValidateAgentKey(key); !s.ok()) return s;
+  if (job_namespace.empty()) return absl::InvalidArgumentError("data token: no job namespace");
+  if (job_name.empty()) return absl::InvalidArgumentError("data token: no job name");
+  for (absl::string_view part : {job_namespace, job_name, job_uid}) {
+    if (part.find('/') != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("data token: job identity part \"", part, "\" contains '/'"));
+    }
+  }
+  return HmacSha256Hex(key, absl::StrCat("data/", job_namespace, "/", job_name, "/", job_uid));
+}
+
 absl::Status VerifyAgentCredential(absl::string_view key, const AgentIdentity& identity,
                                    absl::string_view presented) {
   absl::StatusOr<std::string> expected = DeriveAgentCredential(key, identity);

@@ -1,5 +1,5 @@
 // Agent credentials: the per-pod bearer token an agent presents on its AgentService
-// stream. A credential is
+// stream, and the per-job token of the agents' checkpoint data channel (DeriveDataToken). A credential is
 //   hex(HMAC-SHA256(agent key, "<namespace>/<job>/<job uid>/<pod>"))
 // (64 hex characters), so it opens exactly one pod of one incarnation of one job: pod P's
 // credential does not open pod Q, and job A's does not open job B or a re-created A.
@@ -33,6 +33,13 @@ struct AgentIdentity {
   std::string job_uid;
   std::string pod;
 };
+
+// The job's checkpoint data-channel token:
+//   hex(HMAC-SHA256(agent key, "data/<namespace>/<job>/<job uid>"))
+// Every agent of one incarnation of the job gets it in its RegisterAck; another job's (or
+// a re-created job's) token differs. `job_uid` may be empty (local mode).
+absl::StatusOr<std::string> DeriveDataToken(absl::string_view key, absl::string_view job_namespace,
+                                            absl::string_view job_name, absl::string_view job_uid);
 
 // The agent key: 64 hex characters (256 bits), as NewSecretToken() returns.
 absl::Status ValidateAgentKey(absl::string_view key);

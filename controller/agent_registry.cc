@@ -464,6 +464,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
   const std::string key = JobKey(ns, reg.job_name());
   AgentIdentity identity{ns, reg.job_name(), "", reg.pod_name()};
   std::string credential;  // the pod's; empty when agents are not authenticated
+  std::string data_token;  // the job's data-channel token; empty likewise
   std::shared_ptr<AgentBootstrapVerifier> verifier;
   {
     absl::MutexLock lock(&mu_);
@@ -477,6 +478,9 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
       absl::StatusOr<std::string> derived = DeriveAgentCredential(agent_key_, identity);
       if (!derived.ok()) return absl::InvalidArgumentError(derived.status().message());
       credential = *std::move(derived);
+      absl::StatusOr<std::string> data = DeriveDataToken(agent_key_, ns, reg.job_name(), identity.job_uid);
+      if (!data.ok()) return absl::InvalidArgumentError(data.status().message());
+      data_token = *std::move(data);
       if (!SecretTokensEqual(bearer_token, credential)) verifier = bootstrap_verifier_;
       if (!SecretTokensEqual(bearer_token, credential) && verifier == nullptr) {
         return absl::UnauthenticatedError(bearer_token.empty()
@@ -530,6 +534,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     rec.sink = sink;
     by_sink_[sink.get()] = {key, reg.pod_name()};
     ack.set_agent_credential(credential);
+    ack.set_data_token(data_token);
     AgentObservation& obs = rec.obs;
     obs.pod = reg.pod_name();
     obs.machine_id = reg.machine_id();

@@ -11,7 +11,8 @@
 //
 // Agent identity (docs/security.md): with an agent key set, a Register must carry the
 // claimed pod's credential (agent_credentials.h) or, failing that, a bootstrap token the
-// bootstrap verifier accepts for that pod; the ack then carries the pod's credential. Only
+// bootstrap verifier accepts for that pod; the ack then carries the pod's credential and
+// the job's checkpoint data-channel token (DeriveDataToken, the same for every pod). Only
 // pods the job controller published (SetDesired) may register; a second registration of
 // a pod ends the older stream; a job has at most MaxAgentStreams() open streams.
 //

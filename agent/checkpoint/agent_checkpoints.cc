@@ -2,11 +2,8 @@
 
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "agent/checkpoint/restore_fetch.h"
 
@@ -30,15 +27,6 @@ bool ForRunningAttempt(uint64_t attempt, std::optional<uint64_t> running_attempt
   return running_attempt.has_value() && *running_attempt == attempt;
 }
 
-absl::StatusOr<std::string> ReadToken(const std::string& token_file) {
-  if (token_file.empty()) return std::string();
-  std::ifstream in(token_file);
-  if (!in) return absl::FailedPreconditionError(absl::StrCat("token file ", token_file, " cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(text.str()));
-}
-
 }  // namespace
 
 std::string FormatDataAddress(const std::string& host, int port) {
@@ -49,9 +37,6 @@ std::string FormatDataAddress(const std::string& host, int port) {
 absl::StatusOr<std::unique_ptr<AgentCheckpoints>> AgentCheckpoints::Create(const AgentCheckpointsOptions& options) {
   if (options.root.empty()) return std::unique_ptr<AgentCheckpoints>();
   std::unique_ptr<AgentCheckpoints> parts(new AgentCheckpoints());
-  absl::StatusOr<std::string> token = ReadToken(options.token_file);
-  if (!token.ok()) return token.status();
-  parts->token_ = std::move(*token);
   ShardStoreOptions store_options;
   store_options.root = options.root;
   store_options.job_namespace = options.job_namespace;
@@ -63,7 +48,7 @@ absl::StatusOr<std::unique_ptr<AgentCheckpoints>> AgentCheckpoints::Create(const
   PeerServerOptions server_options;
   server_options.bind = options.data_bind;
   server_options.port = options.data_port;
-  server_options.token = parts->token_;
+  server_options.token = &parts->token_;
   server_options.store = parts->store_.get();
   absl::StatusOr<std::unique_ptr<PeerServer>> server = PeerServer::Start(server_options);
   if (!server.ok()) return server.status();
@@ -76,7 +61,7 @@ absl::StatusOr<std::unique_ptr<AgentCheckpoints>> AgentCheckpoints::Create(const
   }
   parts->data_address_ = FormatDataAddress(host, parts->server_->port());
   parts->sender_ =
-      std::make_unique<BackupSender>(BackupSenderOptions{parts->store_.get(), parts->token_, options.clock});
+      std::make_unique<BackupSender>(BackupSenderOptions{parts->store_.get(), &parts->token_, options.clock});
   parts->persist_ = std::make_unique<PersistWriter>(parts->store_.get());
   return parts;
 }
@@ -119,7 +104,7 @@ PreparedLaunch AgentCheckpoints::PrepareLaunch(const CheckpointLaunch& launch) {
   if (plan.restore_step() > 0) {
     const std::vector<v1::CheckpointPeerAddress> holders(plan.restore_from().begin(), plan.restore_from().end());
     RestoreOutcome restored =
-        RestoreShards(*store_, launch.slot, ranks, plan.restore_step(), holders, token_, plan.persist_dir());
+        RestoreShards(*store_, launch.slot, ranks, plan.restore_step(), holders, token_.Get(), plan.persist_dir());
     out.events = std::move(restored.events);
     out.status = restored.status;
     if (!out.status.ok()) return out;

@@ -7,8 +7,12 @@
 // Ownership: Create builds every part; the object owns them. Shutdown() (also run by
 // the destructor) stops them in order: the writer, the sender, the server, then the
 // store, after removing the store's area where it is empty.
+// The data channel is authenticated with the job's data token (data_token.h), which the
+// agent passes on from each RegisterAck (SetDataToken); before the first one the server
+// refuses every call.
 // Threads: call it from one thread (the agent's control loop); the parts run their own
-// threads. Errors: Create's status (the token file, the store's area, the server's port);
+// threads; SetDataToken may be called from any thread. Errors: Create's status (the
+// store's area, the server's port);
 // PrepareLaunch's status (a plan that does not parse, a directory the store cannot
 // create, a failed restore); ApplyAssignment's status for a plan the store cannot take.
 #ifndef PEREGRINE_AGENT_CHECKPOINT_AGENT_CHECKPOINTS_H_
@@ -24,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/checkpoint/backup_sender.h"
+#include "agent/checkpoint/data_token.h"
 #include "agent/checkpoint/peer_service.h"
 #include "agent/checkpoint/persist_writer.h"
 #include "agent/checkpoint/shard_store.h"
@@ -38,7 +43,6 @@ struct AgentCheckpointsOptions {
   std::string job_namespace;
   std::string job_name;
   std::string pod_name;
-  std::string token_file;      // the job token every data-channel call carries; empty: none
   std::string data_bind = "0.0.0.0";
   int data_port = 0;           // 0: a free port
   std::string data_advertise;  // the host in data_address(); empty: this machine's hostname
@@ -89,6 +93,10 @@ class AgentCheckpoints {
   // for the running attempt; ignored otherwise.
   void ApplyCommit(const peregrine::v1::CheckpointCommit& commit, std::optional<uint64_t> running_attempt);
 
+  // The job's data token from a RegisterAck: what the data channel accepts and sends from
+  // now on (an empty one: refuse everything).
+  void SetDataToken(std::string token) { token_.Set(std::move(token)); }
+
   // The heartbeat's CheckpointReport.
   peregrine::v1::CheckpointReport Report() const { return store_->Report(); }
   // <advertised host>:<port>, for Register.data_address.
@@ -103,12 +111,12 @@ class AgentCheckpoints {
  private:
   AgentCheckpoints() = default;
 
+  DataToken token_;  // before the parts that point at it, so it outlives them
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<PeerServer> server_;
   std::unique_ptr<BackupSender> sender_;
   std::unique_ptr<PersistWriter> persist_;
   std::string data_address_;
-  std::string token_;
   absl::Time next_poll_ = absl::InfinitePast();
 };
 

@@ -145,7 +145,7 @@ void BackupSender::Run() {
         key.set_slot(job->slot);
         key.set_global_rank(shard.global_rank);
         key.set_step(job->step);
-        absl::Status s = SendShard(peer, options_.token, key, shard.path, bucket.get(), options_.clock, stop);
+        absl::Status s = SendShard(peer, options_.token->Get(), key, shard.path, bucket.get(), options_.clock, stop);
         if (!s.ok()) {
           failed = s;
           failed_peer = peer;

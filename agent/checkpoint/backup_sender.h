@@ -5,8 +5,8 @@
 // stored step replaces an older one still being copied.
 //
 // SendShard is the one-copy primitive (blocking). BackupSender runs it on its own thread.
-// Thread safety: BackupSender's methods are thread-safe. Ownership: the store and the
-// clock must outlive the sender; destroying it stops and joins its thread (a copy in
+// Thread safety: BackupSender's methods are thread-safe. Ownership: the store, the token
+// and the clock must outlive the sender; destroying it stops and joins its thread (a copy in
 // flight is cancelled). Errors: SendShard's status (kUnauthenticated, kDataLoss,
 // kUnavailable ... as the holder or the channel said).
 #ifndef PEREGRINE_AGENT_CHECKPOINT_BACKUP_SENDER_H_
@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/checkpoint/data_token.h"
 #include "agent/checkpoint/shard_store.h"
 #include "agent/checkpoint/token_bucket.h"
 #include "base/clock.h"
@@ -36,7 +37,7 @@ absl::Status SendShard(const std::string& address, const std::string& token, con
 
 struct BackupSenderOptions {
   ShardStore* store = nullptr;
-  std::string token;        // the job token
+  const DataToken* token = nullptr;  // the job's data token, read before each copy
   Clock* clock = RealClock();
 };
 

@@ -18,12 +18,12 @@ namespace peregrine::checkpoint {
 
 inline constexpr size_t kShardChunkBytes = 1 << 20;
 
-// The job token of a call ("authorization: Bearer <token>"), empty when absent.
+// The data token of a call ("authorization: Bearer <token>"), empty when absent.
 std::string BearerToken(const grpc::ServerContext& context);
 // A client context carrying the token (when not empty) and a deadline of `timeout`.
 std::unique_ptr<grpc::ClientContext> PeerCallContext(const std::string& token, absl::Duration timeout);
 // A stub over an insecure channel to host:port (the data channel runs inside the cluster
-// network; the job token authenticates each call).
+// network; the job's data token authenticates each call).
 std::unique_ptr<peregrine::v1::CheckpointPeer::Stub> PeerStub(const std::string& address);
 
 // The chunk of a shard file at `offset` holding data[0, n): the key and the file's size on

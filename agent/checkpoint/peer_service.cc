@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "agent/checkpoint/peer_channel.h"
 #include "agent/checkpoint/shard_files.h"
-#include "base/secret_token.h"
 #include "checkpoint/shard_format.h"
 #include "grpcpp/grpcpp.h"
 
@@ -27,8 +26,8 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
 
   grpc::Status PutShard(grpc::ServerContext* context, grpc::ServerReader<v1::ShardChunk>* reader,
                         v1::PutShardReply* reply) override {
-    if (!SecretTokensEqual(BearerToken(*context), options_.token)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "PutShard: missing or wrong job token");
+    if (absl::Status s = options_.token->Check(BearerToken(*context)); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, absl::StrCat("PutShard: ", s.message()));
     }
     v1::ShardChunk chunk;
     if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PutShard: no chunk");
@@ -71,8 +70,8 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
 
   grpc::Status GetShard(grpc::ServerContext* context, const v1::GetShardRequest* request,
                         grpc::ServerWriter<v1::ShardChunk>* writer) override {
-    if (!SecretTokensEqual(BearerToken(*context), options_.token)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "GetShard: missing or wrong job token");
+    if (absl::Status s = options_.token->Check(BearerToken(*context)); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, absl::StrCat("GetShard: ", s.message()));
     }
     absl::StatusOr<std::string> path = options_.store->FindShard(request->key());
     if (!path.ok()) return ToGrpc(path.status());
@@ -112,6 +111,7 @@ class PeerServer::Impl final : public v1::CheckpointPeer::Service {
 
 absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(PeerServerOptions options) {
   if (options.store == nullptr) return absl::InvalidArgumentError("PeerServer needs a store");
+  if (options.token == nullptr) return absl::InvalidArgumentError("PeerServer needs a data token holder");
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("data port ", options.port, " is outside 0..65535"));
   }

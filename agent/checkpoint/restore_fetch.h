@@ -21,7 +21,8 @@
 namespace peregrine::checkpoint {
 
 // Fetches `key` from the holder at `address` into `dest_path` (through a temp file next to
-// it). kDataLoss when a chunk or the shard fails its check; the holder's status otherwise.
+// it), presenting `token` (the job's data token). kDataLoss when a chunk or the shard fails
+// its check; the holder's status otherwise (kUnauthenticated for a missing or wrong token).
 absl::Status FetchShard(const std::string& address, const std::string& token, const peregrine::v1::ShardKey& key,
                         const std::string& dest_path);
 

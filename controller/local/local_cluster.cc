@@ -319,10 +319,6 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
                                    "--role", request.role == PodRole::kStandby ? "standby" : "active",
                                    "--log-dir", absl::StrCat(options_.state_dir, "/logs/", pod.name),
                                    "--heartbeat-ms", absl::StrCat(options_.heartbeat_ms)};
-  if (!options_.token_file.empty()) {
-    args.push_back("--token-file");
-    args.push_back(options_.token_file);
-  }
   if (!options_.agent_key.empty()) {
     absl::StatusOr<std::string> credential_file = WriteCredentialFile(job, pod.name);
     if (!credential_file.ok()) return credential_file.status();

@@ -37,7 +37,6 @@ struct LocalClusterOptions {
   std::string state_dir;           // created if missing
   std::string agent_binary;        // path of peregrine-agent
   std::string controller_address;  // host:port the agents dial
-  std::string token_file;          // the job's data-channel token (checkpoint peers)
   // The controller's agent key: each pod's agent gets its credential
   // (controller/agent_credentials.h) in a 0400 file <state_dir>/credentials/<pod>, which it
   // reads and removes at start. Empty: no credential.

@@ -28,8 +28,7 @@ namespace peregrine {
 namespace {
 
 
-// A secret (the job's data-channel token, the agent key) in a 0600 file; kept across
-// controller restarts.
+// A secret (the agent key) in a 0600 file; kept across controller restarts.
 absl::StatusOr<std::string> EnsureToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
@@ -125,12 +124,9 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
           absl::StrCat("spec.checkpoint.persistPath: cannot create ", checkpoint.persist_path, ": ", ec.message()));
     }
   }
-  // The job's data-channel token (checkpoint peers) and the agent key every agent's
-  // credential derives from (controller/agent_credentials.h); both 0600 files kept across
-  // controller restarts, so agents started before a restart still register.
-  const std::string token_path = options.state_dir + "/token";
-  auto token = EnsureToken(token_path);
-  if (!token.ok()) return token.status();
+  // The agent key every agent's credential and the job's data-channel token derive from
+  // (controller/agent_credentials.h); a 0600 file kept across controller restarts, so
+  // agents started before a restart still register.
   auto agent_key = EnsureToken(options.state_dir + "/agent.key");
   if (!agent_key.ok()) return agent_key.status();
   const std::string faults = options.state_dir + "/faults.bin";
@@ -166,7 +162,6 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   copts.controller_address = options.agent_controller_address.empty()
                                 ? absl::StrCat(options.host, ":", impl->grpc_port)
                                 : options.agent_controller_address;
-  copts.token_file = token_path;
   copts.agent_key = *agent_key;
   copts.path_prepend = {options.bin_dir};
   copts.pod_env["PEREGRINE_SIM_FAULTS"] = faults;

@@ -151,7 +151,7 @@ absl::StatusOr<ParsedAgentFlags> Parse(std::vector<std::string> args, std::map<s
 
 TEST_CASE("flags and their environment variables", "[unit]") {
   auto parsed = Parse({"--controller", "ctl:7000", "--job=ns1/job1", "--pod", "p-0", "--role", "standby",
-                       "--heartbeat-ms=250", "--log-dir", "/tmp/x", "--token-file", "/t"});
+                       "--heartbeat-ms=250", "--log-dir", "/tmp/x"});
   REQUIRE(parsed.ok());
   const AgentOptions& o = parsed->options;
   CHECK(o.controller == "ctl:7000");
@@ -163,7 +163,9 @@ TEST_CASE("flags and their environment variables", "[unit]") {
   CHECK(o.heartbeat_ms == 250);
   CHECK(o.grace_ms == 10000);
   CHECK(o.log_dir == "/tmp/x");
-  CHECK(o.token_file == "/t");
+  // The data channel's token comes from the controller's RegisterAck, not a file.
+  CHECK_THAT(std::string(Parse({"--token-file", "/t"}).status().message()),
+             Catch::Contains("unknown flag --token-file"));
 
   auto from_env = Parse({"--pod", "flag-pod"}, {{"PEREGRINE_CONTROLLER", "c:1"}, {"PEREGRINE_JOB", "a/b"},
                                                 {"PEREGRINE_POD", "env-pod"}, {"PEREGRINE_MACHINE_ID", "node-7"}});

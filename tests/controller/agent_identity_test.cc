@@ -3,8 +3,8 @@
 // through the real AgentService on loopback gRPC: a pod cannot register as another pod or
 // with another job's credential, a newer registration replaces the older stream, a silent
 // stream is closed, a job's open streams are capped, results of commands the registry did
-// not send are not stored, and a bootstrap token buys a credential that survives a
-// controller restart.
+// not send are not stored, a bootstrap token buys a credential that survives a
+// controller restart, and every ack carries the job's checkpoint data token.
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -145,6 +145,46 @@ TEST_CASE("A register must carry the claimed pod's own credential of its own job
   t.registry.BindJob("default/a", AgentRegistry::JobBinding{testing::TrainJob(2, 1, 1).spec, "uid-a2"});
   CHECK(t.Register(a0, "a", "a-m0") == absl::StatusCode::kUnauthenticated);
   CHECK(t.Register(Credential("a", "uid-a2", "a-m0"), "a", "a-m0") == absl::StatusCode::kOk);
+}
+
+TEST_CASE("A job's data token is 64 hex characters bound to key, namespace, job and uid, and no credential", "[unit]") {
+  const std::string a = *DeriveDataToken(kKey, "default", "a", "uid-a");
+  CHECK(a.size() == 64);
+  CHECK(a == *DeriveDataToken(kKey, "default", "a", "uid-a"));
+  CHECK(a != *DeriveDataToken(kKey, "default", "b", "uid-a"));
+  CHECK(a != *DeriveDataToken(kKey, "other", "a", "uid-a"));
+  CHECK(a != *DeriveDataToken(kKey, "default", "a", "uid-a2"));
+  CHECK(a != *DeriveDataToken(kOtherKey, "default", "a", "uid-a"));
+  CHECK(a != Credential("a", "uid-a", "a-m0"));
+  CHECK(DeriveDataToken(kKey, "default", "a", "").ok());  // local mode has no uid
+  CHECK_THAT(std::string(DeriveDataToken("abcd", "default", "a", "u").status().message()), Catch::Contains("64 hex"));
+  CHECK_THAT(std::string(DeriveDataToken(kKey, "", "a", "u").status().message()), Catch::Contains("namespace"));
+  CHECK_THAT(std::string(DeriveDataToken(kKey, "default", "", "u").status().message()), Catch::Contains("job name"));
+  CHECK(DeriveDataToken(kKey, "default", "a/b", "u").status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Every agent of a job gets the job's data token in its ack and no other job's", "[unit]") {
+  TwoJobs t;
+  auto ack = [&](const std::string& job, const std::string& pod) {
+    auto a = t.registry.OnRegister(std::make_shared<RecordingSink>(), Credential(job, "uid-" + job, pod), Reg(job, pod),
+                                   1);
+    REQUIRE(a.ok());
+    return *a;
+  };
+  const std::string a0 = ack("a", "a-m0").data_token();
+  CHECK(a0 == *DeriveDataToken(kKey, "default", "a", "uid-a"));
+  CHECK(ack("a", "a-m1").data_token() == a0);  // the same for every pod of the job
+  CHECK(ack("a", "a-m0").data_token() == a0);  // and on every registration
+  const std::string b0 = ack("b", "b-m0").data_token();
+  CHECK(b0 == *DeriveDataToken(kKey, "default", "b", "uid-b"));
+  CHECK(b0 != a0);
+  // A job re-created under the same name (a new uid) gets a new token.
+  t.registry.BindJob("default/a", AgentRegistry::JobBinding{testing::TrainJob(2, 1, 1).spec, "uid-a2"});
+  auto recreated = t.registry.OnRegister(std::make_shared<RecordingSink>(), Credential("a", "uid-a2", "a-m0"),
+                                         Reg("a", "a-m0"), 2);
+  REQUIRE(recreated.ok());
+  CHECK(recreated->data_token() == *DeriveDataToken(kKey, "default", "a", "uid-a2"));
+  CHECK(recreated->data_token() != a0);
 }
 
 TEST_CASE("Only pods the job controller published may register", "[unit]") {

@@ -1,6 +1,7 @@
 // The data channel between two real CheckpointPeer servers on loopback: backups copied
-// and held, fetched back on restore, a wrong token and corrupt data refused, and the
-// bandwidth limit followed under a manual clock.
+// and held, fetched back on restore, a wrong or missing data token refused (and every
+// call while the server has no token yet), corrupt data refused, and the bandwidth limit
+// followed under a manual clock.
 #include "agent/checkpoint/peer_service.h"
 
 #include <catch2/catch.hpp>
@@ -45,7 +46,7 @@ struct Peer {
     store = std::move(*created);
     PeerServerOptions server_options;
     server_options.bind = "127.0.0.1";
-    server_options.token = kToken;
+    server_options.token = &token;
     server_options.store = store.get();
     auto started = PeerServer::Start(server_options);
     REQUIRE(started.ok());
@@ -74,6 +75,7 @@ struct Peer {
     return n;
   }
 
+  DataToken token{kToken};
   std::unique_ptr<ShardStore> store;
   std::unique_ptr<PeerServer> server;
   std::vector<v1::CheckpointEvent> events;
@@ -122,7 +124,7 @@ TEST_CASE("a stored step is backed up to its holder, held there verified, and fe
   TwoPeers p;
   p.SaveStep(10);
   {
-    BackupSender sender(BackupSenderOptions{p.a.store.get(), kToken, RealClock()});
+    BackupSender sender(BackupSenderOptions{p.a.store.get(), &p.a.token, RealClock()});
     sender.Wake();
     REQUIRE(Eventually([&] {
       p.a.PollAll();
@@ -180,6 +182,32 @@ TEST_CASE("calls without the job token are refused", "[integration]") {
   absl::Status get = FetchShard(p.a.address(), "wrong-token", Key(0, 0, 10), out.Path("s"));
   CHECK(absl::IsUnauthenticated(get));
   CHECK(FetchShard(p.a.address(), kToken, Key(0, 0, 10), out.Path("s")).ok());  // own shards are served too
+}
+
+TEST_CASE("a data channel with no token yet refuses every call until it gets one", "[integration]") {
+  TwoPeers p;
+  p.SaveStep(10, 100000);
+  p.a.token.Set("");  // as before the agent's first RegisterAck
+  p.b.token.Set("");
+  TempDir out("fetch");
+  for (const std::string& presented : {std::string(kToken), std::string(), std::string("anything")}) {
+    absl::Status get = FetchShard(p.a.address(), presented, Key(0, 0, 10), out.Path("s"));
+    CHECK(absl::IsUnauthenticated(get));
+    CHECK_THAT(std::string(get.message()), Catch::Contains("no data-channel token yet"));
+    CHECK(absl::IsUnauthenticated(SendShard(p.b.address(), presented, Key(0, 0, 10),
+                                            p.a.store->OwnShardPath(0, 10), nullptr, RealClock(),
+                                            [] { return false; })));
+  }
+  CHECK_FALSE(std::filesystem::exists(out.Path("s")));
+  p.b.PollAll();
+  CHECK(p.b.store->Report().held().empty());
+  // The token arrives (the agent registered): the same calls now pass.
+  p.a.token.Set(kToken);
+  p.b.token.Set(kToken);
+  CHECK(FetchShard(p.a.address(), kToken, Key(0, 0, 10), out.Path("s")).ok());
+  CHECK(SendShard(p.b.address(), kToken, Key(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr, RealClock(),
+                  [] { return false; })
+            .ok());
 }
 
 TEST_CASE("a chunk failing its CRC, and a shard failing its checksum, are refused", "[integration]") {
