@@ -124,5 +124,18 @@ TEST_CASE("NetworkPolicy values: API peers, the monitoring namespace, off", "[in
   CHECK(OfKind(helm.Render({"--set", "networkPolicy.enabled=false"}), "NetworkPolicy").empty());
 }
 
+TEST_CASE("NetworkPolicy in namespaced mode: gRPC only from the watched namespaces' training pods", "[integration]") {
+  Helm helm;
+  const YAML::Node policy =
+      One(helm.Render({"--set-json", R"(watchNamespaces=["ml-a","ml-b"])"}), "NetworkPolicy");
+  const Labels trainer = {{"peregrine.dev/job", "llm"}, {"peregrine.dev/role", "active"}};
+  CHECK(Reaches(policy, In("ml-a", trainer), "grpc"));
+  CHECK(Reaches(policy, In("ml-b", trainer), "grpc"));
+  CHECK_FALSE(Reaches(policy, In("ml-c", trainer), "grpc"));  // a job the controller does not watch
+  CHECK_FALSE(Reaches(policy, In("ml-a", {{"app", "notebook"}}), "grpc"));
+  // Cluster-wide mode (no list) keeps every namespace's training pods.
+  CHECK(Reaches(One(helm.Render(), "NetworkPolicy"), In("ml-c", trainer), "grpc"));
+}
+
 }  // namespace
 }  // namespace peregrine
