@@ -52,6 +52,12 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && absl::SimpleAtoi(v, &n) ? n : fallback;
 }
 
+// The controller's --log-level (PEREGRINE_CHAOS_LOG_LEVEL, default error).
+std::string LogLevel() {
+  const char* v = std::getenv("PEREGRINE_CHAOS_LOG_LEVEL");
+  return v != nullptr && *v != '\0' ? v : "error";
+}
+
 json Manifest() {
   return json{{"apiVersion", "peregrine.dev/v1alpha1"},
               {"kind", "TrainingJob"},
@@ -126,7 +132,7 @@ class ChaosEnv {
               dir_.Write("agent.key", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n"),
               "--controller-address",
               absl::StrCat("127.0.0.1:", grpc_port_), "--grpc-port", absl::StrCat(grpc_port_), "--http-port", "0",
-              "--metrics-port", "0", "--resync-s", "1", "--log-level", "error"};
+              "--metrics-port", "0", "--resync-s", "1", "--log-level", LogLevel()};
     o.stderr_path = dir_.Path(absl::StrCat("controller-", starts_++, ".log"));
     controller_ = testing::ChildProcess::Start(o);
     REQUIRE(controller_ != nullptr);
@@ -305,9 +311,11 @@ bool KillAfterWrite(int k, Counts* c) {
   ++c->kills;
   env.Restart();
   ++c->restarts;
-  REQUIRE(env.WaitStatus([](const JobStatus& st) {
+  const bool resumed = env.WaitStatus([](const JobStatus& st) {
     return st.phase == JobPhase::kRunning && !st.incidents.empty() && st.incidents.back().resumed_at != 0;
-  }));
+  });
+  INFO("killed after write " << k << "; controller log: " << env.ControllerLog());
+  REQUIRE(resumed);
   auto st = env.Status();
   env.script().finish_step.store(st->last_completed_step + 10);
   env.WaitStatus([](const JobStatus& st) { return st.phase == JobPhase::kSucceeded; });
