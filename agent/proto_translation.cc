@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "diagnosis/stack_parse.h"
 
@@ -188,9 +190,53 @@ void AddParsedThreads(const CapturedStack& s, v1::ProcessStacks* ps) {
   }
 }
 
+// Water-filling: each process, smallest first, gets what it needs or an equal share of
+// what is left, so small processes are never cut to make room for one huge one.
+void FitToBudget(size_t max_bytes, v1::StackCapture* capture) {
+  if (capture->ByteSizeLong() <= max_bytes) return;
+  constexpr size_t kFieldOverhead = 8;  // a repeated field's tag and length
+  const int n = capture->processes_size();
+  std::vector<size_t> need(static_cast<size_t>(n));
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    need[static_cast<size_t>(i)] = capture->processes(i).ByteSizeLong() + kFieldOverhead;
+    order[static_cast<size_t>(i)] = i;
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return need[a] < need[b]; });
+  std::vector<size_t> share(static_cast<size_t>(n));
+  size_t left = max_bytes;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = static_cast<size_t>(order[k]);
+    share[i] = std::min(need[i], left / (order.size() - k));
+    left -= share[i];
+  }
+  for (int i = 0; i < n; ++i) {
+    const size_t allowed = share[static_cast<size_t>(i)];
+    if (need[static_cast<size_t>(i)] <= allowed) continue;
+    v1::ProcessStacks* p = capture->mutable_processes(i);
+    p->clear_threads();  // the frames go first; the text keeps the stacks
+    const size_t size = p->ByteSizeLong() + kFieldOverhead;
+    if (size <= allowed) continue;
+    const size_t excess = size - allowed;
+    const size_t raw = p->raw().size();
+    p->set_raw(TruncateStackText(p->raw(), raw > excess ? raw - excess : 0));
+  }
+  // What a share cannot hold (a process's command line, its fields): leave processes out
+  // from the end and say so.
+  int dropped = 0;
+  while (capture->processes_size() > 1 && capture->ByteSizeLong() + 96 > max_bytes) {
+    capture->mutable_processes()->RemoveLast();
+    ++dropped;
+  }
+  if (dropped > 0) {
+    v1::ProcessStacks* last = capture->mutable_processes(capture->processes_size() - 1);
+    last->set_raw(absl::StrCat(last->raw(), "\n... ", dropped, " more processes not captured: the reply is full"));
+  }
+}
+
 }  // namespace
 
-v1::StackCapture StacksToProto(const std::vector<CapturedStack>& stacks) {
+v1::StackCapture StacksToProto(const std::vector<CapturedStack>& stacks, size_t max_bytes) {
   v1::StackCapture capture;
   for (const CapturedStack& s : stacks) {
     v1::ProcessStacks* ps = capture.add_processes();
@@ -201,6 +247,7 @@ v1::StackCapture StacksToProto(const std::vector<CapturedStack>& stacks) {
     ps->set_raw(s.raw);
     if (s.ok) AddParsedThreads(s, ps);
   }
+  FitToBudget(max_bytes, &capture);
   return capture;
 }
 

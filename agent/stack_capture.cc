@@ -110,6 +110,10 @@ std::vector<StackTarget> WithDescendants(const std::vector<StackTarget>& roots) 
 
 namespace {
 
+// A tool's output is read up to this many times the per-process cap, so the cut can
+// say how much it dropped.
+constexpr size_t kReadFactor = 4;
+
 struct Tools {
   bool py_spy = false;
   bool eu_stack = false;
@@ -117,6 +121,7 @@ struct Tools {
 };
 
 CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const StackCaptureOptions& options) {
+  const size_t max_raw = std::min(options.max_raw_bytes, kMaxStackBytesPerProcess);
   CapturedStack captured;
   captured.pid = target.pid;
   captured.global_rank = target.global_rank;
@@ -137,7 +142,8 @@ CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const St
   }
   std::string failures;
   for (const auto& [tool, argv] : plan) {
-    absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, options.max_raw_bytes, options.clock);
+    // Read past the cap (to count what is cut), then cut.
+    absl::StatusOr<ToolRun> run = RunTool(argv, options.timeout_per_process, kReadFactor * max_raw, options.clock);
     captured.tool = tool;
     if (!run.ok()) {
       absl::StrAppend(&failures, tool, ": ", run.status().ToString(), "\n");
@@ -145,7 +151,8 @@ CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const St
     }
     const bool succeeded = !run->timed_out && run->signal == 0 && run->exit_code == 0 && !run->output.empty();
     if (succeeded) {
-      captured.raw = std::move(run->output);
+      const bool cut_by_tool = run->output.size() > kReadFactor * max_raw;  // RunTool's own marker
+      captured.raw = TruncateStackText(std::move(run->output), max_raw, cut_by_tool);
       captured.ok = true;
       break;
     }
@@ -155,12 +162,23 @@ CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const St
   }
   if (!captured.ok) {
     captured.raw = plan.empty() ? "no stack tool available (py-spy, eu-stack, gdb)" : failures;
-    if (captured.raw.size() > options.max_raw_bytes) captured.raw.resize(options.max_raw_bytes);
+    captured.raw = TruncateStackText(std::move(captured.raw), max_raw);
   }
   return captured;
 }
 
 }  // namespace
+
+std::string TruncateStackText(std::string text, size_t max_bytes, bool at_least) {
+  if (text.size() <= max_bytes) return text;
+  constexpr size_t kMarkerRoom = 64;  // "\n... truncated at least 18446744073709551615 bytes" fits
+  size_t keep = max_bytes > kMarkerRoom ? max_bytes - kMarkerRoom : 0;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  const size_t cut = text.size() - keep;
+  text.resize(keep);
+  absl::StrAppend(&text, "\n... truncated ", at_least ? "at least " : "", cut, " bytes");
+  return text;
+}
 
 std::vector<CapturedStack> CaptureStacks(const std::vector<StackTarget>& targets,
                                          const StackCaptureOptions& options) {

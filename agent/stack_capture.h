@@ -13,7 +13,9 @@
 //   gdb -batch -ex "thread apply all bt" -p PID  otherwise.
 // When a tool fails (cannot start, non-zero exit with no output, timeout) the
 // next one in that order is tried; the result keeps the last tool's text and
-// the failures. Parsing the text is the caller's (the agent parses it into
+// the failures. A process's text is at most max_raw_bytes (kMaxStackBytesPerProcess):
+// longer text is cut and ends in "... truncated N bytes", so a capture reply stays
+// bounded (the reply as a whole: kMaxStackReplyBytes, proto_translation.h). Parsing the text is the caller's (the agent parses it into
 // frames for its CaptureStacks result; diagnosis/stack_parse.h).
 //
 // Thread safety: the functions are thread-safe and block (seconds); call them
@@ -46,9 +48,12 @@ struct CapturedStack {
   bool ok = false;      // a tool produced a stack
 };
 
+// The most text one process's capture keeps.
+inline constexpr size_t kMaxStackBytesPerProcess = 256 * 1024;
+
 struct StackCaptureOptions {
   absl::Duration timeout_per_process = absl::Seconds(20);
-  size_t max_raw_bytes = 64 * 1024;
+  size_t max_raw_bytes = 64 * 1024;  // at most kMaxStackBytesPerProcess
   bool include_native = false;
   int max_parallel = 8;  // processes captured at the same time
   Clock* clock = RealClock();  // the tools' timeouts (must outlive the call)
@@ -56,6 +61,11 @@ struct StackCaptureOptions {
 
 // `roots` plus all their live descendants, roots first, no duplicates.
 std::vector<StackTarget> WithDescendants(const std::vector<StackTarget>& roots);
+
+// `text` when it has at most `max_bytes`; else its first bytes and "\n... truncated N
+// bytes" (N: the bytes cut), together at most max(max_bytes, 64) bytes, never cutting a
+// UTF-8 character. `at_least` writes "at least N" (the text was already cut before).
+std::string TruncateStackText(std::string text, size_t max_bytes, bool at_least = false);
 
 std::vector<CapturedStack> CaptureStacks(const std::vector<StackTarget>& targets,
                                          const StackCaptureOptions& options);

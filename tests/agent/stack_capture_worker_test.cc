@@ -86,7 +86,7 @@ TEST_CASE("1000 captures in a row keep the thread count bounded and the excess i
   }
   INFO("baseline " << baseline << " threads, at most " << most.load() << "; accepted " << accepted);
   CHECK(accepted + refused == 1000);
-  CHECK(accepted >= 1 + static_cast<int>(kMaxQueuedStackCaptures));
+  CHECK(accepted >= static_cast<int>(kMaxQueuedStackCaptures));  // plus the running one, if it started
   CHECK(refused > 0);
   CHECK(whole_tree == accepted);
   CHECK(with_stacks > 0);  // a real tool ran (one can fail now and then: it is not what this tests)
