@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <cstdio>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -22,8 +24,15 @@
 // until Stop(). MarkRegistered() (called when a RegisterAck arrived) resets the
 // backoff, so only failed attempts make the wait grow.
 //
-// Each stream has a session number; writes are serialised by a mutex and may
-// block while gRPC flow control holds them.
+// Each stream has a session number. Send() only queues (ControllerOutbox, under
+// write_mu_); the stream's writer thread takes the oldest message and writes it with the
+// mutex released, so a Write that HTTP/2 flow control holds (a partitioned network: the
+// controller reads nothing until keepalive ends the stream) holds only the writer, never
+// the agent's loop. When the reading side ends, the writer is told to stop; if it is
+// inside a Write, the stream is cancelled so that Write returns; it is joined before
+// Finish(). A failed Write cancels the stream, so the reader ends too and the link
+// reconnects. Events left in the outbox are carried (bounded) to the next stream and
+// queued when it registers, ahead of what the agent sends after the ack.
 
 namespace peregrine {
 namespace {
@@ -66,7 +75,7 @@ absl::Duration ReconnectBackoff::Next(double uniform01) {
 void ReconnectBackoff::Reset() { base_ = initial_; }
 
 ControllerLink::ControllerLink(ControllerLinkOptions options, Callbacks callbacks)
-    : options_(std::move(options)), callbacks_(std::move(callbacks)) {
+    : options_(std::move(options)), callbacks_(std::move(callbacks)), outbox_(options_.outbox) {
   absl::MutexLock lock(&state_mu_);
   bearer_ = options_.credential;
 }
@@ -86,14 +95,91 @@ void ControllerLink::Stop() {
 }
 
 bool ControllerLink::Send(uint64_t session, const peregrine::v1::AgentMessage& message) {
-  absl::MutexLock lock(&write_mu_);
-  if (stream_ == nullptr || write_session_ != session) return false;
-  return stream_->Write(message);
+  bool first_drop = false;
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (session == 0 || write_session_ != session) return false;
+    const bool none_yet = outbox_.dropped() == stream_dropped_;
+    first_drop = outbox_.Push(message) > 0 && none_yet;
+  }
+  if (first_drop) {
+    std::fprintf(stderr,
+                 "peregrine-agent: controller stream %llu: the controller is not reading; dropping the oldest "
+                 "queued heartbeats (outbox limits %zu messages, %zu bytes)\n",
+                 static_cast<unsigned long long>(session), options_.outbox.max_messages,
+                 options_.outbox.max_bytes);
+  }
+  return true;
 }
 
 void ControllerLink::MarkRegistered(uint64_t session) {
-  absl::MutexLock lock(&state_mu_);
-  if (session == session_) registered_ = true;
+  {
+    absl::MutexLock lock(&state_mu_);
+    if (session == session_) registered_ = true;
+  }
+  absl::MutexLock lock(&write_mu_);
+  if (session == 0 || write_session_ != session) return;
+  while (!carried_.empty()) {
+    outbox_.Push(std::move(carried_.front()));
+    carried_.pop_front();
+  }
+}
+
+uint64_t ControllerLink::dropped_messages() const {
+  absl::MutexLock lock(&write_mu_);
+  return outbox_.dropped() + carried_dropped_;
+}
+
+bool ControllerLink::WriterHasWork() const { return writer_stop_ || !outbox_.empty(); }
+
+void ControllerLink::WriteLoop(Stream* stream, grpc::ClientContext* context) {
+  for (;;) {
+    std::optional<peregrine::v1::AgentMessage> message;
+    {
+      absl::MutexLock lock(&write_mu_);
+      write_mu_.Await(absl::Condition(this, &ControllerLink::WriterHasWork));
+      if (writer_stop_) return;
+      message = outbox_.Pop();
+      writing_ = true;
+    }
+    const bool written = stream->Write(*message);
+    absl::MutexLock lock(&write_mu_);
+    writing_ = false;
+    if (!written) {
+      write_session_ = 0;  // later Sends report the stream gone
+      context->TryCancel();
+      return;
+    }
+  }
+}
+
+void ControllerLink::EndWriter(std::thread& writer, grpc::ClientContext* context, uint64_t session) {
+  {
+    absl::MutexLock lock(&write_mu_);
+    write_session_ = 0;
+    writer_stop_ = true;
+    if (writing_) context->TryCancel();  // the Write returns; the stream has ended anyway
+  }
+  writer.join();
+  uint64_t dropped = 0;
+  {
+    absl::MutexLock lock(&write_mu_);
+    writer_stop_ = false;
+    for (peregrine::v1::AgentMessage& left : outbox_.TakeAll()) {
+      if (!left.has_event()) continue;
+      carried_.push_back(std::move(left));
+      if (carried_.size() > kMaxCarriedEvents) {
+        carried_.pop_front();
+        ++carried_dropped_;
+      }
+    }
+    dropped = outbox_.dropped() - stream_dropped_;
+    stream_dropped_ = outbox_.dropped();
+  }
+  if (dropped > 0) {
+    std::fprintf(stderr, "peregrine-agent: controller stream %llu: %llu superseded heartbeat(s) dropped unsent\n",
+                 static_cast<unsigned long long>(session), static_cast<unsigned long long>(dropped));
+  }
 }
 
 void ControllerLink::Run() {
@@ -142,9 +228,9 @@ void ControllerLink::Run() {
           stream = stub->Connect(context.get());
       {
         absl::MutexLock lock(&write_mu_);
-        stream_ = stream.get();
         write_session_ = session;
       }
+      std::thread writer([this, raw = stream.get(), ctx = context.get()] { WriteLoop(raw, ctx); });
       callbacks_.on_stream_open(session);
       peregrine::v1::ControllerMessage message;
       while (stream->Read(&message)) {
@@ -155,11 +241,7 @@ void ControllerLink::Run() {
         callbacks_.on_message(session, std::move(message));
         message.Clear();
       }
-      {
-        absl::MutexLock lock(&write_mu_);  // waits for a write in progress
-        stream_ = nullptr;
-        write_session_ = 0;
-      }
+      EndWriter(writer, context.get(), session);
       grpc::Status status = stream->Finish();
       {
         absl::MutexLock lock(&state_mu_);

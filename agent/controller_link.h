@@ -1,8 +1,15 @@
 // ControllerLink: the agent's one long-lived AgentService.Connect stream,
 // reconnected for ever with jittered backoff until Stop(). Callbacks report each
 // stream's opening, messages and end with its session number; Send(session, msg)
-// writes only to that session and returns false when it is gone (the caller keeps
-// what must not be lost and re-sends it after the next registration).
+// queues the message for that session only and returns false when it is gone (the caller
+// keeps what must not be lost and re-sends it after the next registration).
+// Writes never block the caller: Send() puts the message in the stream's bounded outbox
+// (ControllerOutbox: over its limits the oldest heartbeats are dropped and counted, nothing
+// else is) and returns at once; one writer thread per stream writes the outbox in order
+// and ends, joined, with the stream. Events still queued when a stream ends are queued
+// again, first, when the next stream registers (MarkRegistered); other queued messages
+// end with their stream (the next registration carries the state and executed command
+// ids, as it always has).
 // Identity: every stream carries "authorization: Bearer <token>": first
 // `options.credential` (the pod's credential, or its bootstrap token in Kubernetes), then
 // the credential of the newest RegisterAck that carried one (agent_credential), kept in
@@ -14,6 +21,7 @@
 #define PEREGRINE_AGENT_CONTROLLER_LINK_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -25,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/outbox.h"
 #include "base/clock.h"
 #include "peregrine/v1/agent.grpc.pb.h"
 
@@ -59,10 +68,12 @@ struct ControllerLinkOptions {
   absl::Duration keepalive = absl::Minutes(5);
   uint64_t seed = 0;        // jitter seed
   Clock* clock = RealClock();  // the backoff waits' time (must outlive the link)
+  OutboxLimits outbox;         // each stream's queue of messages not yet written
 };
 
 class ControllerLink {
  public:
+  static constexpr size_t kMaxCarriedEvents = 1024;
   struct Callbacks {
     std::function<void(uint64_t session)> on_stream_open;
     std::function<void(uint64_t session, peregrine::v1::ControllerMessage message)> on_message;
@@ -78,11 +89,26 @@ class ControllerLink {
   // Cancels the stream, stops reconnecting, joins the thread. Idempotent.
   void Stop();
 
+  // Queues `message` for `session` and returns true at once, whatever the network does;
+  // false (nothing queued) when `session` is not the live stream (ended, or its write failed).
   bool Send(uint64_t session, const peregrine::v1::AgentMessage& message);
+  // The stream `session` registered: resets the backoff and queues the events an earlier
+  // stream ended with before anything sent later.
   void MarkRegistered(uint64_t session);
+  // Messages dropped since construction: heartbeats over the outbox's limits, and events
+  // carried to the next stream beyond kMaxCarriedEvents (oldest first).
+  uint64_t dropped_messages() const;
 
  private:
+  using Stream = grpc::ClientReaderWriter<peregrine::v1::AgentMessage, peregrine::v1::ControllerMessage>;
   void Run();
+  // The stream's writer thread: writes the outbox until EndWriter(); a failed write cancels
+  // the stream (`context`).
+  void WriteLoop(Stream* stream, grpc::ClientContext* context);
+  bool WriterHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Stops and joins the stream's writer (cancelling `context` when a write is in progress)
+  // and keeps the events it left.
+  void EndWriter(std::thread& writer, grpc::ClientContext* context, uint64_t session);
 
   const ControllerLinkOptions options_;
   const Callbacks callbacks_;
@@ -96,10 +122,14 @@ class ControllerLink {
   std::string bearer_ ABSL_GUARDED_BY(state_mu_);  // the next stream's bearer token
   grpc::ClientContext* context_ ABSL_GUARDED_BY(state_mu_) = nullptr;
 
-  absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(state_mu_);
-  uint64_t write_session_ ABSL_GUARDED_BY(write_mu_) = 0;
-  grpc::ClientReaderWriter<peregrine::v1::AgentMessage, peregrine::v1::ControllerMessage>* stream_
-      ABSL_GUARDED_BY(write_mu_) = nullptr;
+  mutable absl::Mutex write_mu_ ABSL_ACQUIRED_AFTER(state_mu_);
+  uint64_t write_session_ ABSL_GUARDED_BY(write_mu_) = 0;  // 0: no stream takes messages
+  bool writer_stop_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(write_mu_) = false;  // the writer is inside Stream::Write
+  ControllerOutbox outbox_ ABSL_GUARDED_BY(write_mu_);
+  uint64_t stream_dropped_ ABSL_GUARDED_BY(write_mu_) = 0;  // outbox_.dropped() when the stream opened
+  std::deque<peregrine::v1::AgentMessage> carried_ ABSL_GUARDED_BY(write_mu_);  // events for the next stream
+  uint64_t carried_dropped_ ABSL_GUARDED_BY(write_mu_) = 0;  // carried events over the bound
 };
 
 }  // namespace peregrine
