@@ -46,7 +46,8 @@ ControllerMetrics::ControllerMetrics()
       reconcile_errors_(BuildCounter().Name("peregrine_reconcile_errors_total").Help("Reconcile rounds that hit an error.").Register(*registry_).Add({})),
       leader_(BuildGauge().Name("peregrine_controller_is_leader").Help("1 while this replica holds the leader lease.").Register(*registry_).Add({})),
       agents_connected_(BuildGauge().Name("peregrine_agents_connected").Help("Agent streams open.").Register(*registry_).Add({})),
-      workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Job keys ready to be reconciled (delayed resyncs not counted).").Register(*registry_).Add({})) {
+      workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Job keys ready to be reconciled (delayed resyncs not counted).").Register(*registry_).Add({})),
+      agent_results_dropped_(BuildCounter().Name("peregrine_agent_results_dropped_total").Help("Command results agents sent for commands not pending for them, dropped unstored.").Register(*registry_).Add({})) {
   for (JobPhase p : kPhases) jobs_.Add({{"phase", JobPhaseName(p)}}).Set(0);
 }
 
@@ -174,5 +175,14 @@ void ControllerMetrics::ObserveReconcile(double seconds, bool error) {
 void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 void ControllerMetrics::SetAgentsConnected(int n) { agents_connected_.Set(n); }
 void ControllerMetrics::SetWorkQueueDepth(int n) { workqueue_depth_.Set(n); }
+
+// Every job controller reports the one registry's total after its rounds; only growth counts,
+// so the counter stays monotonic whatever order the reports arrive in.
+void ControllerMetrics::ObserveAgentResultsDropped(uint64_t total) {
+  absl::MutexLock lock(&mu_);
+  if (total <= dropped_results_seen_) return;
+  agent_results_dropped_.Increment(static_cast<double>(total - dropped_results_seen_));
+  dropped_results_seen_ = total;
+}
 
 }  // namespace peregrine

@@ -12,6 +12,7 @@
 #ifndef PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 #define PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +46,10 @@ class ControllerMetrics {
   void SetLeader(bool leader);
   void SetAgentsConnected(int n);
   void SetWorkQueueDepth(int n);
+  // The agent registry's running total of dropped command results
+  // (AgentRegistry::DroppedCommandResults): peregrine_agent_results_dropped_total grows by
+  // what the total grew since the last call; a total not above the last one adds nothing.
+  void ObserveAgentResultsDropped(uint64_t total);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -67,6 +72,7 @@ class ControllerMetrics {
   prometheus::Gauge& leader_;
   prometheus::Gauge& agents_connected_;
   prometheus::Gauge& workqueue_depth_;
+  prometheus::Counter& agent_results_dropped_;
 
   // The series `family.Add(labels)` of job `key`, remembered for removal.
   template <typename T>
@@ -83,6 +89,7 @@ class ControllerMetrics {
 
   absl::Mutex mu_;
   std::map<std::string, JobPhase> job_phases_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_results_seen_ ABSL_GUARDED_BY(mu_) = 0;
   // job key -> its series by metric address.
   std::map<std::string, std::map<const void*, TrackedSeries>> series_ ABSL_GUARDED_BY(mu_);
 };

@@ -67,3 +67,21 @@ TEST_CASE("per-job series live while the job runs, shrink when it finishes, vani
 
 }  // namespace
 }  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+TEST_CASE("peregrine_agent_results_dropped_total follows the registry's growing total of dropped results", "[unit]") {
+  ControllerMetrics m;
+  CHECK(Has(m, "peregrine_agent_results_dropped_total 0\n"));
+  m.ObserveAgentResultsDropped(3);
+  CHECK(Has(m, "peregrine_agent_results_dropped_total 3\n"));
+  m.ObserveAgentResultsDropped(3);  // the same total again (another job's round)
+  m.ObserveAgentResultsDropped(1);  // an older report
+  CHECK(Has(m, "peregrine_agent_results_dropped_total 3\n"));
+  m.ObserveAgentResultsDropped(10);
+  CHECK(Has(m, "peregrine_agent_results_dropped_total 10\n"));
+}
+
+}  // namespace
+}  // namespace peregrine
