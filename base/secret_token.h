@@ -1,5 +1,6 @@
-// Secret tokens: the per-job token agents present to the controller and to each other's
-// data channel. NewSecretToken draws 256 bits from the kernel's CSPRNG (getrandom(2)) and
+// Secret tokens: 256-bit random secrets (local mode's agent key, from which the per-pod
+// agent credentials and the per-job data-channel tokens are derived) and the
+// constant-time comparison every presented credential or token goes through. NewSecretToken draws 256 bits from the kernel's CSPRNG (getrandom(2)) and
 // returns them as 64 lower-case hex characters; SecretTokensEqual compares a presented
 // token with the expected one in time that depends only on their lengths (no early exit
 // on the first differing byte, so timing does not reveal a matching prefix).

@@ -28,23 +28,16 @@ namespace peregrine {
 namespace {
 
 
-// A secret (the agent key) in a 0600 file; kept across controller restarts.
+// A secret (the agent key) in a 0600 file; kept across controller restarts. Created
+// with mode 0600 from the start (never readable by others, even briefly) and durably.
 absl::StatusOr<std::string> EnsureToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
   if (in && std::getline(in, token) && !token.empty()) return token;
   absl::StatusOr<std::string> fresh = NewSecretToken();
   if (!fresh.ok()) return fresh.status();
-  token = *fresh;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    out << token << "\n";
-  }
-  chmod(tmp.c_str(), 0600);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return token;
+  if (absl::Status s = WriteFileDurably(path, absl::StrCat(*fresh, "\n"), 0600); !s.ok()) return s;
+  return *fresh;
 }
 
 int LoadPersistedPort(const std::string& path) {
