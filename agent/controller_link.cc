@@ -27,8 +27,8 @@
 // Each stream has a session number. Send() only queues (ControllerOutbox, under
 // write_mu_); the stream's writer thread takes the oldest message and writes it with the
 // mutex released, so a Write that HTTP/2 flow control holds (a partitioned network: the
-// controller reads nothing until keepalive ends the stream) holds only the writer, never
-// the agent's loop. When the reading side ends, the writer is told to stop; if it is
+// controller reads nothing until gRPC ends the stream, 20 s of unacknowledged data with
+// the keepalive settings below) holds only the writer, never the agent's loop. When the reading side ends, the writer is told to stop; if it is
 // inside a Write, the stream is cancelled so that Write returns; it is joined before
 // Finish(). A failed Write cancels the stream, so the reader ends too and the link
 // reconnects. Events left in the outbox are carried (bounded) to the next stream and
