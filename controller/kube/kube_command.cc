@@ -174,6 +174,8 @@ int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) 
     std::fprintf(stderr, "peregrine-controller: %s\n", config.status().ToString().c_str());
     return 2;
   }
+  absl::StatusOr<std::vector<std::string>> watched_or = WatchedNamespaces(options.mode);
+  const std::vector<std::string> watched = watched_or.ok() ? *watched_or : std::vector<std::string>{};
   auto mode = KubeMode::Start(*config, options.mode);
   if (!mode.ok()) {
     std::fprintf(stderr, "peregrine-controller: %s\n", mode.status().ToString().c_str());
@@ -184,8 +186,6 @@ int RunKubeMain(const KubeMainOptions& options, const std::atomic<int>& signal) 
                "metrics :%d%s\n",
                (*mode)->identity().c_str(), config->server.c_str(),
                watched.empty() ? "<all>" : absl::StrJoin(watched, ",").c_str(),
-  absl::StatusOr<std::vector<std::string>> watched_or = WatchedNamespaces(options.mode);
-  const std::vector<std::string> watched = watched_or.ok() ? *watched_or : std::vector<std::string>{};
                options.mode.controller_address.c_str(), (*mode)->grpc_port(), (*mode)->http_port(),
                (*mode)->metrics_port(), options.mode.leader_elect ? ", leader election on" : "");
   bool was_leader = false;

@@ -86,10 +86,6 @@ namespace peregrine {
 namespace {
 
 using nlohmann::json;
-using kube::Path;
-using kube::Str;
-
-
 
 bool IsDns1123Label(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;
@@ -98,6 +94,10 @@ bool IsDns1123Label(const std::string& s) {
   }
   return s.front() != '-' && s.back() != '-';
 }
+using kube::Path;
+using kube::Str;
+
+
 // API request metrics and the counts the tests read. Lease requests are counted in the
 // metrics but not in the test counts (they are the elector's, not the reconciler's).
 class ApiObserver final : public kube::RequestObserver {
@@ -173,10 +173,6 @@ std::string DefaultIdentity() {
 
 }  // namespace
 
-struct KubeMode::Impl {
-  KubeModeOptions options;
-  std::string identity;
-  std::unique_ptr<SeededRandom> random;
 absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions& options) {
   std::vector<std::string> out = options.watch_namespaces;
   if (!options.watch_namespace.empty()) out.push_back(options.watch_namespace);
@@ -192,6 +188,10 @@ absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions
   return out;
 }
 
+struct KubeMode::Impl {
+  KubeModeOptions options;
+  std::string identity;
+  std::unique_ptr<SeededRandom> random;
   std::unique_ptr<ControllerMetrics> metrics;
   std::unique_ptr<ApiObserver> observer;
   std::unique_ptr<kube::RestClient> client;
@@ -321,13 +321,13 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   }
   if (options.agent_image.empty()) return absl::InvalidArgumentError("kube mode: --agent-image is required");
   if (options.workers < 1) return absl::InvalidArgumentError("kube mode: workers must be at least 1");
+  absl::StatusOr<std::vector<std::string>> watched = WatchedNamespaces(options);
+  if (!watched.ok()) return watched.status();
   // Agent TLS: the files are checked before anything starts, so a missing one is an error
   // naming it, not a server that refuses every agent.
   std::shared_ptr<grpc::ServerCredentials> agent_credentials = grpc::InsecureServerCredentials();
   if (options.agent_tls.enabled()) {
     auto credentials = AgentServerCredentials(options.agent_tls, options.agent_tls_refresh);
-  absl::StatusOr<std::vector<std::string>> watched = WatchedNamespaces(options);
-  if (!watched.ok()) return watched.status();
     if (!credentials.ok()) return credentials.status();
     agent_credentials = *std::move(credentials);
   }

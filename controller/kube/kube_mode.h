@@ -75,17 +75,17 @@ struct KubeModeOptions {
   DecisionConfig decision;
 };
 
+// watch_namespaces and watch_namespace together, sorted, without duplicates; empty means
+// every namespace. kInvalidArgument naming an entry that is not a namespace name (a
+// DNS-1123 label: at most 63 of [a-z0-9-], starting and ending alphanumeric).
+absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions& options);
+
 class KubeMode {
  public:
   // Connects, starts the informers, servers, workers and (when configured) the elector.
   // kInvalidArgument for bad options (a bad namespace among them); errors from binding the ports or the client.
   static absl::StatusOr<std::unique_ptr<KubeMode>> Start(const kube::Config& config, KubeModeOptions options);
   ~KubeMode();
-// watch_namespaces and watch_namespace together, sorted, without duplicates; empty means
-// every namespace. kInvalidArgument naming an entry that is not a namespace name (a
-// DNS-1123 label: at most 63 of [a-z0-9-], starting and ending alphanumeric).
-absl::StatusOr<std::vector<std::string>> WatchedNamespaces(const KubeModeOptions& options);
-
 
   int grpc_port() const;
   int http_port() const;
