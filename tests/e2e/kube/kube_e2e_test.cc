@@ -1,7 +1,7 @@
 // The operator end to end: KubeMode against FakeKubeApiServer, with the test playing the
 // scheduler, kubelet and agents (harness.h). Every test asserts end states read from the
 // API server (the TrainingJob status subresource, the objects that exist) and tears down
-// everything it started, also when an assertion fails (RAII in Env).
+// everything it started, also when an assertion fails (RAII in Env, kube_env.h).
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
@@ -19,171 +19,16 @@
 #include "controller/core/job_state.h"
 #include "controller/kube/kube_mode.h"
 #include "cli/peregrinectl.h"
-#include "controller/status_json.h"
 #include "tests/deploy/openapi_validator.h"
 #include "tests/deploy/run_process.h"
-#include "tests/e2e/kube/harness.h"
+#include "tests/e2e/kube/kube_env.h"
 #include "tests/testing/captured_run.h"
 #include "tests/testing/temp_dir.h"
 
 namespace peregrine::e2e {
 namespace {
 
-using testing::FakeKubeApiServer;
-
-constexpr char kNs[] = "train";
-constexpr char kJobs[] = "trainingjobs.peregrine.dev";
-
-constexpr char kCtlToken[] = "e2e-ctl-token";
-
-json JobManifest(const std::string& name, int machines, int data_parallel = -1) {
-  return json{
-      {"apiVersion", "peregrine.dev/v1alpha1"},
-      {"kind", "TrainingJob"},
-      {"metadata", {{"name", name}, {"namespace", kNs}}},
-      {"spec",
-       {{"machines", machines},
-        {"gpusPerMachine", 1},
-        {"parallelism", {{"tensor", 1}, {"pipeline", 1}, {"data", data_parallel < 0 ? machines : data_parallel}}},
-        {"codeVersion", {{"image", "example.com/train:1"}, {"command", json::array({"python", "train.py"})}}},
-        {"template",
-         {{"metadata", {{"labels", {{"team", "ml"}}}}},
-          {"spec", {{"containers", json::array({json{{"name", "trainer"}, {"image", "example.com/train:1"}}})}}}}},
-        {"standby", {{"min", 1}, {"max", 1}}},
-        {"faultTolerance", {{"restartGraceSeconds", 1}}}}}};
-}
-
-struct Env {
-  Env() {
-    testing::KubeResourceType secrets;
-    secrets.version = "v1";
-    secrets.plural = "secrets";
-    secrets.kind = "Secret";
-    server.RegisterResource(secrets);
-    // peregrinectl's token: TrainingJobs in kNs (the API checks it with the API server).
-    testing::FakeTokenIdentity ctl;
-    ctl.username = "e2e-user";
-    server.auth().AddToken(kCtlToken, ctl);
-    testing::FakeAccessRule rule;
-    rule.users = {"e2e-user"};
-    rule.verbs = {"get", "list", "update"};
-    rule.api_groups = {"peregrine.dev"};
-    rule.resources = {"trainingjobs"};
-    rule.namespace_name = kNs;
-    server.auth().AddRule(rule);
-    REQUIRE(server.Start().ok());
-    config.server = server.base_url();
-    config.source = "test";
-    auto c = kube::RestClient::Create(config);
-    REQUIRE(c.ok());
-    client = *std::move(c);
-  }
-  ~Env() {
-    if (kubelet) kubelet->Stop();
-    for (auto& m : modes) {
-      if (m) m->Shutdown();
-    }
-    server.Stop();
-  }
-
-  KubeModeOptions Options(const std::string& identity, bool leader_elect) {
-    KubeModeOptions o;
-    o.watch_namespace = kNs;
-    o.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
-    o.agent_image = "example.com/peregrine-agent:test";
-    o.host = "127.0.0.1";
-    o.grpc_port = 0;
-    o.http_port = 0;
-    o.metrics_port = 0;
-    o.heartbeat_ms = 100;
-    o.resync = absl::Seconds(2);
-    o.identity = identity;
-    o.agent_key_file = agent_key_file;
-    o.decision.triage_window_ns = 300'000'000;
-    if (leader_elect) {
-      o.leader_elect = true;
-      o.lease_namespace = kNs;
-      o.lease_duration = absl::Seconds(3);
-      o.renew_deadline = absl::Seconds(2);
-      o.retry_period = absl::Milliseconds(300);
-    }
-    if (tweak_options) tweak_options(o);
-    return o;
-  }
-
-  KubeMode* StartController(const std::string& identity = "replica-a", bool leader_elect = false) {
-    auto m = KubeMode::Start(config, Options(identity, leader_elect));
-    REQUIRE(m.ok());
-    modes.push_back(*std::move(m));
-    return modes.back().get();
-  }
-
-  // Agents dial whichever replica leads now (what the leader-only Service does).
-  std::string Target() {
-    for (auto& m : modes) {
-      if (m && m->IsLeader()) return absl::StrCat("127.0.0.1:", m->grpc_port());
-    }
-    return "127.0.0.1:1";
-  }
-
-  void StartKubelet() {
-    kubelet = std::make_unique<FakeKubelet>(&server, client.get(), kNs, [this] { return Target(); }, &script);
-  }
-
-  void Submit(const json& manifest) { REQUIRE(server.CreateForTest(kJobs, kNs, manifest).ok()); }
-
-  std::optional<JobStatus> Status(const std::string& name) {
-    auto obj = server.GetForTest(kJobs, kNs, name);
-    if (!obj.ok() || !obj->contains("status") || !(*obj)["status"].contains("phase")) return std::nullopt;
-    auto st = JobStatusFromJson((*obj)["status"].dump());
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
-
-  bool WaitStatus(const std::string& name, const std::function<bool(const JobStatus&)>& pred,
-                  absl::Duration deadline = absl::Seconds(90)) {
-    return Eventually([&] {
-      auto st = Status(name);
-      return st.has_value() && pred(*st);
-    }, deadline);
-  }
-
-  std::string Uid(const std::string& resource, const std::string& name) {
-    auto obj = server.GetForTest(resource, resource == "nodes" ? "" : kNs, name);
-    return obj.ok() ? (*obj)["metadata"].value("uid", "") : "";
-  }
-
-  std::function<void(KubeModeOptions&)> tweak_options;  // set before StartController
-  testing::TempDir key_dir{"peregrine-e2e-key"};
-  const std::string agent_key_file =
-      key_dir.Write("agent.key", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n");
-  FakeKubeApiServer server;
-  kube::Config config;
-  std::unique_ptr<kube::RestClient> client;
-  TrainingScript script;
-  std::vector<std::unique_ptr<KubeMode>> modes;
-  std::unique_ptr<FakeKubelet> kubelet;
-};
-
 bool Phase(const JobStatus& st, JobPhase p) { return st.phase == p; }
-
-// The job is Running with step `step` completed and its one standby ready.
-std::function<bool(const JobStatus&)> RunningWithStandby(uint64_t step) {
-  return [step](const JobStatus& st) {
-    return Phase(st, JobPhase::kRunning) && st.last_completed_step >= step && st.standby_ready == 1;
-  };
-}
-
-// Starts a controller (replica-a) and the kubelet, submits job `name` of `machines`
-// machines and waits until it runs past step `step` with its standby ready; returns the
-// controller.
-KubeMode* RunJob(Env& env, const std::string& name, int machines, uint64_t step) {
-  KubeMode* mode = env.StartController();
-  env.StartKubelet();
-  env.Submit(JobManifest(name, machines));
-  REQUIRE(env.WaitStatus(name, RunningWithStandby(step)));
-  return mode;
-}
 
 // A live scrape of the controller's /metrics.
 std::string Scrape(KubeMode& mode) {
