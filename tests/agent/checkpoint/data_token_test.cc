@@ -10,14 +10,13 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "agent/checkpoint/backup_sender.h"
-#include "agent/checkpoint/peer_service.h"
 #include "agent/checkpoint/restore_fetch.h"
 #include "agent/checkpoint/shard_store.h"
 #include "base/clock.h"
 #include "controller/agent_credentials.h"
 #include "controller/agent_registry.h"
+#include "tests/agent/checkpoint/loopback_peer.h"
 #include "tests/agent/checkpoint/shard_samples.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/job_fixtures.h"
@@ -28,9 +27,11 @@ namespace {
 
 namespace v1 = ::peregrine::v1;
 using ::peregrine::testing::Eventually;
+using ::peregrine::testing::LoopbackPeer;
 using ::peregrine::testing::PublishShard;
 using ::peregrine::testing::ReadBytes;
 using ::peregrine::testing::SampleShard;
+using ::peregrine::testing::ShardKeyOf;
 using ::peregrine::testing::TempDir;
 
 constexpr char kKey[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -51,42 +52,6 @@ std::string AckedDataToken(AgentRegistry& registry, const std::string& job, cons
   absl::StatusOr<v1::RegisterAck> ack = registry.OnRegister(std::make_shared<NullSink>(), *credential, reg, 1);
   REQUIRE(ack.ok());
   return ack->data_token();
-}
-
-// An agent's store and data channel on loopback, with the token its ack gave it.
-struct Agent {
-  Agent(const TempDir& dir, const std::string& job, const std::string& pod, const std::string& data_token)
-      : token(data_token) {
-    ShardStoreOptions options;
-    options.root = dir.path();
-    options.job_namespace = "default";
-    options.job_name = job;
-    options.pod_name = pod;
-    options.system_limits = [] { return BudgetInputs{1ull << 34, 0, 0, 0}; };
-    auto created = ShardStore::Create(options);
-    REQUIRE(created.ok());
-    store = std::move(*created);
-    PeerServerOptions server_options;
-    server_options.bind = "127.0.0.1";
-    server_options.token = &token;
-    server_options.store = store.get();
-    auto started = PeerServer::Start(server_options);
-    REQUIRE(started.ok());
-    server = std::move(*started);
-  }
-  std::string address() const { return absl::StrCat("127.0.0.1:", server->port()); }
-
-  DataToken token;
-  std::unique_ptr<ShardStore> store;
-  std::unique_ptr<PeerServer> server;
-};
-
-v1::ShardKey Key(uint32_t slot, uint32_t rank, uint64_t step) {
-  v1::ShardKey key;
-  key.set_slot(slot);
-  key.set_global_rank(rank);
-  key.set_step(step);
-  return key;
 }
 
 TEST_CASE("Job A's acked data token is refused by job B's data channel and job B's own token works", "[integration]") {
@@ -112,8 +77,8 @@ TEST_CASE("Job A's acked data token is refused by job B's data channel and job B
 
   // Job b: slot 0 (pod b-m0) stores step 10 and backs it up to slot 1 (pod b-m1).
   TempDir dir("data-token");
-  Agent b0(dir, "b", "b-m0", token_b0);
-  Agent b1(dir, "b", "b-m1", token_b1);
+  LoopbackPeer b0(dir, "default", "b", "b-m0", token_b0);
+  LoopbackPeer b1(dir, "default", "b", "b-m1", token_b1);
   v1::CheckpointPlan plan0;
   plan0.set_interval_steps(10);
   v1::CheckpointPeerAddress holder;
@@ -138,20 +103,20 @@ TEST_CASE("Job A's acked data token is refused by job B's data channel and job B
   // none, and a wrong one are refused by both of job b's agents; nothing is stored.
   TempDir out("data-token-fetch");
   for (const std::string& presented : {token_a, std::string(), std::string(64, '0')}) {
-    CHECK(absl::IsUnauthenticated(SendShard(b1.address(), presented, Key(0, 0, 10), shard, nullptr, RealClock(), never)));
-    CHECK(absl::IsUnauthenticated(FetchShard(b0.address(), presented, Key(0, 0, 10), out.Path("s"))));
+    CHECK(absl::IsUnauthenticated(SendShard(b1.address(), presented, ShardKeyOf(0, 0, 10), shard, nullptr, RealClock(), never)));
+    CHECK(absl::IsUnauthenticated(FetchShard(b0.address(), presented, ShardKeyOf(0, 0, 10), out.Path("s"))));
   }
   b1.store->Poll();
   CHECK(b1.store->Report().held().empty());
   CHECK_FALSE(std::filesystem::exists(out.Path("s")));
 
   // Job b's own token: the backup is stored at its holder and fetched back whole.
-  REQUIRE(SendShard(b1.address(), token_b0, Key(0, 0, 10), shard, nullptr, RealClock(), never).ok());
+  REQUIRE(SendShard(b1.address(), token_b0, ShardKeyOf(0, 0, 10), shard, nullptr, RealClock(), never).ok());
   REQUIRE(Eventually([&] {
     b1.store->Poll();
     return !b1.store->Report().held().empty();
   }));
-  REQUIRE(FetchShard(b1.address(), token_b1, Key(0, 0, 10), out.Path("s")).ok());
+  REQUIRE(FetchShard(b1.address(), token_b1, ShardKeyOf(0, 0, 10), out.Path("s")).ok());
   CHECK(ReadBytes(out.Path("s")) == ReadBytes(shard));
 }
 

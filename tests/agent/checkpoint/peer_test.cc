@@ -16,6 +16,7 @@
 #include "agent/checkpoint/shard_files.h"
 #include "agent/checkpoint/shard_store.h"
 #include "base/clock.h"
+#include "tests/agent/checkpoint/loopback_peer.h"
 #include "tests/agent/checkpoint/shard_samples.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
@@ -25,34 +26,18 @@ namespace {
 
 namespace v1 = ::peregrine::v1;
 using ::peregrine::testing::Eventually;
+using ::peregrine::testing::LoopbackPeer;
 using ::peregrine::testing::PublishShard;
 using ::peregrine::testing::ReadBytes;
 using ::peregrine::testing::SampleShard;
+using ::peregrine::testing::ShardKeyOf;
 using ::peregrine::testing::TempDir;
 
 constexpr char kToken[] = "job-token-0123456789";
 
-// One agent's store and data channel, on loopback.
-struct Peer {
-  Peer(const TempDir& dir, const std::string& pod) {
-    ShardStoreOptions options;
-    options.root = dir.path();
-    options.job_namespace = "ns";
-    options.job_name = "job";
-    options.pod_name = pod;
-    options.system_limits = [] { return BudgetInputs{1ull << 34, 0, 0, 0}; };
-    auto created = ShardStore::Create(options);
-    REQUIRE(created.ok());
-    store = std::move(*created);
-    PeerServerOptions server_options;
-    server_options.bind = "127.0.0.1";
-    server_options.token = &token;
-    server_options.store = store.get();
-    auto started = PeerServer::Start(server_options);
-    REQUIRE(started.ok());
-    server = std::move(*started);
-  }
-  std::string address() const { return absl::StrCat("127.0.0.1:", server->port()); }
+// One agent's store and data channel, on loopback, with the job token.
+struct Peer : LoopbackPeer {
+  Peer(const TempDir& dir, const std::string& pod) : LoopbackPeer(dir, "ns", "job", pod, kToken) {}
   void Configure(uint32_t slot, std::vector<uint32_t> ranks, v1::CheckpointPlan plan) {
     plan.set_interval_steps(10);
     REQUIRE(store->Configure(slot, ranks, 2, plan).ok());
@@ -75,9 +60,6 @@ struct Peer {
     return n;
   }
 
-  DataToken token{kToken};
-  std::unique_ptr<ShardStore> store;
-  std::unique_ptr<PeerServer> server;
   std::vector<v1::CheckpointEvent> events;
 };
 
@@ -86,14 +68,6 @@ v1::CheckpointPeerAddress Address(uint32_t slot, const std::string& address) {
   a.set_slot(slot);
   a.set_address(address);
   return a;
-}
-
-v1::ShardKey Key(uint32_t slot, uint32_t rank, uint64_t step) {
-  v1::ShardKey key;
-  key.set_slot(slot);
-  key.set_global_rank(rank);
-  key.set_step(step);
-  return key;
 }
 
 // Slot 0 (ranks 0, 1) backs up to slot 1 (ranks 2, 3), which holds for slot 0.
@@ -170,18 +144,18 @@ TEST_CASE("a restore with no holder of the step fails naming the rank and step",
 TEST_CASE("calls without the job token are refused", "[integration]") {
   TwoPeers p;
   p.SaveStep(10, 100000);
-  absl::Status put = SendShard(p.b.address(), "wrong-token", Key(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr,
+  absl::Status put = SendShard(p.b.address(), "wrong-token", ShardKeyOf(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr,
                                RealClock(), [] { return false; });
   CHECK(absl::IsUnauthenticated(put));
-  absl::Status none = SendShard(p.b.address(), "", Key(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr,
+  absl::Status none = SendShard(p.b.address(), "", ShardKeyOf(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr,
                                 RealClock(), [] { return false; });
   CHECK(absl::IsUnauthenticated(none));
   p.b.PollAll();
   CHECK(p.b.store->Report().held().empty());
   TempDir out("fetch");
-  absl::Status get = FetchShard(p.a.address(), "wrong-token", Key(0, 0, 10), out.Path("s"));
+  absl::Status get = FetchShard(p.a.address(), "wrong-token", ShardKeyOf(0, 0, 10), out.Path("s"));
   CHECK(absl::IsUnauthenticated(get));
-  CHECK(FetchShard(p.a.address(), kToken, Key(0, 0, 10), out.Path("s")).ok());  // own shards are served too
+  CHECK(FetchShard(p.a.address(), kToken, ShardKeyOf(0, 0, 10), out.Path("s")).ok());  // own shards are served too
 }
 
 TEST_CASE("a data channel with no token yet refuses every call until it gets one", "[integration]") {
@@ -191,10 +165,10 @@ TEST_CASE("a data channel with no token yet refuses every call until it gets one
   p.b.token.Set("");
   TempDir out("fetch");
   for (const std::string& presented : {std::string(kToken), std::string(), std::string("anything")}) {
-    absl::Status get = FetchShard(p.a.address(), presented, Key(0, 0, 10), out.Path("s"));
+    absl::Status get = FetchShard(p.a.address(), presented, ShardKeyOf(0, 0, 10), out.Path("s"));
     CHECK(absl::IsUnauthenticated(get));
     CHECK_THAT(std::string(get.message()), Catch::Contains("no data-channel token yet"));
-    CHECK(absl::IsUnauthenticated(SendShard(p.b.address(), presented, Key(0, 0, 10),
+    CHECK(absl::IsUnauthenticated(SendShard(p.b.address(), presented, ShardKeyOf(0, 0, 10),
                                             p.a.store->OwnShardPath(0, 10), nullptr, RealClock(),
                                             [] { return false; })));
   }
@@ -204,8 +178,8 @@ TEST_CASE("a data channel with no token yet refuses every call until it gets one
   // The token arrives (the agent registered): the same calls now pass.
   p.a.token.Set(kToken);
   p.b.token.Set(kToken);
-  CHECK(FetchShard(p.a.address(), kToken, Key(0, 0, 10), out.Path("s")).ok());
-  CHECK(SendShard(p.b.address(), kToken, Key(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr, RealClock(),
+  CHECK(FetchShard(p.a.address(), kToken, ShardKeyOf(0, 0, 10), out.Path("s")).ok());
+  CHECK(SendShard(p.b.address(), kToken, ShardKeyOf(0, 0, 10), p.a.store->OwnShardPath(0, 10), nullptr, RealClock(),
                   [] { return false; })
             .ok());
 }
@@ -219,7 +193,7 @@ TEST_CASE("a chunk failing its CRC, and a shard failing its checksum, are refuse
     v1::PutShardReply reply;
     auto stream = stub->PutShard(context.get(), &reply);
     v1::ShardChunk chunk;
-    *chunk.mutable_key() = Key(0, 0, 10);
+    *chunk.mutable_key() = ShardKeyOf(0, 0, 10);
     chunk.set_total_bytes(bytes.size());
     chunk.set_offset(0);
     chunk.set_data(bytes.data(), bytes.size());
@@ -257,7 +231,7 @@ TEST_CASE("backups follow the bandwidth limit under a manual clock", "[integrati
   absl::Status sent = absl::UnknownError("not finished");
   std::atomic<bool> done{false};
   std::thread sender([&] {
-    sent = SendShard(p.b.address(), kToken, Key(0, 0, 20), p.a.store->OwnShardPath(0, 20), &bucket, &clock,
+    sent = SendShard(p.b.address(), kToken, ShardKeyOf(0, 0, 20), p.a.store->OwnShardPath(0, 20), &bucket, &clock,
                      [] { return false; });
     done = true;
   });
