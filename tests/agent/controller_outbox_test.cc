@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/controller_link.h"
 #include "agent/outbox.h"
 #include "peregrine/v1/agent.grpc.pb.h"
@@ -237,6 +239,104 @@ TEST_CASE("Send refuses a session that is not the live stream", "[integration]")
     CHECK(service.Received()[0].event().log() == "live");
     link.Stop();
     CHECK_FALSE(link.Send(events.Latest(), LogEvent("stopped")));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+}
+
+// The first stream reads nothing until the test ends it (its writer stuck in a Write the
+// controller's flow control holds); later streams record what they read.
+class StallingAgentService final : public v1::AgentService::Service {
+ public:
+  grpc::Status Connect(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (streams_++ == 0) {
+      cv_.wait(lock, [&] { return end_first_; });
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller going away");
+    }
+    lock.unlock();
+    v1::AgentMessage message;
+    while (stream->Read(&message)) {
+      std::lock_guard<std::mutex> hold(mu_);
+      received_.push_back(message);
+    }
+    return grpc::Status::OK;
+  }
+
+  void EndFirstStream() {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_first_ = true;
+    cv_.notify_all();
+  }
+
+  std::vector<std::string> ReceivedLogs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> logs;
+    for (const v1::AgentMessage& m : received_) {
+      if (m.has_event()) logs.push_back(m.event().log());
+    }
+    return logs;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int streams_ = 0;
+  bool end_first_ = false;
+  std::vector<v1::AgentMessage> received_;
+};
+
+TEST_CASE("events a stream ends with are sent first once the next stream registers", "[integration]") {
+  StallingAgentService service;
+  int server_port = 0;
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &server_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  LinkEvents events;
+  ControllerLinkOptions options;
+  options.target = absl::StrCat("127.0.0.1:", server_port);
+  options.backoff_initial = absl::Milliseconds(10);
+  ControllerLink::Callbacks callbacks;
+  callbacks.on_stream_open = [&](uint64_t session) {
+    std::lock_guard<std::mutex> lock(events.mu);
+    events.opened.push_back(session);
+  };
+  callbacks.on_message = [](uint64_t, v1::ControllerMessage) {};
+  callbacks.on_stream_closed = [](uint64_t, absl::Status) {};
+  {
+    ControllerLink link(options, callbacks);
+    link.Start();
+    REQUIRE(Eventually([&] { return events.Latest() != 0; }));
+    const uint64_t first = events.Latest();
+    // 64 MiB of command results (never dropped) ahead of the events, far over what the
+    // HTTP/2 windows and the socket buffers take in: the writer is held before the events.
+    for (int n = 0; n < 32; ++n) {
+      v1::AgentMessage result = Result(absl::StrCat("r", n));
+      result.mutable_command_result()->mutable_stacks()->add_processes()->set_raw(std::string(size_t{2} << 20, 's'));
+      REQUIRE(link.Send(first, result));
+    }
+    std::vector<std::string> sent;
+    for (int n = 1; n <= 50; ++n) {
+      sent.push_back(absl::StrCat("e", n));
+      REQUIRE(link.Send(first, LogEvent(sent.back())));
+      REQUIRE(link.Send(first, Heartbeat(n + 1, 1000)));
+    }
+    service.EndFirstStream();
+    REQUIRE(Eventually([&] { return events.Latest() > first; }));
+    const uint64_t second = events.Latest();
+    CHECK_FALSE(link.Send(first, LogEvent("stale")));
+    link.MarkRegistered(second);
+    sent.push_back("after");
+    REQUIRE(link.Send(second, LogEvent("after")));
+    const bool all = Eventually([&] { return service.ReceivedLogs().size() >= sent.size(); });
+    INFO(absl::StrJoin(service.ReceivedLogs(), ","));
+    REQUIRE(all);
+    CHECK(service.ReceivedLogs() == sent);
+    link.Stop();
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
