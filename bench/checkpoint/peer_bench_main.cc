@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/checkpoint/backup_sender.h"
+#include "agent/checkpoint/data_token.h"
 #include "agent/checkpoint/peer_service.h"
 #include "agent/checkpoint/restore_fetch.h"
 #include "agent/checkpoint/shard_store.h"
@@ -154,7 +155,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ShardStore> holder = MakeStore(root, "pod-b");
   PeerServerOptions server_options;
   server_options.bind = "127.0.0.1";
-  server_options.token = kToken;
+  const checkpoint::DataToken server_token(kToken);
+  server_options.token = &server_token;
   server_options.store = holder.get();
   auto server = PeerServer::Start(server_options);
   if (!server.ok()) Die(std::string(server.status().message()));
