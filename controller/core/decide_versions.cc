@@ -17,7 +17,9 @@
 namespace peregrine::decision_internal {
 
 // Makes `code` the running version (recorded in the bounded history) for the next attempt.
-void Decider::ApplyCode(const CodeVersionSpec& code, const std::string& reason) {
+// `code` is a copy: callers pass *status.pending_code (reset below) or an entry of the
+// version history (which push_back may reallocate), so a reference would dangle.
+void Decider::ApplyCode(CodeVersionSpec code, const std::string& reason) {
   JobStatus& st = plan_.status;
   st.code = code;
   st.pending_code.reset();

@@ -79,7 +79,7 @@ class Decider {
   // escalate: reattempt in place -> roll back the last code update -> dual-phase replay.
   void AdvanceDiagnosis();
   // Makes `code` the running version (recorded in the bounded history) for the next attempt.
-  void ApplyCode(const CodeVersionSpec& code, const std::string& reason);
+  void ApplyCode(CodeVersionSpec code, const std::string& reason);
   void Rollback(const CodeVersionSpec& target, Incident* inc, const std::string& why);
   // Hot update: the desired code (spec.codeVersion) differs from the running one. Urgent
   // (annotation peregrine.dev/hot-update: urgent) restarts in place now; otherwise it
