@@ -32,8 +32,12 @@
 //               failing horizontal and vertical groups intersect in the faulty machine.
 // Bandwidth (all_to_all, all_gather): a machine whose answer passed on contents fails too
 // when even its fastest repetition (peak_busbw_gbps) is below kSlowBandwidthFraction x the
-// median of the round's fastest repetitions AND below kSlowBandwidthFraction x the median of
-// the round's typical (median-repetition, busbw_gbps) figures (SlowBandwidthOutliers): a
+// median of the faster half of the round's fastest repetitions AND below
+// kSlowBandwidthFraction x the median of the faster half of the round's typical
+// (median-repetition, busbw_gbps) figures (SlowBandwidthOutliers). The faster half, not the
+// whole round: a slow NIC slows both members of each all-gather pair it is in, which in a
+// round of four machines is half of the answers, and a whole-round median then sits between
+// the slow and the healthy level (on a loaded host, low enough to pass the slow pair). A
 // degraded NVLink or NIC is slow in every repetition, while a machine starved of CPU on a
 // shared host stays near its peers' typical run. Peers, not a fixed GB/s figure, set the bar.
 // Judging a machine's answer: not_present -> passed (recorded); a command error (e.g. an
@@ -303,16 +307,32 @@ double MedianOf(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-double MedianPeak(const std::vector<BandwidthSample>& samples) {
-  std::vector<double> v;
-  for (const BandwidthSample& s : samples) v.push_back(s.peak_gbps);
-  return MedianOf(std::move(v));
+// The median of the faster half of `values` (sorted positions n/2 .. n-1): the healthy
+// peers' level while fewer than half of the values are slow.
+double UpperHalfMedian(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2));
+  return MedianOf(std::move(values));
 }
 
-double MedianTypical(const std::vector<BandwidthSample>& samples) {
-  std::vector<double> v;
-  for (const BandwidthSample& s : samples) v.push_back(s.typical_gbps);
-  return MedianOf(std::move(v));
+// The figures a round's bandwidths are judged against.
+struct BandwidthReference {
+  double median_peak = 0;   // of every sample: at or below 0, nothing is judged
+  double upper_peak = 0;    // UpperHalfMedian of the peaks
+  double upper_typical = 0; // UpperHalfMedian of the typical figures
+};
+
+BandwidthReference ReferenceOf(const std::vector<BandwidthSample>& samples) {
+  std::vector<double> peaks, typicals;
+  for (const BandwidthSample& s : samples) {
+    peaks.push_back(s.peak_gbps);
+    typicals.push_back(s.typical_gbps);
+  }
+  BandwidthReference r;
+  r.median_peak = MedianOf(peaks);
+  r.upper_peak = UpperHalfMedian(std::move(peaks));
+  r.upper_typical = UpperHalfMedian(std::move(typicals));
+  return r;
 }
 
 // Fails the answers of a bandwidth stage round that passed on contents but whose busbw is
@@ -333,8 +353,7 @@ void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& ta
   }
   const std::vector<int> slow = SlowBandwidthOutliers(samples);
   if (slow.empty()) return;
-  const double median_peak = MedianPeak(samples);
-  const double median_typical = MedianTypical(samples);
+  const BandwidthReference ref = ReferenceOf(samples);
   std::map<int, double> peak_of;
   for (const BandwidthSample& s : samples) peak_of[s.key] = s.peak_gbps;
   for (int i : slow) {
@@ -342,9 +361,9 @@ void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& ta
     const DiagnosisMachine& m = ctx.machines[static_cast<size_t>(tasks[static_cast<size_t>(i)].slot)];
     j.answer = Answer::kFailed;
     j.line = absl::StrFormat(
-        "%s: FAILED: busbw %.3g GB/s at best, below %.2gx the round median %.3g GB/s (typical %.3g GB/s)%s",
-        m.machine_id.empty() ? m.pod : m.machine_id, peak_of.at(i), kSlowBandwidthFraction, median_peak,
-        median_typical, Figures(*j.outcome));
+        "%s: FAILED: busbw %.3g GB/s at best, below %.2gx the round's faster half %.3g GB/s (typical %.3g GB/s)%s",
+        m.machine_id.empty() ? m.pod : m.machine_id, peak_of.at(i), kSlowBandwidthFraction, ref.upper_peak,
+        ref.upper_typical, Figures(*j.outcome));
   }
 }
 
@@ -353,11 +372,10 @@ void ApplyBandwidthRule(const DiagnosisContext& ctx, const std::vector<Task>& ta
 std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& samples, double fraction) {
   std::vector<int> out;
   if (samples.size() < 2) return out;
-  const double median_peak = MedianPeak(samples);
-  if (!(median_peak > 0)) return out;
-  const double median_typical = MedianTypical(samples);
+  const BandwidthReference ref = ReferenceOf(samples);
+  if (!(ref.median_peak > 0)) return out;
   for (const BandwidthSample& s : samples) {
-    if (s.peak_gbps < fraction * median_peak && s.peak_gbps < fraction * median_typical) out.push_back(s.key);
+    if (s.peak_gbps < fraction * ref.upper_peak && s.peak_gbps < fraction * ref.upper_typical) out.push_back(s.key);
   }
   return out;
 }

@@ -28,7 +28,7 @@ namespace peregrine {
 
 inline constexpr int64_t kAnswerMarginNs = 30'000'000'000;
 
-// A machine's fastest bus bandwidth below this fraction of its round's median fails the
+// A machine's fastest bus bandwidth below this fraction of its round's faster half fails the
 // stage (with the typical-run condition below). The stand-in cluster on a shared 2-core CPU
 // shows a starved healthy machine's fastest run down to 0.2x its peers' fastest but never
 // below about 0.9x their median typical run (measured, see the unit test); real degradations
@@ -43,9 +43,12 @@ struct BandwidthSample {
   double typical_gbps = 0;    // the median repetition
 };
 
-// The keys whose peak is below `fraction` x the median of all peaks and also below
-// `fraction` x the median of all typical figures (medians: the mean of the two middle values
-// for an even count), in input order. Fewer than two samples, or a median peak <= 0, give none. Pure.
+// The keys whose peak is below `fraction` x the median of the faster half of all peaks and
+// also below `fraction` x the median of the faster half of all typical figures (the faster
+// half: sorted positions n/2 .. n-1; a median of an even count is the mean of the two middle
+// values), in input order. The faster half is the healthy level while fewer than half of
+// the samples are slow, as when one bad NIC slows both members of its all-gather pairs.
+// Fewer than two samples, or a median of all peaks <= 0, give none. Pure.
 std::vector<int> SlowBandwidthOutliers(const std::vector<BandwidthSample>& samples,
                                        double fraction = kSlowBandwidthFraction);
 

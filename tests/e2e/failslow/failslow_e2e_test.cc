@@ -163,6 +163,8 @@ struct Injected {
 Injected InjectAndLocalize(LocalMode& mode, const std::vector<FaultRequest>& faults) {
   Injected out;
   out.before = WaitRunning(mode, 50);
+  INFO(TimelineEvents(mode) << "findings before the injection: " << out.before.fail_slows.size()
+                            << (out.before.fail_slows.empty() ? "" : ", the first: " + out.before.fail_slows[0].detail));
   REQUIRE(out.before.fail_slows.empty());
   out.injected_at = UnixNanos();
   for (const FaultRequest& f : faults) REQUIRE(mode.Inject(f).ok());
