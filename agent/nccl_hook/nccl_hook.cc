@@ -1,7 +1,7 @@
 // libperegrine_nccl.so: the NCCL interposer loaded with LD_PRELOAD.
 //
-// Each exported nccl* function forwards to the next definition (dlsym RTLD_NEXT,
-// resolved once) and appends a fixed-size record to this process's shared-memory ring
+// Each exported nccl* function forwards to the next definition (dlsym RTLD_NEXT, or the
+// loaded libnccl.so.2 when that is in a local scope; resolved once) and appends a fixed-size record to this process's shared-memory ring
 // (ring_format.h). What NCCL returns is returned unchanged; nothing here throws.
 //
 // Hot path (a traffic call with profiling and trap off): one relaxed load of the trap
@@ -95,12 +95,27 @@ struct RealNccl {
 RealNccl g_real;
 pthread_once_t g_resolve_once = PTHREAD_ONCE_INIT;
 
+// Where the wrappers find the real functions. Normally the next definition in the global
+// lookup order (RTLD_NEXT). But a libnccl.so.2 loaded into a local scope is invisible to
+// RTLD_NEXT while its callers still bind to these wrappers (LD_PRELOAD comes first in every
+// scope): PyTorch's, pulled in by an extension module that Python opens with RTLD_LOCAL.
+// Seen on a GPU machine (PyTorch 2.11, NCCL 2.28.9): every wrapper found nothing, so
+// every NCCL call of the job failed. Such a copy is found among the loaded objects by its
+// soname (RTLD_NOLOAD loads nothing); dlsym on its handle searches it and its own
+// dependencies only, never this library.
+void* g_local_nccl = nullptr;
+
 template <typename F>
 void Resolve(F* slot, const char* name) {
-  *slot = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  void* f = dlsym(RTLD_NEXT, name);
+  if (f == nullptr && g_local_nccl != nullptr) f = dlsym(g_local_nccl, name);
+  *slot = reinterpret_cast<F>(f);
 }
 
 void ResolveAll() {
+  if (dlsym(RTLD_NEXT, "ncclGetVersion") == nullptr) {
+    g_local_nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  }
   Resolve(&g_real.GetVersion, "ncclGetVersion");
   Resolve(&g_real.GetUniqueId, "ncclGetUniqueId");
   Resolve(&g_real.CommInitRank, "ncclCommInitRank");

@@ -56,6 +56,33 @@ TEST_CASE("gpu: nvidia-smi CSV of an 8-GPU node", "[unit]") {
   CHECK(Find(rs, "gpu0")->observed_at == kNow);
 }
 
+// Captured on a real NVIDIA H200 (driver 580.159.04, idle) with the agent's exact query:
+// the deprecated clocks_throttle_reasons.active name is still accepted there, idle reads
+// as reason 0x1 (gpu_idle), and the remapped-rows fields print "No".
+TEST_CASE("gpu: nvidia-smi CSV captured on a real H200 is parsed and judged healthy", "[unit]") {
+  absl::StatusOr<GpuReport> report = ParseNvidiaSmiCsv(Fixture("nvidia_smi_h200_real.csv"));
+  REQUIRE(report.ok());
+  REQUIRE(report->gpus.size() == 1);
+  const GpuSample& g = report->gpus[0];
+  CHECK(g.index == 0);
+  CHECK(g.uuid == "GPU-b672a480-1179-9640-da83-fdad741572cd");
+  CHECK(g.pci_bus_id == "00000000:00:06.0");
+  CHECK(g.temperature_c == 31);
+  CHECK(g.sm_clock_mhz == 345);
+  CHECK(g.mem_clock_mhz == 3201);
+  CHECK(g.throttle_reasons == 0x1u);
+  CHECK(*g.power_w == Approx(98.16));
+  CHECK(g.remap_pending == false);
+  CHECK(g.remap_failure == false);
+  const std::vector<InspectionResult> rs = EvaluateGpus(*report, 1, GpuThresholds{}, kNow);
+  REQUIRE(rs.size() == 1);
+  CHECK(Find(rs, "gpu0")->status == InspectionOutcome::kOk);
+
+  absl::StatusOr<std::vector<std::string>> ids = ParseGpuBusIds(Fixture("nvidia_smi_bus_id_h200_real.txt"));
+  REQUIRE(ids.ok());
+  CHECK(*ids == std::vector<std::string>{"0000:00:06"});
+}
+
 TEST_CASE("gpu: lost and missing GPUs are machine faults", "[unit]") {
   absl::StatusOr<GpuReport> report = ParseNvidiaSmiCsv(Fixture("nvidia_smi_lost.txt"));
   REQUIRE(report.ok());

@@ -170,6 +170,43 @@ TEST_CASE("hook over sim NCCL: 2 ranks, results unchanged, consistent records", 
   }
 }
 
+// PyTorch's case: Python opens the extension module with RTLD_LOCAL, so the module and
+// the libnccl.so.2 it needs sit in a local scope. The module's calls still bind to the
+// preloaded hook, but RTLD_NEXT from the hook cannot see that libnccl.so.2: without the
+// fallback every wrapper forwarded to nothing and every NCCL call of the job failed (seen
+// with PyTorch 2.11 and NCCL 2.28.9 on a GPU machine). Here Python's ctypes opens a small
+// library linked to sim's libnccl.so.2 the same way.
+TEST_CASE("hook over an NCCL library in a local scope (RTLD_LOCAL, as Python loads PyTorch) forwards and records", "[integration]") {
+  TempDir dir;
+  constexpr int kIterations = 12;
+  const std::string library = std::string(PEREGRINE_BINARY_DIR) + "/lib/libnccl_probe_local.so";
+  const std::string script =
+      "import ctypes, os, sys\n"
+      "lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL)\n"
+      "sys.exit(lib.PeregrineProbeLocal(int(sys.argv[2])))\n";
+  Child hooked({"/usr/bin/python3", "-c", script, library, std::to_string(kIterations)},
+               {{"LD_LIBRARY_PATH", testing::SimNcclDir()},
+                {"LD_PRELOAD", testing::HookPath()},
+                {"PEREGRINE_NCCL_RING_DIR", dir.path()},
+                {"PEREGRINE_NCCL_TIMEOUT_MS", ""},
+                {"PEREGRINE_SIM_FAULTS", ""},
+                {"RANK", "0"}},
+               dir.path() + "/local.out");
+  INFO(hooked.Output());
+  REQUIRE(hooked.Wait() == 0);
+  CHECK(hooked.Values()["results_ok"] == "1");
+
+  auto reader = NcclRingReader::Open(RingPath(dir, 0, hooked.pid()));
+  REQUIRE(reader.ok());
+  CHECK(std::filesystem::path((*reader)->Info().lib_path).parent_path() ==
+        std::filesystem::path(testing::SimNcclDir()));
+  const NcclPollResult poll = (*reader)->Poll(0);
+  CHECK(poll.lost == 0);
+  int allreduce = 0;
+  for (const NcclRecord& rec : poll.records) allreduce += rec.op == ring::kOpAllReduce ? 1 : 0;
+  CHECK(allreduce == kIterations);
+}
+
 TEST_CASE("trap mode pauses both ranks at call boundaries and releases them", "[integration]") {
   TempDir dir;
   constexpr int kIterations = 20000;
