@@ -300,6 +300,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["attempt"] = s.attempt;
   j["resumeStep"] = s.resume_step;
   j["attemptStartedAt"] = Time(s.attempt_started_at);
+  j["firstStepSeconds"] = s.first_step_seconds;
   j["masterAddr"] = s.master_addr;
   j["masterPort"] = s.master_port;
   j["codeVersion"] = CodeToJson(s.code);
@@ -400,6 +401,19 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
           {"masterPort", v.master_port}, {"slowGpus", v.slow_gpus},
           {"slowLinks", v.slow_links},  {"detail", v.detail}};
     }
+    if (f.mitigation.strategy_started_at != 0) {
+      const FailSlowMitigationRecord& m = f.mitigation;
+      json unavailable = json::array();
+      for (MitigationStrategy u : m.reported_unavailable) unavailable.push_back(ToString(u));
+      fail_slows.back()["mitigation"] = {
+          {"strategy", ToString(m.strategy)},    {"strategyStartedAt", Time(m.strategy_started_at)},
+          {"accountedUntil", Time(m.accounted_until)}, {"lossRate", m.loss_rate},
+          {"lossSeconds", m.loss_seconds},       {"reportedUnavailable", unavailable},
+          {"blocker", Bounded(m.blocker)},       {"costSeconds", m.cost_seconds},
+          {"costSource", Bounded(m.cost_source)}, {"breakEvenAt", Time(m.break_even_at)},
+          {"replaceMachines", m.replace_machines}, {"incidentId", m.incident_id},
+          {"stoppedAt", Time(m.stopped_at)},     {"detail", Bounded(m.detail)}};
+    }
   }
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
@@ -425,6 +439,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     s.attempt = IntValue<uint64_t>(j, "attempt", 0);
     s.resume_step = IntValue<uint64_t>(j, "resumeStep", 0);
     s.attempt_started_at = ParseTime(j, "attemptStartedAt");
+    s.first_step_seconds = j.value("firstStepSeconds", 0.0);
     s.master_addr = j.value("masterAddr", "");
     s.master_port = IntValue<uint32_t>(j, "masterPort", 0);
     if (j.contains("codeVersion")) s.code = CodeFromJson(j["codeVersion"]);
@@ -556,6 +571,29 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
         y.slow_gpus = IntVector<int>(v, "slowGpus");
         y.slow_links = v.value("slowLinks", std::vector<std::string>{});
         y.detail = v.value("detail", "");
+      }
+      if (f.contains("mitigation")) {
+        const json& m = f.at("mitigation");
+        FailSlowMitigationRecord& y = x.mitigation;
+        ReadEnum(m, "strategy", ParseMitigationStrategy, "failSlows[].mitigation.strategy", &y.strategy);
+        y.strategy_started_at = ParseTime(m, "strategyStartedAt");
+        y.accounted_until = ParseTime(m, "accountedUntil");
+        y.loss_rate = m.value("lossRate", 0.0);
+        y.loss_seconds = m.value("lossSeconds", 0.0);
+        for (const json& u : m.value("reportedUnavailable", json::array())) {
+          MitigationStrategy strategy = MitigationStrategy::kIgnore;
+          ReadEnum(json{{"s", u}}, "s", ParseMitigationStrategy, "failSlows[].mitigation.reportedUnavailable[]",
+                   &strategy);
+          y.reported_unavailable.push_back(strategy);
+        }
+        y.blocker = m.value("blocker", "");
+        y.cost_seconds = m.value("costSeconds", 0.0);
+        y.cost_source = m.value("costSource", "");
+        y.break_even_at = ParseTime(m, "breakEvenAt");
+        y.replace_machines = m.value("replaceMachines", std::vector<std::string>{});
+        y.incident_id = IntValue<uint64_t>(m, "incidentId", 0);
+        y.stopped_at = ParseTime(m, "stoppedAt");
+        y.detail = m.value("detail", "");
       }
       s.fail_slows.push_back(std::move(x));
     }

@@ -172,6 +172,28 @@ struct FailSlowValidation {
   std::string detail;                 // the figures behind the verdict, or why it failed
 };
 
+// The mitigation ladder's state for one finding (failslow_mitigation.h): the current
+// strategy, the loss accumulated on it (ski-rental), what was reported, and the
+// replacement asked for. Persisted so a restarted controller continues where it was.
+struct FailSlowMitigationRecord {
+  MitigationStrategy strategy = MitigationStrategy::kIgnore;
+  int64_t strategy_started_at = 0;  // 0: the ladder has not seen the finding yet
+  int64_t accounted_until = 0;      // the loss is integrated up to here
+  double loss_rate = 0;             // the wasted fraction of wall time in force since accounted_until
+  double loss_seconds = 0;          // loss accumulated on the current strategy
+  // Strategies reported unavailable for this finding ("redistribute", "remap"): each once.
+  std::vector<MitigationStrategy> reported_unavailable;
+  std::string blocker;        // why it does not escalate now, as last reported ("" none)
+  double cost_seconds = 0;    // the next strategy's one-time cost at the last decision
+  std::string cost_source;    // which measurement gave it
+  int64_t break_even_at = 0;  // when the loss reached the cost (MonitorOnly: reported, not acted on)
+  // S4: the machines to evict (asked of the decision engine) and the incident that does.
+  std::vector<std::string> replace_machines;
+  uint64_t incident_id = 0;
+  int64_t stopped_at = 0;  // the finding ended: the ladder stopped
+  std::string detail;      // the figures behind the last decision
+};
+
 struct FailSlowFinding {
   uint64_t id = 0;
   FailSlowState state = FailSlowState::kProfiling;
@@ -189,6 +211,7 @@ struct FailSlowFinding {
   int64_t ended_at = 0;         // 0 while ongoing
   std::string detail;           // the numbers behind the verdict
   FailSlowValidation validation;
+  FailSlowMitigationRecord mitigation;
 };
 
 // The loss monitor's running reference (loss_monitor.h): recent per-step medians over the
@@ -283,6 +306,10 @@ struct JobStatus {
   uint64_t attempt = 0;
   uint64_t resume_step = 0;
   int64_t attempt_started_at = 0;
+  // Attempt 1's start-up as measured: from its start to the first step every reporting
+  // rank completed (seconds; 0 until then). The restart cost before any incident
+  // (failslow_mitigation.h MeasureRestartCost).
+  double first_step_seconds = 0;
   std::string master_addr;
   uint32_t master_port = 0;
   CodeVersionSpec code;

@@ -61,7 +61,13 @@ constexpr Names<IncidentKind> kIncidentKind[] = {
     {IncidentKind::kNetworkAlarms, "NetworkAlarms"}, {IncidentKind::kProcessCrash, "ProcessCrash"},
     {IncidentKind::kUserCodeError, "UserCodeError"}, {IncidentKind::kNaNLoss, "NaNLoss"},
     {IncidentKind::kLossSpike, "LossSpike"},         {IncidentKind::kSilentDataCorruption, "SilentDataCorruption"},
-    {IncidentKind::kHang, "Hang"},                   {IncidentKind::kMfuDrop, "MfuDrop"}};
+    {IncidentKind::kHang, "Hang"},                   {IncidentKind::kMfuDrop, "MfuDrop"},
+    {IncidentKind::kFailSlow, "FailSlow"}};
+constexpr Names<MitigationStrategy> kMitigationStrategy[] = {
+    {MitigationStrategy::kIgnore, "ignore"},
+    {MitigationStrategy::kRedistribute, "redistribute"},
+    {MitigationStrategy::kRemap, "remap"},
+    {MitigationStrategy::kReplace, "replace"}};
 constexpr Names<DiagnosticKind> kDiagnosticKind[] = {
     {DiagnosticKind::kEud, "eud"},         {DiagnosticKind::kAllToAll, "all_to_all"},
     {DiagnosticKind::kAllGather, "all_gather"}, {DiagnosticKind::kAlignment, "alignment"},
@@ -101,6 +107,7 @@ PEREGRINE_NAMES(FailSlowState, kFailSlowState)
 PEREGRINE_NAMES(FailSlowKind, kFailSlowKind)
 PEREGRINE_NAMES(FailSlowTier, kFailSlowTier)
 PEREGRINE_NAMES(IncidentKind, kIncidentKind)
+PEREGRINE_NAMES(MitigationStrategy, kMitigationStrategy)
 PEREGRINE_NAMES(DiagnosticKind, kDiagnosticKind)
 PEREGRINE_NAMES(InvestigationKind, kInvestigationKind)
 PEREGRINE_NAMES(InvestigationState, kInvestigationState)

@@ -68,7 +68,8 @@ std::optional<FailSlowTier> ParseFailSlowTier(std::string_view name);
 
 // Incident::kind, the class of trouble: "MachineLost", "MachineFault", "NetworkAlarms",
 // "ProcessCrash", "UserCodeError", "NaNLoss", "LossSpike", "SilentDataCorruption", "Hang",
-// "MfuDrop". The string is also the Warning event's reason and the Degraded condition's.
+// "MfuDrop", "FailSlow" (the mitigation ladder replaces a slow machine). The string is also
+// the Warning event's reason and the Degraded condition's.
 enum class IncidentKind {
   kMachineLost,
   kMachineFault,
@@ -80,9 +81,17 @@ enum class IncidentKind {
   kSilentDataCorruption,
   kHang,
   kMfuDrop,
+  kFailSlow,
 };
 const char* ToString(IncidentKind value);
 std::optional<IncidentKind> ParseIncidentKind(std::string_view name);
+
+// FailSlowMitigationRecord::strategy, the rungs of the mitigation ladder
+// (failslow_mitigation.h): "ignore" (S1), "redistribute" (S2, micro-batches), "remap"
+// (S3, topology), "replace" (S4, evict the slow machine).
+enum class MitigationStrategy { kIgnore, kRedistribute, kRemap, kReplace };
+const char* ToString(MitigationStrategy value);
+std::optional<MitigationStrategy> ParseMitigationStrategy(std::string_view name);
 
 // DiagnosticRequest::kind, the diagnostics the controller asks an agent to run
 // (agent/diagnostics/README.md): "eud", "all_to_all", "all_gather", "alignment", "replay",
