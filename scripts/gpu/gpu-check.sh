@@ -9,12 +9,15 @@
 #   3. libperegrine_nccl.so preloaded into PyTorch's real NCCL: the same all-reduce loop
 #      plain, hooked (recording) and hooked with profiling (CUDA events), per-call cost and
 #      ratio, and each ring summarised (calls recorded, CUDA-event state, device times
-#      against PyTorch's own CUDA-event timing).
-# Usage: scripts/gpu/gpu-check.sh BIN_DIR LIB_DIR OUT_DIR
-#   BIN_DIR holds peregrine-gemm; LIB_DIR holds libperegrine_nccl.so (and, when the binaries
-#   were built on another distribution, the shared libraries they need).
+#      against PyTorch's own CUDA-event timing);
+#   4. with PYTHON_DIR: the checkpoint client's Python tests (tests/client/test_checkpoint.py)
+#      on that machine's PyTorch, CUDA tensors included.
+# Usage: scripts/gpu/gpu-check.sh BIN_DIR LIB_DIR OUT_DIR [PYTHON_DIR]
+#   BIN_DIR holds peregrine-gemm and peregrine-finish-shard; LIB_DIR holds
+#   libperegrine_nccl.so and libperegrine_client.so (and, when the binaries were built on
+#   another distribution, the shared libraries they need); PYTHON_DIR the build's python/.
 set -uo pipefail
-bin=$(cd "$1" && pwd); lib=$(cd "$2" && pwd); out=$3
+bin=$(cd "$1" && pwd); lib=$(cd "$2" && pwd); out=$3; pydir=${4:+$(cd "$4" && pwd)}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$out"
 py=${PYTHON:-python3}
@@ -81,4 +84,12 @@ for line in open(f"{out}/rings.jsonl"):
               f"{dev['n']} calls; PyTorch's CUDA events (profiled run): {runs['profiled']['large_event_ms_median'] * 1e3:.1f} us")
 PY
 rm -rf "$rings"
+
+if [[ -n "$pydir" ]]; then
+  echo "== 4. the checkpoint client on this machine's PyTorch"
+  (cd "$here/../../tests/client" &&
+   PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$pydir" PEREGRINE_CLIENT_LIB="$lib/libperegrine_client.so" \
+   PEREGRINE_FINISH_SHARD="$bin/peregrine-finish-shard" $py -m unittest -v test_checkpoint 2>&1)
+  echo "exit $?"
+fi
 echo "== done"
