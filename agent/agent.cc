@@ -28,6 +28,7 @@
 #include "agent/diagnostics/diagnostic_runner.h"
 #include "agent/failslow_monitor.h"
 #include "agent/inspection_runner.h"
+#include "agent/microbatch_plan_file.h"
 #include "agent/progress_parser.h"
 #include "agent/proto_translation.h"
 #include "agent/self_check.h"
@@ -59,7 +60,8 @@
 //   * commands go through CommandState, which answers a repeated id from its record;
 //     the loop executes its actions: stopping and starting training, signals,
 //     stack capture (on a worker thread), diagnostics (one at a time, through
-//     agent/diagnostics) and the NCCL hook's mode.
+//     agent/diagnostics), the NCCL hook's mode and the micro-batch plan file (removed at
+//     start and before every launch, agent/microbatch_plan_file.h).
 // The agent never restarts training by itself and keeps it running while the
 // controller is away (the link reconnects with jittered backoff). On shutdown every
 // training process group gets SIGTERM, SIGKILL after grace_ms; Wait() then returns
@@ -142,6 +144,8 @@ class Agent::Impl {
       }
     }
     diagnostics_ = std::make_unique<DiagnosticRunner>(DiagnosticRunnerOptionsFor(options_));
+    // A plan left by an earlier agent of this pod belongs to no run of this one.
+    if (absl::Status cleared = ClearMicroBatchPlan(plan_path_); !cleared.ok()) return cleared;
     // Without a store (no shared memory, a port taken) training still runs, without
     // in-memory checkpoints; the reason goes to the controller as a log event.
     absl::StatusOr<std::unique_ptr<checkpoint::AgentCheckpoints>> checkpoints =
@@ -581,12 +585,16 @@ class Agent::Impl {
   }
 
   void Run(const NcclModeAction& mode) { failslow_->SetMode(mode.profiling, mode.trap); }
+  void Run(const MicroBatchPlanAction& plan) {
+    FinishWith(plan.id, OutcomeToProto(CommandOutcome::FromStatus(WriteMicroBatchPlan(plan_path_, plan.plan))));
+  }
   void Run(const LogAction& log) { ReportLog(log.text); }
 
   // Builds the processes of `assignment` and starts them; nothing runs on error.
   absl::Status Launch(const TrainingAssignment& assignment) {
     PEREGRINE_CHECK(supervisor_->Idle()) << "Launch with live processes";
     if (absl::Status ready = PrepareCheckpoints(assignment); !ready.ok()) return ready;
+    if (absl::Status cleared = ClearMicroBatchPlan(plan_path_); !cleared.ok()) return cleared;
     absl::StatusOr<std::vector<ProcessSpec>> plan =
         PrepareLaunch(options_, assignment, failslow_.get(), checkpoints_ ? checkpoints_->store() : nullptr);
     if (!plan.ok()) return plan.status();
@@ -621,6 +629,7 @@ class Agent::Impl {
   const AgentOptions options_;
   absl::Duration heartbeat_interval_;
   const absl::Time start_time_;
+  const std::string plan_path_ = MicroBatchPlanPathFor(options_.log_dir, options_.pod_name);
 
   // Cross-thread plumbing.
   int wake_fd_ = -1;

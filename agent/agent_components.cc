@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/launch_plan.h"
+#include "agent/microbatch_plan_file.h"
 #include "agent/proto_translation.h"
 #include "agent/supervisor.h"
 
@@ -54,6 +55,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
   context.log_dir = options.log_dir;
   context.started_at = absl::FormatTime(absl::RFC3339_sec, options.clock->Now(), absl::UTCTimeZone());
   context.client_dir = ClientDirFor(options);
+  context.microbatch_plan_path = MicroBatchPlanPathFor(options.log_dir, options.pod_name);
   if (store != nullptr) {
     context.checkpoint_area = store->area();
     context.checkpoint_allowance = store->AllowanceBytes();

@@ -36,6 +36,11 @@
 // is answered only once the rings show training paused (OnPauseCheck), or with
 // DEADLINE_EXCEEDED after kTrapPauseDeadline; a newer nccl_mode supersedes it
 // (ABORTED).
+//
+// set_microbatch_plan is checked here (a valid plan, one count per data-parallel replica
+// of the running assignment, training running with no start queued, since every start
+// clears the plan) and written by the loop (MicroBatchPlanAction); an empty plan clears
+// it at any time.
 
 namespace peregrine {
 
@@ -129,6 +134,8 @@ std::vector<AgentAction> CommandState::OnCommand(const AgentCommand& command, co
       Restart(id, assignment, options_.default_grace);
       return {};
     }
+    case Kind::kSetMicroBatchPlan:
+      return SetMicroBatchPlan(command);
     case Kind::kUnknown:
       break;
   }
@@ -176,6 +183,29 @@ std::vector<AgentAction> CommandState::RunDiagnostic(const AgentCommand& command
   task.gpus = gpus;
   task.rank_base = rank_base;
   return {DiagnosticAction{command.id, std::move(task)}};
+}
+
+std::vector<AgentAction> CommandState::SetMicroBatchPlan(const AgentCommand& command) {
+  const MicroBatchPlan& plan = command.microbatch_plan;
+  auto fail = [&](absl::StatusCode code, const std::string& why) -> std::vector<AgentAction> {
+    return {FinishAction{command.id, CommandOutcome{code, absl::StrCat("set_microbatch_plan: ", why)}}};
+  };
+  if (plan.empty()) return {MicroBatchPlanAction{command.id, plan}};
+  if (absl::Status valid = ValidateMicroBatchPlan(plan); !valid.ok()) {
+    return fail(absl::StatusCode::kInvalidArgument, std::string(valid.message()));
+  }
+  bool start_queued = false;
+  for (const Step& step : steps_) start_queued = start_queued || step.kind == Step::Kind::kStart;
+  if (!started_ || intentional_stop_ || !assignment_ || start_queued) {
+    return fail(absl::StatusCode::kFailedPrecondition,
+                "no training run to apply it to (nothing runs, or a start is queued: every start clears the plan)");
+  }
+  if (plan.counts.size() != assignment_->layout.data) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                absl::StrCat("counts: ", plan.counts.size(), " entries, but the running assignment has ",
+                             assignment_->layout.data, " data-parallel replicas"));
+  }
+  return {MicroBatchPlanAction{command.id, plan}};
 }
 
 std::vector<AgentAction> CommandState::Advance(const SupervisorView& view) {

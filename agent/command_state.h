@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "agent/training_assignment.h"
+#include "client/microbatch_plan_format.h"
 
 namespace peregrine {
 
@@ -58,6 +59,7 @@ struct AgentCommand {
     kRunDiagnostic,
     kNcclMode,
     kHotUpdate,
+    kSetMicroBatchPlan,
   };
   std::string id;
   Kind kind = Kind::kUnknown;
@@ -71,6 +73,7 @@ struct AgentCommand {
   bool trap = false;
   TrainingCode code;  // hot_update
   bool urgent = false;
+  MicroBatchPlan microbatch_plan;  // set_microbatch_plan
 };
 
 // A command's result status. Unlike absl::Status, an OK outcome may carry a message.
@@ -126,11 +129,16 @@ struct NcclModeAction {
   bool profiling = false;
   bool trap = false;
 };
+struct MicroBatchPlanAction {  // write (or, empty, remove) the plan file, then finish `id`
+  std::string id;
+  MicroBatchPlan plan;
+};
 struct LogAction {
   std::string text;
 };
 using AgentAction = std::variant<StopAction, StartAction, SignalAction, FinishAction, ResendAction,
-                                 CaptureStacksAction, DiagnosticAction, NcclModeAction, LogAction>;
+                                 CaptureStacksAction, DiagnosticAction, NcclModeAction, MicroBatchPlanAction,
+                                 LogAction>;
 
 struct CommandStateOptions {
   AgentRole role = AgentRole::kActive;
@@ -188,6 +196,7 @@ class CommandState {
 
   void Restart(const std::string& id, const TrainingAssignment& assignment, absl::Duration grace);
   std::vector<AgentAction> RunDiagnostic(const AgentCommand& command);
+  std::vector<AgentAction> SetMicroBatchPlan(const AgentCommand& command);
 
   const CommandStateOptions options_;
   AgentRole role_;

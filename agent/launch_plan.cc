@@ -46,6 +46,7 @@ EnvMap MachineEnvironment(const peregrine::v1::Assignment& a, const LaunchContex
     env["PEREGRINE_CHECKPOINT_INTERVAL"] = absl::StrCat(a.checkpoint().interval_steps());
     env["PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES"] = absl::StrCat(context.checkpoint_allowance);
   }
+  if (!context.microbatch_plan_path.empty()) env["PEREGRINE_MICROBATCH_PLAN"] = context.microbatch_plan_path;
   return env;
 }
 

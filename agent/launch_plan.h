@@ -15,7 +15,8 @@
 //   with a client dir: PEREGRINE_CLIENT_LIB (<dir>/lib/libperegrine_client.so) and PYTHONPATH
 //   prefixed with <dir>/python (the `peregrine` package); when the assignment's checkpoint
 //   plan has interval_steps > 0 and a checkpoint area is set: PEREGRINE_CHECKPOINT_DIR
-//   (<area>/own/rank-<g>), PEREGRINE_CHECKPOINT_INTERVAL, PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES.
+//   (<area>/own/rank-<g>), PEREGRINE_CHECKPOINT_INTERVAL, PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES;
+//   with a micro-batch plan path: PEREGRINE_MICROBATCH_PLAN (agent/microbatch_plan_file.h).
 //
 // Pure: the agent's environment and paths are inputs. Thread-compatible.
 #ifndef PEREGRINE_AGENT_LAUNCH_PLAN_H_
@@ -42,6 +43,7 @@ struct LaunchContext {
   std::string client_dir;              // holds lib/libperegrine_client.so and python/peregrine/
   std::string checkpoint_area;         // the agent's checkpoint store area; empty: none
   uint64_t checkpoint_allowance = 0;   // PEREGRINE_CHECKPOINT_MAX_SHARD_BYTES
+  std::string microbatch_plan_path;    // PEREGRINE_MICROBATCH_PLAN; empty: not set
 };
 
 // One worker of a torchrun-style world: what torchrun's rendezvous variables say.

@@ -51,6 +51,11 @@ std::optional<ProgressRecord> ParseProgressLine(std::string_view line) {
     } else if (key == "iter_ms") {
       std::optional<double> ms = ParseDouble(std::string_view(value.data(), value.size()));
       if (ms && *ms >= 0 && *ms == *ms) record.iter_ms = ms;
+    } else if (key == "mb") {
+      uint32_t mb = 0;
+      if (!value.empty() && value[0] != '-' && value[0] != '+' && absl::SimpleAtoi(value, &mb) && mb > 0) {
+        record.micro_batches = mb;
+      }
     }
   }
   if (!has_step) return std::nullopt;
@@ -73,6 +78,7 @@ void RankProgress::Observe(const ProgressRecord& record, absl::Time now) {
   current_.last_completed_step = record.step;
   if (record.loss) current_.last_loss = *record.loss;
   if (record.grad_norm) current_.last_grad_norm = *record.grad_norm;
+  if (record.micro_batches) current_.last_micro_batches = *record.micro_batches;
   current_.last_step_time = now;
   ++current_.steps_in_window;
 

@@ -1,12 +1,15 @@
 // Training progress parsed from the training processes' output.
 //
 // A training process reports a completed iteration with a line
-//   [peregrine] step=<n> loss=<x> grad_norm=<g> iter_ms=<t>
+//   [peregrine] step=<n> loss=<x> grad_norm=<g> iter_ms=<t> mb=<m>
 // Any text may precede "[peregrine]" (timestamps, logger prefixes). step is
 // required (a non-negative integer); the other keys are optional and may come in
 // any order; unknown keys are ignored; a malformed optional value is treated as
 // missing. loss/grad_norm may be "nan" or "inf" (that is exactly what the
-// controller wants to see). A trainer's closing line
+// controller wants to see). mb is the number of micro-batches the rank ran in that step
+// (a positive integer), printed by trainers that take their share of the step from
+// pg_microbatches: its presence tells that the trainer follows micro-batch plans. A
+// trainer's closing line
 //   [peregrine] final step=<n> weight_digest=<hex>
 // is progress too (step <n> completed; the word "final" and the digest are ignored).
 //
@@ -36,6 +39,7 @@ struct ProgressRecord {
   std::optional<double> loss;
   std::optional<double> grad_norm;
   std::optional<double> iter_ms;
+  std::optional<uint32_t> micro_batches;  // mb
 };
 
 // Returns the record on a progress line, nullopt for any other line (including
@@ -50,6 +54,7 @@ struct ProgressWindow {
   double mean_iteration_seconds = 0;  // 0 when the window holds no timing
   uint32_t steps_in_window = 0;
   absl::Time last_step_time = absl::InfinitePast();
+  uint32_t last_micro_batches = 0;  // the latest mb= of a step (0: never reported)
 };
 
 class RankProgress {

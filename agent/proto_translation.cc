@@ -129,6 +129,16 @@ AgentCommand CommandFromProto(const v1::Command& command) {
       out.urgent = command.hot_update().urgent();
       out.assignment = AssignmentFromProto(command.hot_update().assignment());
       break;
+    case v1::Command::kSetMicrobatchPlan: {
+      const v1::SetMicroBatchPlan& plan = command.set_microbatch_plan();
+      out.kind = Kind::kSetMicroBatchPlan;
+      out.microbatch_plan.plan_id = plan.plan_id();
+      out.microbatch_plan.from_step = plan.from_step();
+      out.microbatch_plan.counts.assign(plan.counts().begin(), plan.counts().end());
+      out.microbatch_plan.gradient_scale = plan.gradient_scale();
+      out.microbatch_plan.global_micro_batches = plan.global_micro_batches();
+      break;
+    }
     default:
       out.kind = Kind::kUnknown;
       break;
@@ -259,6 +269,7 @@ void FillIterationSummary(int global_rank, const ProgressWindow& window, v1::Ite
   out->set_mean_iteration_seconds(window.mean_iteration_seconds);
   out->set_steps_in_window(window.steps_in_window);
   out->set_last_step_time(absl::ToUnixNanos(window.last_step_time));
+  out->set_micro_batches(window.last_micro_batches);
 }
 
 void FillProcessState(const ProcessStatus& process, v1::ProcessState* out) {

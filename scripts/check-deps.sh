@@ -27,7 +27,7 @@ declare -A allowed=(
   [agent/nccl_ring]="base/fnv1a.h diagnosis/"
   [agent/nccl_hook]="agent/nccl_ring/"
   [agent/checkpoint]="base/ checkpoint/ proto/ peregrine/v1/"
-  [agent]="base/ proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/ agent/checkpoint/"
+  [agent]="base/ proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/ agent/checkpoint/ client/microbatch_plan_format.h"
   [sim]="base/fnv1a.h diagnosis/parallel_layout.h diagnosis/tools/nccl_rendezvous.h diagnosis/tools/standin_device.h client/peregrine_client.h client/checkpoint_client.h"
 )
 # Files that wire the adapters together (main): they may also use these.

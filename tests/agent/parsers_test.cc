@@ -79,8 +79,8 @@ TEST_CASE("rank progress summarises a window", "[unit]") {
   CHECK_FALSE(progress.Current().has_progress);
 
   SECTION("reported iteration times are averaged") {
-    progress.Observe(ProgressRecord{10, 2.0, 1.0, 100.0}, t0);
-    progress.Observe(ProgressRecord{11, 1.9, 0.9, 300.0}, t0 + absl::Seconds(1));
+    progress.Observe(ProgressRecord{10, 2.0, 1.0, 100.0, std::nullopt}, t0);
+    progress.Observe(ProgressRecord{11, 1.9, 0.9, 300.0, std::nullopt}, t0 + absl::Seconds(1));
     ProgressWindow w = progress.TakeWindow();
     CHECK(w.has_progress);
     CHECK(w.last_completed_step == 11);
@@ -95,8 +95,8 @@ TEST_CASE("rank progress summarises a window", "[unit]") {
     CHECK(empty.last_completed_step == 11);
   }
   SECTION("the final line repeating the last step is no new iteration") {
-    progress.Observe(ProgressRecord{9, 2.0, 1.0, 100.0}, t0);
-    progress.Observe(ProgressRecord{10, 1.9, 0.9, 300.0}, t0 + absl::Seconds(1));
+    progress.Observe(ProgressRecord{9, 2.0, 1.0, 100.0, std::nullopt}, t0);
+    progress.Observe(ProgressRecord{10, 1.9, 0.9, 300.0, std::nullopt}, t0 + absl::Seconds(1));
     progress.Observe(*ParseProgressLine("[peregrine] final step=10 weight_digest=00"), t0 + absl::Seconds(5));
     ProgressWindow w = progress.TakeWindow();
     CHECK(w.last_completed_step == 10);
@@ -111,10 +111,10 @@ TEST_CASE("rank progress summarises a window", "[unit]") {
     CHECK(only_final.Current().last_completed_step == 40);
   }
   SECTION("without iter_ms the observed spacing is used, across windows") {
-    progress.Observe(ProgressRecord{1, 3.0, std::nullopt, std::nullopt}, t0);
+    progress.Observe(ProgressRecord{1, 3.0, std::nullopt, std::nullopt, std::nullopt}, t0);
     progress.TakeWindow();
-    progress.Observe(ProgressRecord{3, std::nullopt, std::nullopt, std::nullopt}, t0 + absl::Seconds(1));
-    progress.Observe(ProgressRecord{4, std::nullopt, std::nullopt, std::nullopt}, t0 + absl::Seconds(2));
+    progress.Observe(ProgressRecord{3, std::nullopt, std::nullopt, std::nullopt, std::nullopt}, t0 + absl::Seconds(1));
+    progress.Observe(ProgressRecord{4, std::nullopt, std::nullopt, std::nullopt, std::nullopt}, t0 + absl::Seconds(2));
     ProgressWindow w = progress.TakeWindow();
     CHECK(w.steps_in_window == 2);
     CHECK(w.mean_iteration_seconds == Approx(2.0 / 3.0));
