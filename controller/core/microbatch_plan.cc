@@ -53,11 +53,13 @@ struct HeapEntry {
 };
 
 // std heaps keep the greatest on top; this puts the earliest finish, then the lowest
-// index, there.
-bool LaterThan(const HeapEntry& a, const HeapEntry& b) {
-  if (a.finish != b.finish) return a.finish > b.finish;
-  return a.index > b.index;
-}
+// index, there. A function object, so the heap operations inline it.
+struct LaterThan {
+  bool operator()(const HeapEntry& a, const HeapEntry& b) const {
+    if (a.finish != b.finish) return a.finish > b.finish;
+    return a.index > b.index;
+  }
+};
 
 // The cap of replica i with "no cap" (0) as M: nobody can take more than M.
 int64_t EffectiveCap(const std::vector<int64_t>& caps, size_t i, int64_t m) {
@@ -127,33 +129,38 @@ absl::Status ValidatePlanInputs(const MicroBatchSplitInputs& in) {
 double RelaxedLevel(const std::vector<double>& t, const std::vector<int64_t>& cap, int64_t r) {
   struct Breakpoint {
     double x;
-    int active_change;  // +1 where replica i starts to count, -1 where its cap binds
-    long double slope_change;   // +-1/t_i
-    long double offset_change;  // f = slope * x + offset between breakpoints
+    // Replica index times 2, plus 1 where its cap binds (else it starts to count there).
+    uint64_t replica_and_kind;
   };
   std::vector<Breakpoint> points;
   points.reserve(2 * t.size());
   for (size_t i = 0; i < t.size(); ++i) {
-    points.push_back({t[i], 1, 1.0L / t[i], -1.0L});
+    points.push_back({t[i], 2 * static_cast<uint64_t>(i)});
     // At M (no cap, or a cap >= M) f passes r before the cap would bind.
     if (cap[i] < std::numeric_limits<int64_t>::max()) {
-      points.push_back({static_cast<double>(cap[i]) * t[i], -1, -1.0L / t[i],
-                        static_cast<long double>(cap[i])});
+      points.push_back({static_cast<double>(cap[i]) * t[i], 2 * static_cast<uint64_t>(i) + 1});
     }
   }
   std::sort(points.begin(), points.end(),
             [](const Breakpoint& a, const Breakpoint& b) { return a.x < b.x; });
   const long double target = static_cast<long double>(r);
-  int64_t active = 0;  // replicas whose term grows at this x; slope = sum of their 1/t_i
-  long double slope = 0.0L;
-  long double offset = 0.0L;
+  int64_t active = 0;          // replicas whose term grows at this x
+  long double slope = 0.0L;    // the sum of their 1 / t_i
+  long double offset = 0.0L;   // f = slope * x + offset until the next breakpoint
   for (const Breakpoint& p : points) {
     if (active > 0 && slope * p.x + offset > target) {
       return static_cast<double>((target - offset) / slope);
     }
-    active += p.active_change;
-    slope += p.slope_change;
-    offset += p.offset_change;
+    const size_t i = static_cast<size_t>(p.replica_and_kind / 2);
+    if (p.replica_and_kind % 2 == 0) {  // from here x / t_i - 1
+      ++active;
+      slope += 1.0L / t[i];
+      offset -= 1.0L;
+    } else {  // from here c_i - 1
+      --active;
+      slope -= 1.0L / t[i];
+      offset += static_cast<long double>(cap[i]);
+    }
   }
   if (active > 0) return static_cast<double>((target - offset) / slope);
   return std::numeric_limits<double>::infinity();
@@ -207,16 +214,16 @@ absl::StatusOr<MicroBatchSplit> PlanMicroBatches(const MicroBatchSplitInputs& in
       heap.push_back({static_cast<double>(counts[i] + 1) * t[i], static_cast<int64_t>(i)});
     }
   }
-  std::make_heap(heap.begin(), heap.end(), LaterThan);
+  std::make_heap(heap.begin(), heap.end(), LaterThan());
   for (; assigned < m; ++assigned) {
     // Validation guarantees the caps hold M, so the heap is not empty here.
-    std::pop_heap(heap.begin(), heap.end(), LaterThan);
+    std::pop_heap(heap.begin(), heap.end(), LaterThan());
     HeapEntry& top = heap.back();
     const size_t i = static_cast<size_t>(top.index);
     ++counts[i];
     if (counts[i] < cap[i]) {
       top.finish = static_cast<double>(counts[i] + 1) * t[i];
-      std::push_heap(heap.begin(), heap.end(), LaterThan);
+      std::push_heap(heap.begin(), heap.end(), LaterThan());
     } else {
       heap.pop_back();
     }
