@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "controller/core/agent_reach.h"
 #include "controller/core/conditions.h"
+#include "controller/core/failslow_mitigation.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
 #include "controller/core/list_summary.h"
@@ -60,6 +61,12 @@ void Decider::TrackProgress() {
     }
   }
   if (min_step == std::numeric_limits<uint64_t>::max()) min_step = st.resume_step;
+  // Attempt 1's start-up, measured once: the fail-slow ladder's restart cost before any
+  // incident (failslow_mitigation.h MeasureRestartCost).
+  if (st.attempt == 1 && st.first_step_seconds == 0 && st.attempt_started_at != 0 && min_step > st.resume_step &&
+      now_ > st.attempt_started_at) {
+    st.first_step_seconds = static_cast<double>(now_ - st.attempt_started_at) / kNanosPerSecond;
+  }
   st.last_completed_step = std::max(st.last_completed_step, min_step);
   st.max_completed_step = std::max(st.max_completed_step, max_step);
   if (iter_n > 0) st.mean_iteration_seconds = iter_sum / iter_n;
@@ -258,6 +265,27 @@ void Decider::DetectAndTriage() {
     process_failed = true;
     signals.push_back(hang.reason);
   }
+  // The fail-slow ladder decided S4 (failslow_mitigation.h): its machines are at fault, under
+  // an incident of kind FailSlow that opens only when no other incident is open (and is
+  // decided with the others at the end of its triage window). The MFU-drop path never
+  // acts on the same slowdown: it stands down while a fail-slow is localized.
+  std::optional<FailSlowReplacement> failslow;
+  {
+    const Incident* open = OpenIncident();
+    failslow = PendingFailSlowReplacement(st, open != nullptr ? open->id : 0);
+    if (failslow && (failslow->incident_id == 0 ? open != nullptr || st.triage_deadline != 0
+                                                 : open == nullptr || open->decided_at != 0)) {
+      failslow.reset();
+    }
+    if (failslow) {
+      const bool only = lost_slots.empty();
+      for (int index : failslow->slots) {
+        if (std::find(lost_slots.begin(), lost_slots.end(), index) != lost_slots.end()) continue;
+        machine_at_fault(st.slots[index], failslow->reason);
+      }
+      if (only) lost_kind = IncidentKind::kFailSlow;
+    }
+  }
   if (tolerated_nodes.empty()) {
     SetCondition(st, kNodeUnreachableCondition, false, "NodesReady", "every pod's node is Ready, or judged lost",
                  job_.metadata.generation, now_);
@@ -291,6 +319,11 @@ void Decider::DetectAndTriage() {
     inc.step_at_failure = st.max_completed_step;
     st.incidents.push_back(inc);
     TrimFront(st.incidents, config_.max_incidents);
+    if (failslow) {
+      for (FailSlowFinding& f : st.fail_slows) {
+        if (f.id == failslow->finding_id) f.mitigation.incident_id = inc.id;
+      }
+    }
     st.triage_deadline = now_ + config_.triage_window_ns;
     st.phase = JobPhase::kRecovering;
     Event(JobEventType::kWarning, ToString(inc.kind), absl::StrCat("incident ", inc.id, " detected: ", inc.signal));
@@ -326,6 +359,9 @@ void Decider::DetectAndTriage() {
     }
     inc->decision = hang.verdict == HangVerdict::kEvict
                         ? absl::StrCat(hang.reason, "; activate warm standbys, restart the others in place")
+                    : inc->kind == IncidentKind::kFailSlow
+                        ? "fail-slow mitigation S4: evict the slow machine, activate a warm standby, restart the "
+                          "others in place"
                         : "evict the machine, activate a warm standby, restart the others in place";
   } else if (process_failed || IsNumeric(inc->kind)) {
     const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);

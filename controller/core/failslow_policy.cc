@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/core/failslow_mitigation.h"
 #include "controller/core/failslow_validation.h"
 #include "diagnosis/group_comparison.h"
 
@@ -37,11 +38,14 @@
 //    latest recovery onset the agents reported, `now` when none is usable) and profiling
 //    is switched off.
 // The GUARD tier of a finding: severity < mitigateThreshold "monitor", < replaceThreshold
-// "mitigate", else "replace". Mitigation is not decided here. Findings are bounded
+// "mitigate", else "replace" (a label). Mitigation is the ladder's (failslow_mitigation.h),
+// run by ApplyFailSlowPolicy after the validation. Findings are bounded
 // (kMaxFailSlowFindings, oldest dropped).
 
 namespace peregrine {
 namespace {
+
+constexpr int64_t kMitigationRequeueNs = 100'000'000;  // 100 ms
 
 constexpr GroupKind kKinds[] = {GroupKind::kTensor, GroupKind::kPipeline, GroupKind::kData};
 
@@ -457,6 +461,41 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     plan->commands.push_back(std::move(cmd));
   }
   for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
+
+  // The mitigation ladder on each finding (failslow_mitigation.h); S4 is carried out by
+  // the decision engine's next round (PendingFailSlowReplacement).
+  std::vector<std::string> job_machines;
+  for (const SlotStatus& slot : status.slots) {
+    if (!slot.machine_id.empty()) job_machines.push_back(slot.machine_id);
+  }
+  const bool finished = status.phase == JobPhase::kSucceeded || status.phase == JobPhase::kFailed;
+  for (FailSlowFinding& f : status.fail_slows) {
+    if (finished) break;
+    FailSlowMitigationInput m;
+    m.spec = spec.fail_slow;
+    m.finding = f;
+    for (const std::vector<int>* ranks : {&f.ranks, &f.validation.slow_gpus}) {
+      for (int r : *ranks) {
+        if (r < 0 || r >= layout->world_size()) continue;
+        const int slot = layout->MachineOf(r);
+        m.rank_machines[r] = slot < static_cast<int>(in.slot_machines.size()) ? in.slot_machines[slot] : "";
+      }
+    }
+    m.job_machines = job_machines;
+    m.redistribute.unavailable_reason =
+        spec.parallelism.data < 2
+            ? "data parallelism is 1 (no replicas to move micro-batches between)"
+            : "the trainer cannot be handed a new micro-batch split in this version (no delivery path)";
+    m.remap.unavailable_reason = "the trainer cannot be handed a new rank-to-slot mapping in this version (no delivery path)";
+    m.restart_cost = MeasureRestartCost(status, f.healthy_iteration_seconds);
+    FailSlowMitigationDecision md = DecideFailSlowMitigation(m, now);
+    f.mitigation = std::move(md.record);
+    for (JobEvent& e : md.events) plan->events.push_back(std::move(e));
+    // S4: look again at once so the decision engine opens its incident.
+    if (!md.actions.empty() && (plan->requeue_after_ns == 0 || plan->requeue_after_ns > kMitigationRequeueNs)) {
+      plan->requeue_after_ns = kMitigationRequeueNs;
+    }
+  }
 }
 
 }  // namespace peregrine

@@ -8,8 +8,9 @@
 // and ends it when no rank is slow any more (profiling off). It never fails: unusable
 // inputs are skipped. Level-based: deciding again on the applied result changes nothing.
 // ApplyFailSlowPolicy merges it and the validation (failslow_validation.h) into a plan.
-// FailSlowTierOf gives the GUARD tier; mitigation is not decided here. The flow is
-// described in failslow_policy.cc.
+// FailSlowTierOf gives the GUARD tier (a label); the mitigation ladder is
+// failslow_mitigation.h, which ApplyFailSlowPolicy runs last. The flow is described in
+// failslow_policy.cc.
 //
 // Pure: no clocks, no I/O; `now` is an input. Thread-safe (no shared state).
 #ifndef PEREGRINE_CONTROLLER_CORE_FAILSLOW_POLICY_H_
@@ -74,8 +75,10 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
 
 // The job controller's entry point: runs DecideFailSlow on the plan's new status and the
 // round's agent observations, then DecideFailSlowValidation (controller/failslow_validation.h)
-// on the newest finding, and merges both into the plan (status findings with their
-// validation, set_nccl_mode and run_diagnostic commands, events). The link rounds'
+// on the newest finding, then the mitigation ladder (failslow_mitigation.h) on every
+// finding, and merges them into the plan (status findings with their validation and
+// mitigation record, set_nccl_mode and run_diagnostic commands, events; a requeue of
+// 100 ms when the ladder decided S4, which the decision engine carries out). The link rounds'
 // rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at
 // the observation's candidate port. A spec whose layout is invalid leaves the plan as is.
 void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,

@@ -8,8 +8,11 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
+#include "controller/core/decision_engine.h"
 #include "controller/core/failslow_mitigation.h"
 #include "controller/status_json.h"
+#include "tests/testing/job_fixtures.h"
+#include "tests/testing/plan_world.h"
 
 namespace peregrine {
 namespace {
@@ -429,6 +432,108 @@ TEST_CASE("Status JSON: the mitigation record and the start-up round-trip, a bad
   absl::StatusOr<JobStatus> bad = JobStatusFromJson(text);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("failSlows[].mitigation.strategy"));
+}
+
+// The demo job (4 machines x 2 GPUs, one standby) training one step a second; rank 3
+// (slot 1) reports a verified 3x slowdown while its machine is in the job, and the
+// finding is marked localized with its validation done (the profiles and the pause are
+// the fail-slow policy's and validation's own tests).
+struct LadderWorld : testing::PlanWorld {
+  explicit LadderWorld(FailSlowMitigation mitigation) : PlanWorld(testing::DemoJob()) {
+    job.spec.fail_slow.mitigation = mitigation;
+    Step();
+    Step();
+    REQUIRE(status.attempt == 1);
+    slow_machine = status.slots[1].machine_id;
+  }
+  JobPlan Round() {
+    now += kSec;
+    Progress(++step);
+    for (const SlotStatus& slot : status.slots) {
+      AgentObservation* a = Agent(slot.pod);
+      if (a == nullptr) continue;
+      a->fail_slow.clear();
+      if (slot.machine_id != slow_machine) continue;
+      RankFailSlowObservation fs;
+      fs.slow = true;
+      fs.onset = now - kSec;
+      fs.severity = 2.0;
+      fs.before_seconds = 0.1;
+      fs.after_seconds = 0.3;
+      a->fail_slow[3] = fs;
+    }
+    if (!status.fail_slows.empty() && status.fail_slows.back().ended_at == 0) {
+      FailSlowFinding& f = status.fail_slows.back();
+      f.state = FailSlowState::kLocalized;
+      f.kind = FailSlowKind::kCompute;
+      f.ranks = {3};
+      f.machines = {slow_machine};
+      f.validation.state = ValidationState::kDone;
+      f.validation.verdict = ValidationVerdict::kConfirmed;
+    }
+    JobPlan plan = Step();
+    events.insert(events.end(), plan.events.begin(), plan.events.end());
+    return plan;
+  }
+  // Profiling on/off is acknowledged; the training goes on.
+  bool OnCommand(const CommandToSend& command, AgentObservation& agent) override {
+    if (command.kind != CommandKind::kSetNcclMode) return false;
+    agent.nccl_profiling = command.nccl_profiling;
+    return true;
+  }
+  uint64_t step = 0;
+  std::string slow_machine;
+  std::vector<JobEvent> events;
+};
+
+TEST_CASE("DecideJob: the ladder's S4 evicts the slow machine once, under a FailSlow incident", "[unit]") {
+  LadderWorld w(FailSlowMitigation::kAuto);
+  for (int i = 0; i < 40 && w.status.incidents.empty(); ++i) w.Round();
+  INFO(JobStatusToJson(w.status, 2));
+  REQUIRE(w.status.first_step_seconds > 0);
+  REQUIRE(w.status.incidents.size() == 1);
+  CHECK(w.status.incidents[0].kind == IncidentKind::kFailSlow);
+  REQUIRE(!w.status.fail_slows.empty());
+  const FailSlowMitigationRecord& m = w.status.fail_slows.back().mitigation;
+  CHECK(m.strategy == MitigationStrategy::kReplace);
+  CHECK(m.incident_id == w.status.incidents[0].id);
+  CHECK_THAT(m.cost_source, Catch::Contains("start-up"));
+  CHECK(m.cost_seconds == Approx(w.status.first_step_seconds));
+  // The triage window passes: the machine is evicted and quarantined, a standby takes the
+  // slot, the job restarts; the finding ends with the slow machine gone.
+  for (int i = 0; i < 10; ++i) w.Round();
+  REQUIRE(w.status.incidents.size() == 1);
+  const Incident& inc = w.status.incidents[0];
+  CHECK(inc.machines == std::vector<std::string>{w.slow_machine});
+  CHECK_THAT(inc.signal, Catch::Contains("accumulated loss"));
+  CHECK_THAT(inc.decision, Catch::Contains("fail-slow mitigation S4"));
+  CHECK(inc.resumed_at != 0);
+  REQUIRE(w.status.evicted.size() == 1);
+  CHECK(w.status.evicted[0].machine_id == w.slow_machine);
+  CHECK(w.status.evicted[0].machine_fault);
+  CHECK(w.quarantined == std::vector<std::string>{w.slow_machine});
+  CHECK(w.status.slots[1].machine_id != w.slow_machine);
+  CHECK(w.status.attempt == 2);
+  CHECK(w.status.fail_slows.back().ended_at != 0);
+  CHECK(w.status.fail_slows.back().mitigation.stopped_at != 0);
+  CHECK(Count(w.events, "S4 replace: evict machine(s) " + w.slow_machine) == 1);
+  // Nothing more happens afterwards.
+  for (int i = 0; i < 30; ++i) w.Round();
+  CHECK(w.status.incidents.size() == 1);
+  CHECK(w.status.evicted.size() == 1);
+}
+
+TEST_CASE("DecideJob: with MonitorOnly the ladder reports the break-even and nothing is evicted", "[unit]") {
+  LadderWorld w(FailSlowMitigation::kMonitorOnly);
+  for (int i = 0; i < 60; ++i) w.Round();
+  INFO(JobStatusToJson(w.status, 2));
+  REQUIRE(!w.status.fail_slows.empty());
+  CHECK(w.status.fail_slows.back().ended_at == 0);
+  CHECK(w.status.fail_slows.back().mitigation.break_even_at != 0);
+  CHECK(w.status.incidents.empty());
+  CHECK(w.status.evicted.empty());
+  CHECK(w.status.attempt == 1);
+  CHECK(Count(w.events, "mitigation MonitorOnly: no action") == 1);
 }
 
 }  // namespace

@@ -10,6 +10,11 @@
 //  - after localization, validation while paused (NCCL trapped): GEMM names the slow
 //    GPU(s), the link rounds the slow links; training resumes without a restart;
 //  - +-5% jitter per iteration on every GPU, and a run without faults, report no fail-slow.
+// These run with spec.failSlow.mitigation MonitorOnly: they are about detection, and
+// training goes on throughout. With Auto (the default) the mitigation ladder acts:
+//  - a GPU computing 3x slower ends with its machine evicted by the ladder (S4, incident
+//    FailSlow) once the loss accumulated reaches the job's measured restart cost; a
+//    standby takes the slot, training resumes from the in-memory checkpoint and finishes.
 // Each case prints its measured detection latency (in iterations) on stdout.
 #include <algorithm>
 #include <chrono>
@@ -42,7 +47,21 @@ TrainingJob FailSlowJob() {
   job->spec.standby.min = 0;
   job->spec.standby.max = 0;
   job->spec.fault_tolerance.restart_grace_seconds = 2;
+  job->spec.fail_slow.mitigation = FailSlowMitigation::kMonitorOnly;
   return *job;
+}
+
+// The same job with the mitigation ladder on (Auto), one warm standby and the demo's
+// in-memory checkpoints (every 10 steps), finishing after 200 steps.
+TrainingJob AutoMitigatedJob() {
+  TrainingJob job = FailSlowJob();
+  job.spec.fail_slow.mitigation = FailSlowMitigation::kAuto;
+  job.spec.code.command = {"sim-trainer", "--steps", "200", "--micro-batches", "4",
+                           "--hidden", "64", "--compute-ms", "15"};
+  job.spec.standby.min = 1;
+  job.spec.standby.max = 1;
+  REQUIRE(job.spec.checkpoint.interval_steps == 10);
+  return job;
 }
 
 const FailSlowFinding* Latest(const JobStatus& s) { return s.fail_slows.empty() ? nullptr : &s.fail_slows.back(); }
@@ -225,6 +244,70 @@ TEST_CASE("A GPU computing 3x slower is named as a compute fail-slow, then its r
   // Training went on throughout: no incident, no restart.
   CHECK(after.incidents.empty());
   CHECK(after.attempt == before.attempt);
+}
+
+TEST_CASE("With mitigation Auto a GPU computing 3x slower is replaced by the ladder and training finishes", "[e2e]") {
+  TempDir dir;
+  ModeGuard mode = StartMode(AutoMitigatedJob(), Options(dir.path()));
+  const ParallelLayout layout = Layout();  // the demo job's
+  const int slot = 1, local_rank = 1;
+  const int slow_rank = layout.RanksOfMachine(slot)[local_rank];
+  const Injected in = InjectAndLocalize(*mode, {SlowGpu(slot, local_rank)});
+  const std::string slow_machine = in.before.slots[slot].machine_id;
+  INFO(TimelineEvents(*mode) << "detail: " << in.finding.detail);
+  REQUIRE(in.finding.kind == FailSlowKind::kCompute);
+  REQUIRE(in.finding.ranks == std::vector<int>{slow_rank});
+  // The restart cost before any incident is the job's measured start-up.
+  CHECK(in.before.first_step_seconds > 0);
+
+  const JobStatus done = WaitFinished(*mode);
+  INFO(TimelineEvents(*mode));
+  REQUIRE(done.phase == JobPhase::kSucceeded);
+  // One incident, of kind FailSlow, evicting the slow machine only (and cordoning it).
+  REQUIRE(done.incidents.size() == 1);
+  const Incident& inc = done.incidents[0];
+  CHECK(inc.kind == IncidentKind::kFailSlow);
+  CHECK(inc.machines == std::vector<std::string>{slow_machine});
+  CHECK_THAT(inc.signal, Catch::Contains("accumulated loss"));
+  CHECK_THAT(inc.decision, Catch::Contains("fail-slow mitigation S4"));
+  CheckOnlyEvicted(in.before, done, {slot});
+  REQUIRE(!done.evicted.empty());
+  CHECK(done.evicted.back().machine_fault);
+  // Training resumed from the in-memory checkpoint (a step after 0) and finished.
+  CHECK(inc.resume_step > 0);
+  CHECK(inc.resume_step % 10 == 0);
+  CHECK(inc.resumed_at > inc.decided_at);
+  CHECK(done.last_completed_step >= 200);
+  // The finding: S4 decided at the break-even with the measured cost, tied to the
+  // incident; it ended once the slow machine had left the job.
+  const FailSlowFinding* f = nullptr;
+  for (const FailSlowFinding& x : done.fail_slows) {
+    if (x.id == in.finding.id) f = &x;
+  }
+  REQUIRE(f != nullptr);
+  const FailSlowMitigationRecord& m = f->mitigation;
+  CHECK(m.strategy == MitigationStrategy::kReplace);
+  CHECK(m.replace_machines == std::vector<std::string>{slow_machine});
+  CHECK(m.incident_id == inc.id);
+  CHECK(m.cost_seconds == Approx(in.before.first_step_seconds));
+  CHECK_THAT(m.cost_source, Catch::Contains("start-up"));
+  CHECK(m.break_even_at >= f->validation.ended_at);
+  CHECK(m.break_even_at <= inc.detected_at);
+  CHECK(f->ended_at != 0);
+  // The decision is in the timeline with its figures; S2 and S3 were reported unavailable.
+  const std::string timeline = TimelineEvents(*mode);
+  CHECK_THAT(timeline, Catch::Contains("S4 replace: evict machine(s) " + slow_machine));
+  CHECK_THAT(timeline, Catch::Contains("one-time cost"));
+  CHECK_THAT(timeline, Catch::Contains("S2 redistribute unavailable for this job"));
+  CHECK_THAT(timeline, Catch::Contains("S3 remap unavailable for this job"));
+  std::printf("[failslow_e2e] ladder: restart cost %.2f s (%s); S4 decided %.2f s after detection (%.2f s after "
+              "the validation released training); machine %s evicted, training resumed after step %llu and finished "
+              "at step %llu\n",
+              m.cost_seconds, m.cost_source.c_str(), static_cast<double>(m.break_even_at - f->detected_at) / 1e9,
+              static_cast<double>(m.break_even_at - f->validation.ended_at) / 1e9, slow_machine.c_str(),
+              static_cast<unsigned long long>(inc.resume_step),
+              static_cast<unsigned long long>(done.last_completed_step));
+  std::fflush(stdout);
 }
 
 TEST_CASE("A congested inter-machine link is named as the data-parallel groups crossing it", "[e2e]") {
