@@ -88,6 +88,38 @@ uint32_t pg_shard_segment_count(const pg_shard* shard);
 const void* pg_shard_segment(const pg_shard* shard, uint32_t i, uint64_t* length);
 void pg_shard_close(pg_shard* shard);
 
+/* Micro-batch plans (fail-slow mitigation: a slow data-parallel replica gets fewer of the
+ * step's micro-batches). Under the agent, PEREGRINE_MICROBATCH_PLAN names the plan file
+ * (client/microbatch_plan_format.h), present only while the controller wants an uneven
+ * split. Each step, every rank of DP replica dp_rank asks which part of the step's global
+ * micro-batch sequence 0 .. n*default_count-1 it runs (n replicas, default_count each in the
+ * even split) and how to scale the gradients:
+ *
+ *   PG_OK         a plan applies to `step` (step >= its from_step): run the global
+ *                 micro-batches first .. first+count-1, SUM their gradients and multiply the
+ *                 sum by *gradient_scale (n/M) before the DP all-reduce AVERAGE; the average
+ *                 then equals the even split's update (up to floating-point reordering).
+ *   PG_NOT_FOUND  no plan, or one that starts at a later step;
+ *   PG_NO_AGENT   not under an agent (PEREGRINE_MICROBATCH_PLAN unset): in both cases the
+ *                 outputs hold the even split: *first = dp_rank*default_count, *count =
+ *                 default_count, *gradient_scale = 1/default_count (the mean over this
+ *                 replica's micro-batches). A trainer may use them as they are, or keep its
+ *                 own normalisation: the plan's gradient_scale replaces exactly that
+ *                 1/default_count (a trainer that sums its micro-batches without dividing
+ *                 multiplies by gradient_scale*default_count instead).
+ *   PG_ERROR      bad arguments (default_count 0, a NULL output), or a plan file that
+ *                 cannot be read, does not parse, has no count for dp_rank or was made for
+ *                 another batch (global_micro_batches != replicas*default_count): err names
+ *                 the file and the field; the outputs hold the even split. Do not train on:
+ *                 other replicas may follow the plan (fail the step, the controller
+ *                 restarts the run, which clears the plan).
+ *
+ * Every rank of a replica (all its TP/PP ranks) gets the same answer for the same step.
+ * Cheap to call every step: the file is re-read only when its inode, size or mtime changed
+ * (one stat otherwise). `first` may be NULL. Thread-safe. */
+int pg_microbatches(uint64_t step, uint32_t dp_rank, uint32_t default_count, uint32_t* first, uint32_t* count,
+                    double* gradient_scale, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -10,6 +10,10 @@ the Peregrine agent.
         checkpoint.save(step, {"model": model.state_dict(), "opt": opt.state_dict()})
     checkpoint.wait()                                     # optional: did every save land?
 
+    share = peregrine.microbatches(step, dp_rank, default=k)   # micro-batch plans (see
+    # peregrine.microbatches): run share.count of the step's micro-batches from share.first,
+    # scale their summed gradients by share.gradient_scale, print mb=share.count
+
 Outside an agent (or without the client library) step() still prints its line and the
 checkpoint calls do nothing. torch is imported only when a checkpoint holds tensors.
 """
@@ -20,8 +24,9 @@ import sys
 
 from . import _lib
 from . import checkpoint  # noqa: F401  (peregrine.checkpoint)
+from .microbatches import MicroBatchPlanError, MicroBatches, microbatches  # noqa: F401
 
-__all__ = ["step", "checkpoint"]
+__all__ = ["step", "checkpoint", "microbatches", "MicroBatches", "MicroBatchPlanError"]
 
 
 def _number(v):

@@ -23,7 +23,7 @@ PG_MODE_SNAPSHOT = 2
 
 NO_STORE_MESSAGE = "peregrine: no agent store; checkpoints are not kept"
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # lib() warns (warn_once) while holding it
 _loaded = False
 _lib = None
 _warned = set()
