@@ -324,11 +324,6 @@ bool IsDns1123Label(const std::string& s) {
 
 }  // namespace
 
-const char* LaunchModeName(LaunchMode /*mode*/) { return "PerGPU"; }
-const char* FailSlowMitigationName(FailSlowMitigation m) {
-  return m == FailSlowMitigation::kAuto ? "Auto" : "MonitorOnly";
-}
-
 absl::Status ValidateTrainingJob(const TrainingJob& job) {
   const TrainingJobSpec& s = job.spec;
   if (!IsDns1123Label(job.metadata.name)) {

@@ -1,5 +1,7 @@
 #include "controller/core/job_state_names.h"
 
+#include "controller/core/job_spec.h"
+
 #include <cstddef>
 #include <utility>
 
@@ -122,6 +124,13 @@ absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConv
   (void)spec;
   sink->Append(ToString(value));
   return {true};
+}
+
+// Declared in job_spec.h (the spec's enums); defined here so that the decision core, which
+// names them in events, does not depend on the parser.
+const char* LaunchModeName(LaunchMode /*mode*/) { return "PerGPU"; }
+const char* FailSlowMitigationName(FailSlowMitigation m) {
+  return m == FailSlowMitigation::kAuto ? "Auto" : "MonitorOnly";
 }
 
 }  // namespace peregrine
