@@ -630,7 +630,9 @@ void FakeKubeApiServer::Impl::Serve(const httplib::Request& req, httplib::Respon
     }
   }
   CollectGarbageLocked();
-  if (write_hook_ && verb != "get" && verb != "list") write_hook_(verb, resource, t->name);
+  if (write_hook_ && verb != "get" && verb != "list") {
+    write_hook_(verb, resource, t->name, req.get_header_value("User-Agent"));
+  }
   write(reply);
 }
 

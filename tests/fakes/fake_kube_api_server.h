@@ -137,12 +137,15 @@ class FakeKubeApiServer {
   // Requests received so far with this verb on this resource ("*" matches any).
   int RequestCountForTest(absl::string_view verb, absl::string_view resource) const;
   // Calls `hook` after each write request (create, update, patch, delete,
-  // deletecollection; also ones it refused, not those failed by FailNextRequestsForTest) was handled and before its response is sent, with
-  // the verb, the resource ("pods", "nodes", "trainingjobs.peregrine.dev/status") and the
-  // object's name ("" for a collection). It runs with the server's lock held and must not
-  // call the server; a test kills the writing client there, so the write happened but
-  // its response is never read. An empty hook removes it.
-  using WriteHook = std::function<void(const std::string& verb, const std::string& resource, const std::string& name)>;
+  // deletecollection; also ones it refused, not those failed by FailNextRequestsForTest)
+  // was handled and before its response is sent, with the verb, the resource ("pods",
+  // "nodes", "trainingjobs.peregrine.dev/status"), the object's name ("" for a collection)
+  // and the request's User-Agent (which client wrote: the controller's
+  // "peregrine-controller/<identity>", or a test's own client). It runs with the server's
+  // lock held and must not call the server; a test kills the writing client there, so
+  // the write happened but its response is never read. An empty hook removes it.
+  using WriteHook = std::function<void(const std::string& verb, const std::string& resource, const std::string& name,
+                                       const std::string& user_agent)>;
   void SetWriteHookForTest(WriteHook hook);
   // The Authorization header of the last request ("" when it had none).
   std::string LastAuthorizationForTest() const;

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/free_port.h"
@@ -45,6 +46,7 @@ constexpr char kNs[] = "train";
 constexpr char kJobs[] = "trainingjobs.peregrine.dev";
 constexpr char kJob[] = "chaos";
 constexpr int kMachines = 3;
+constexpr char kKubeletAgent[] = "chaos-test-kubelet";  // User-Agent of the test's own client
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -105,7 +107,9 @@ class ChaosEnv {
     kube::Config config;
     config.server = server_.base_url();
     config.source = "test";
-    auto c = kube::RestClient::Create(config);
+    kube::RestClientOptions client_options;
+    client_options.user_agent = kKubeletAgent;  // the fake kubelet's writes are not the controller's
+    auto c = kube::RestClient::Create(config, client_options);
     REQUIRE(c.ok());
     client_ = *std::move(c);
     auto port = PickFreePort();
@@ -284,8 +288,9 @@ Counts RandomKills(uint64_t seed, int kills) {
   return c;
 }
 
-// A kill right after the k-th write request the API server handles once the machine
-// failed. Returns false when the recovery finished with fewer than k writes.
+// A kill right after the k-th write request of the controller (its User-Agent; the fake
+// kubelet's writes do not count) that the API server handles once the machine failed.
+// Returns false when the recovery finished with fewer than k writes.
 bool KillAfterWrite(int k, Counts* c) {
   ChaosEnv env;
   env.StartKubelet();
@@ -296,9 +301,11 @@ bool KillAfterWrite(int k, Counts* c) {
   REQUIRE(running);
   std::atomic<int> writes{0};
   std::atomic<bool> killed{false};
-  env.server().SetWriteHookForTest([&](const std::string&, const std::string&, const std::string&) {
-    if (++writes == k && !killed.exchange(true)) env.Kill();
-  });
+  env.server().SetWriteHookForTest(
+      [&](const std::string&, const std::string&, const std::string&, const std::string& user_agent) {
+        if (!absl::StartsWith(user_agent, "peregrine-controller/")) return;  // the fake kubelet's
+        if (++writes == k && !killed.exchange(true)) env.Kill();
+      });
   env.FailSlot(1);
   const bool recovered = env.WaitStatus(
       [&](const JobStatus& st) {
