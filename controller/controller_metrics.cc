@@ -47,8 +47,17 @@ ControllerMetrics::ControllerMetrics()
       leader_(BuildGauge().Name("peregrine_controller_is_leader").Help("1 while this replica holds the leader lease.").Register(*registry_).Add({})),
       agents_connected_(BuildGauge().Name("peregrine_agents_connected").Help("Agent streams open.").Register(*registry_).Add({})),
       workqueue_depth_(BuildGauge().Name("peregrine_workqueue_depth").Help("Job keys ready to be reconciled (delayed resyncs not counted).").Register(*registry_).Add({})),
-      agent_results_dropped_(BuildCounter().Name("peregrine_agent_results_dropped_total").Help("Command results agents sent for commands not pending for them, dropped unstored.").Register(*registry_).Add({})) {
+      agent_results_dropped_(BuildCounter().Name("peregrine_agent_results_dropped_total").Help("Command results agents sent for commands not pending for them, dropped unstored.").Register(*registry_).Add({})),
+      node_health_(BuildGauge().Name(kNodeHealthMachinesMetric).Help(kNodeHealthMachinesHelp).Register(*registry_)) {
   for (JobPhase p : kPhases) jobs_.Add({{"phase", JobPhaseName(p)}}).Set(0);
+  SetNodeHealthCounts({});
+}
+
+void ControllerMetrics::SetNodeHealthCounts(const std::array<int64_t, kNodeHealthStates>& counts) {
+  for (size_t i = 0; i < kNodeHealthStates; ++i) {
+    const std::string state(NodeHealthName(static_cast<NodeHealth>(i)));
+    node_health_.Add({{kNodeHealthStateLabelName, state}}).Set(static_cast<double>(counts[i]));
+  }
 }
 
 std::string ControllerMetrics::Serialize() const {

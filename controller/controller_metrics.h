@@ -12,6 +12,7 @@
 #ifndef PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 #define PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +22,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "controller/core/job_state.h"
+#include "controller/core/node_lifecycle.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -50,6 +52,9 @@ class ControllerMetrics {
   // (AgentRegistry::DroppedCommandResults): peregrine_agent_results_dropped_total grows by
   // what the total grew since the last call; a total not above the last one adds nothing.
   void ObserveAgentResultsDropped(uint64_t total);
+  // peregrine_node_health_machines{state}: the machines in each node health state
+  // (controller/core/node_lifecycle.h CountNodeHealth's order); every state has a series.
+  void SetNodeHealthCounts(const std::array<int64_t, kNodeHealthStates>& counts);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -73,6 +78,7 @@ class ControllerMetrics {
   prometheus::Gauge& agents_connected_;
   prometheus::Gauge& workqueue_depth_;
   prometheus::Counter& agent_results_dropped_;
+  prometheus::Family<prometheus::Gauge>& node_health_;  // machines per node health state
 
   // The series `family.Add(labels)` of job `key`, remembered for removal.
   template <typename T>

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "controller/kube/json_fields.h"
+#include "controller/kube/node_health_controller.h"
 #include "controller/status_json.h"
 
 // What each method does against the API server:
@@ -29,12 +30,12 @@
 //     job's), one cached but not owned is kFailedPrecondition and left alone.
 //   - CachedPodNames (the tear-down's list) names only the pods the job owns.
 //   - QuarantineMachine (called by JobController for every machine the decision engine
-//     evicts) cordons the node (merge patch spec.unschedulable=true), labels it
-//     peregrine.dev/quarantined=<short reason> with the full reason in an annotation, and
-//     records a Warning Event PeregrineQuarantined on the Node. A node that is gone is
-//     not an error; a node the cache shows cordoned and labelled already is left alone
-//     (a restart between the cordon and the status write that records it).
-//     Uncordoning after repair is the administrator's (kubectl uncordon).
+//     evicts) hands the machine to the node health lifecycle (node_health_controller.h):
+//     the Node is cordoned, tainted peregrine.dev/quarantined:NoSchedule, labelled
+//     peregrine.dev/quarantined=<short reason> (full reason in an annotation) and carries
+//     the peregrine.dev/health record, with an Event per transition; sweeps return it or
+//     retire it. A node that is gone is not an error; a machine already out of service
+//     (a restart between the cordon and the status write that records it) is left alone.
 //   - RecordEvent goes through the EventRecorder; PersistStatus writes the status
 //     subresource (409: re-read and retry; a job deleted or re-created under another uid
 //     is kNotFound), LoadStatus reads it back from the API server.
@@ -199,10 +200,6 @@ std::vector<std::string> KubeCluster::CachedPodNames(const TrainingJob& job) {
 }
 
 namespace {
-// Set by QuarantineMachine on a node that was already unschedulable when Peregrine
-// labelled it: the cordon is someone else's, and stays someone else's after a restart.
-constexpr char kCordonedBeforeAnnotation[] = "peregrine.dev/cordoned-before";
-
 bool Unschedulable(const json& node) {
   const json* u = Path(node, {"spec", "unschedulable"});
   return u != nullptr && u->is_boolean() && u->get<bool>();
@@ -219,31 +216,11 @@ bool KubeCluster::CordonedByOthers(const std::string& machine_id) {
 
 absl::Status KubeCluster::QuarantineMachine(const std::string& machine_id, const std::string& reason) {
   if (machine_id.empty()) return absl::InvalidArgumentError("quarantine: empty machine id");
-  // Done already (a restart after the cordon, before its record was written): the cached
-  // node is cordoned and labelled, so neither the patch nor the node's Event is repeated.
-  if (kube::ObjectPtr node = nodes_->Get(machine_id); node != nullptr) {
-    const json* unschedulable = Path(*node, {"spec", "unschedulable"});
-    const json* label = Path(*node, {"metadata", "labels", kQuarantineLabel});
-    if (unschedulable != nullptr && unschedulable->is_boolean() && unschedulable->get<bool>() && label != nullptr &&
-        label->is_string()) {
-      return absl::OkStatus();
-    }
+  if (options_.node_health == nullptr) {
+    return absl::FailedPreconditionError("quarantine: no node health controller configured");
   }
   if (auto s = CheckMayWrite("quarantine node"); !s.ok()) return s;
-  const bool cordoned_before = CordonedByOthers(machine_id);
-  json patch = {{"spec", {{"unschedulable", true}}},
-                {"metadata",
-                 {{"labels", {{kQuarantineLabel, ShortLabelValue(reason)}}},
-                  {"annotations", {{kQuarantineReasonAnnotation, reason.substr(0, 1024)}}}}}};
-  if (cordoned_before) patch["metadata"]["annotations"][kCordonedBeforeAnnotation] = "true";
-  auto patched = client_->MergePatch(NodesPath(), machine_id, patch);
-  if (absl::IsNotFound(patched.status())) return absl::OkStatus();  // the machine is gone already
-  if (!patched.ok()) return patched.status();
-  // The node's own Event (kubectl describe node shows why it is cordoned); the kubelet
-  // uses the node name as the involved object's uid.
-  kube::ObjectReference ref{"v1", "Node", "", machine_id, machine_id};
-  return events_->Record(ref, kube::EventType::kWarning, "PeregrineQuarantined",
-                         absl::StrCat("cordoned by peregrine-controller: ", reason));
+  return options_.node_health->Quarantine(machine_id, reason);
 }
 
 absl::Status KubeCluster::RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t) {

@@ -34,11 +34,16 @@
 
 namespace peregrine {
 
+class NodeHealthController;
+
 // The pod's options (controller address, agent image, heartbeat) and the cluster's.
 struct KubeClusterOptions : PodBuildOptions {
   uint32_t rendezvous_port = 29500;
   // With agent TLS: publishes the CA bundle to the job's ConfigMap (must outlive the cluster).
   AgentCaPublisher* ca_publisher = nullptr;
+  // Carries out QuarantineMachine through the node health lifecycle (must outlive the
+  // cluster; required for QuarantineMachine).
+  NodeHealthController* node_health = nullptr;
 };
 
 // A short label value (<= 63 characters of [A-Za-z0-9._-], starting and ending
@@ -57,6 +62,8 @@ class KubeCluster final : public Cluster {
   absl::Status CreatePod(const TrainingJob& job, const PodToCreate& pod) override;
   absl::Status DeletePod(const TrainingJob& job, const std::string& name, int grace_ms) override;
   absl::StatusOr<std::vector<PodObservation>> ListPods(const TrainingJob& job) override;
+  // The node health lifecycle's fault eviction (or over-eviction) input for the machine's
+  // Node: cordon + taint + the record (NodeHealthController::Quarantine).
   absl::Status QuarantineMachine(const std::string& machine_id, const std::string& reason) override;
   // The cached node is unschedulable without Peregrine's quarantine label, or Peregrine
   // found it so when it labelled it (annotation peregrine.dev/cordoned-before).

@@ -48,6 +48,11 @@ std::string KubeMainUsage() {
          "  --resync-s N               look at every job at least this often (default 10)\n"
          "  --standby-pending-timeout-s N  replace a standby stuck Pending (image pull,\n"
          "                             unschedulable) after N seconds (default 600)\n"
+         "  --node-health-sweep-image IMAGE  image the sweeps of quarantined nodes run\n"
+         "                             (peregrine-diagnose under /opt/peregrine/bin: the agent\n"
+         "                             image); empty (default): no sweeps, quarantined nodes stay\n"
+         "  --node-health-sweep-namespace NS  namespace of the sweep Jobs (default POD_NAMESPACE,\n"
+         "                             else default)\n"
          "  --log-level L              debug, info, warning or error (default info)\n";
 }
 
@@ -60,6 +65,7 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
   m.own_pod_name = pod_name;
   m.own_pod_namespace = pod_namespace;
   m.lease_namespace = pod_namespace.empty() ? "default" : pod_namespace;
+  m.node_health_sweep_namespace = m.lease_namespace;
   std::string controller_address;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -114,6 +120,11 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
       m.agent_key_file = value;
     } else if (arg == "--agent-image") {
       m.agent_image = value;
+    } else if (arg == "--node-health-sweep-image") {
+      m.node_health_sweep_image = value;
+    } else if (arg == "--node-health-sweep-namespace") {
+      if (value.empty()) return absl::InvalidArgumentError("--node-health-sweep-namespace: needs a namespace");
+      m.node_health_sweep_namespace = value;
     } else if (arg == "--controller-address") {
       controller_address = value;
     } else if (arg == "--workers") {

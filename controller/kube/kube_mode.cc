@@ -32,6 +32,7 @@
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/leader_election.h"
+#include "controller/kube/node_health_controller.h"
 #include "controller/kube/rest_client.h"
 #include "controller/kube/work_queue.h"
 #include "controller/kube/kube_cluster.h"
@@ -199,6 +200,7 @@ struct KubeMode::Impl {
   std::unique_ptr<kube::Informer> pods;
   std::unique_ptr<kube::Informer> nodes;
   std::unique_ptr<kube::EventRecorder> events;
+  std::unique_ptr<NodeHealthController> node_health;
   std::unique_ptr<KubeCluster> cluster;
   std::unique_ptr<kube::WorkQueue> queue;
   std::unique_ptr<AgentRegistry> registry;
@@ -389,6 +391,19 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
     kopts.agent_tls = true;
     kopts.ca_publisher = impl->ca_publisher.get();
   }
+  NodeHealthControllerOptions nhopts;
+  nhopts.lifecycle = options.node_lifecycle;
+  nhopts.sweep_image = options.node_health_sweep_image;
+  nhopts.sweep_namespace = options.node_health_sweep_namespace;
+  nhopts.resync = options.resync;
+  nhopts.may_write = [self] { return self->IsLeader(); };
+  nhopts.on_counts = [self](const std::array<int64_t, kNodeHealthStates>& counts) {
+    self->metrics->SetNodeHealthCounts(counts);
+  };
+  if (auto s = ValidateNodeLifecycleOptions(nhopts.lifecycle); !s.ok()) return s;
+  impl->node_health = std::make_unique<NodeHealthController>(impl->client.get(), impl->nodes.get(),
+                                                             impl->events.get(), clock, nhopts);
+  kopts.node_health = impl->node_health.get();
   impl->cluster = std::make_unique<KubeCluster>(impl->client.get(), impl->pods.get(), impl->nodes.get(),
                                                 impl->events.get(), kopts, [self] { return self->IsLeader(); });
 
@@ -462,6 +477,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   impl->nodes->Start();
   impl->pods->Start();
   impl->jobs->Start();
+  impl->node_health->Start();
 
   if (options.leader_elect) {
     kube::LeaderElectionConfig lconf;
@@ -513,6 +529,7 @@ void KubeMode::Shutdown() {
     m.ca_watcher_cv.SignalAll();
   }
   if (m.ca_watcher.joinable()) m.ca_watcher.join();
+  if (m.node_health) m.node_health->Stop();
   if (m.elector) m.elector->Stop();
   if (m.jobs) m.jobs->Stop();
   if (m.pods) m.pods->Stop();

@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "controller/agent_tls.h"
 #include "controller/core/decision_engine.h"
+#include "controller/core/node_lifecycle.h"
 #include "controller/http_server.h"
 #include "controller/kube/config.h"
 #include "controller/kube/resources.h"
@@ -73,6 +74,12 @@ struct KubeModeOptions {
   std::string own_pod_name;
   std::string own_pod_namespace;
   DecisionConfig decision;
+  // Node health (node_health_controller.h): the image quarantined Nodes' sweep Jobs run
+  // ("": no sweeps, quarantined Nodes stay so), the namespace of those Jobs, and the
+  // lifecycle's durations and thresholds.
+  std::string node_health_sweep_image;
+  std::string node_health_sweep_namespace = "default";
+  NodeLifecycleOptions node_lifecycle;
 };
 
 // watch_namespaces and watch_namespace together, sorted, without duplicates; empty means
