@@ -52,6 +52,16 @@ uint64_t NextRandom(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
+uint64_t InitialDataRng(uint64_t seed, uint32_t dp) {
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  return mix(seed ^ mix(0x5eed0000ull + dp));
+}
+
 std::string EncodeStateMeta(const StateShape& shape, const TrainState& state) {
   std::string out(kMagic, sizeof(kMagic));
   for (uint32_t v : {shape.rank, shape.world_size, shape.tp, shape.pp, shape.dp, shape.hidden,

@@ -50,8 +50,12 @@ struct TrainState {
 inline constexpr float kLearningRate = 0.02f;
 inline constexpr float kMomentum = 0.9f;
 
-// The next value of a splitmix64 generator (advances *state).
+// The next value of a splitmix64 generator (advances *state): the state advances by a fixed
+// gamma per draw, so a state n draws on is the initial state + n * gamma.
 uint64_t NextRandom(uint64_t* state);
+
+// The initial state of data-parallel replica `dp`'s data RNG for `seed`.
+uint64_t InitialDataRng(uint64_t seed, uint32_t dp);
 
 // The bytes of the meta segment (segment 2) of `state` for `shape`.
 std::string EncodeStateMeta(const StateShape& shape, const TrainState& state);

@@ -3,14 +3,17 @@
 #include <time.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "diagnosis/parallel_layout.h"
+#include "client/peregrine_client.h"
 #include "nccl.h"
 #include "diagnosis/tools/nccl_rendezvous.h"
 #include "sim/fault/fault_table.h"
@@ -38,6 +41,19 @@
 // accumulation, input-gradient shard, TP all-gather, send to the previous stage), then the
 // DP gradient all-reduce (ncclAvg) or reduce-scatter + all-gather, then one world
 // all-reduce of (loss, grad-norm^2) so every rank prints the same line.
+//
+// Micro-batch plans (client/peregrine_client.h pg_microbatches): a training step is a global
+// sequence of DP*M micro-batches; global micro-batch g is the (g % M)-th micro-batch of
+// replica g / M's data (its samples, and that replica's augmentation draw for the step, which
+// any rank can compute: the data RNG is splitmix64, whose state after n draws is its initial
+// state + n * gamma, the same n for every replica). In the even split replica d runs
+// g = d*M .. d*M+M-1, exactly the micro-batches it always ran; under a plan it runs the range
+// the plan gives it, so the replicas partition the same set. The gradients are sums over the
+// micro-batches (no 1/M), so a replica multiplies its sum by gradient_scale * M (the plan's
+// n/M replaces the even split's 1/M); the ncclAvg over the replicas then gives the even
+// split's update up to floating-point reordering. The data position still advances by M per
+// step (each replica's data stream is consumed by M per step, whoever runs it). Replays
+// ignore plans.
 //
 // Replay (PEREGRINE_REPLAY=1, see TrainerOptions::replay) is the same loop with `layers`
 // layers split evenly over the stages (layer l's weights depend only on the seed and l),
@@ -104,7 +120,8 @@ class ComputeFaults {
         local_rank_(LocalRankFromEnv()),
         rank_(rank) {}
 
-  void AfterCompute(double measured_ms, double extra_ms, int step) {
+  // Returns the modelled device time of the call (extra_ms times the injected stretch).
+  double AfterCompute(double measured_ms, double extra_ms, int step) {
     RankFault f = reader_.Poll().RankFaultFor(machine_id_, local_rank_);
     grad_corrupt_ = f.grad_corrupt;
     if (f.crash) {
@@ -124,6 +141,7 @@ class ComputeFaults {
     // Jitter (if injected): this iteration's stretch, drawn per (rank, step).
     const double stretch = f.compute_slowdown * JitterFactor(f.jitter_fraction, rank_, step);
     SleepMs((measured_ms + extra_ms) * stretch - measured_ms);
+    return extra_ms * stretch;
   }
 
   // Whether this GPU's backward kernel silently corrupts its results (as of the last poll).
@@ -228,7 +246,7 @@ int RunTrainer(const TrainerOptions& o) {
   TrainState state;
   state.weights.resize(layer_count * L);
   state.momentum.assign(layer_count * L, 0.0f);
-  state.rng = Mix(o.seed ^ Mix(0x5eed0000ull + me.dp));
+  state.rng = InitialDataRng(o.seed, static_cast<uint32_t>(me.dp));
   state.step = static_cast<uint64_t>(o.resume_step);
   for (int l = 0; l < L; ++l) {
     const int global_layer = me.pp * L + l;
@@ -268,24 +286,58 @@ int RunTrainer(const TrainerOptions& o) {
   const double fwd_extra_ms = o.compute_ms / 3.0 / L;
   const double bwd_extra_ms = (o.compute_ms - o.compute_ms / 3.0) / L;
 
+  const int K = o.micro_batches;  // per replica in the even split
+  std::vector<uint64_t> noise_keys(o.dp);
   for (int step = o.resume_step + 1; step <= o.steps; ++step) {
     const auto step_start = Clock::now();
     std::fill(grad.begin(), grad.end(), 0.0f);
     double loss_sum = 0;
-    // This step's samples and augmentation (the same on every rank of a DP replica).
-    const uint64_t noise_key = o.replay ? 0 : NextRandom(&state.rng);
+    double model_ms = 0;
+    // This replica's share of the step: the even split unless a plan applies.
+    uint32_t first = static_cast<uint32_t>(me.dp * K);
+    uint32_t count = static_cast<uint32_t>(M);
+    float grad_factor = 1.0f;
+    if (!o.replay) {
+      char err[512];
+      double gradient_scale = 0;
+      const int rc = pg_microbatches(static_cast<uint64_t>(step), static_cast<uint32_t>(me.dp),
+                                     static_cast<uint32_t>(K), &first, &count, &gradient_scale, err, sizeof(err));
+      if (rc == PG_ERROR) {
+        std::fprintf(stderr, "[peregrine] rank %d step %d: %s\n", o.rank, step, err);
+        std::fflush(stdout);
+        return kExitMicroBatchPlan;
+      }
+      if (rc == PG_OK) grad_factor = static_cast<float>(gradient_scale * K);
+    }
+    const int Ms = static_cast<int>(count);
+    if (static_cast<int>(a_in.size()) < Ms) {
+      a_in.resize(Ms, std::vector<std::vector<float>>(L, std::vector<float>(H)));
+      a_out.resize(Ms, std::vector<std::vector<float>>(L, std::vector<float>(H)));
+    }
+    // This step's samples and augmentation (the same on every rank of a DP replica): global
+    // micro-batch g is micro-batch g % K of replica g / K (its data and its RNG draw).
+    if (!o.replay) {
+      const uint64_t draws = state.rng - InitialDataRng(o.seed, static_cast<uint32_t>(me.dp));
+      for (int d = 0; d < o.dp; ++d) {
+        uint64_t rng = InitialDataRng(o.seed, static_cast<uint32_t>(d)) + draws;
+        noise_keys[d] = NextRandom(&rng);
+      }
+      NextRandom(&state.rng);
+    }
+    auto owner = [&](int m) { return static_cast<int>((first + static_cast<uint32_t>(m)) / K); };
     auto sample = [&](int m) {
-      return o.replay ? data_index[m] : state.data_position + static_cast<uint64_t>(m);
+      return o.replay ? data_index[m] : state.data_position + (first + static_cast<uint32_t>(m)) % K;
     };
     auto input = [&](int m, int j) {
       if (o.replay) return Uniform(o.seed, 2, step, sample(m), j);
-      return Uniform(o.seed, 2, me.dp, sample(m), j) + 0.25f * Uniform(noise_key, 4, m, j, 0);
+      const uint64_t local = (first + static_cast<uint32_t>(m)) % K;
+      return Uniform(o.seed, 2, owner(m), sample(m), j) + 0.25f * Uniform(noise_keys[owner(m)], 4, local, j, 0);
     };
     auto target = [&](int m, int i) {
-      return 0.8f * (o.replay ? Uniform(o.seed, 3, step, sample(m), i) : Uniform(o.seed, 3, me.dp, sample(m), i));
+      return 0.8f * (o.replay ? Uniform(o.seed, 3, step, sample(m), i) : Uniform(o.seed, 3, owner(m), sample(m), i));
     };
     // Forward.
-    for (int m = 0; m < M; ++m) {
+    for (int m = 0; m < Ms; ++m) {
       std::vector<float>& x0 = a_in[m][0];
       if (first_stage) {
         for (int j = 0; j < H; ++j) x0[j] = input(m, j);
@@ -302,7 +354,7 @@ int RunTrainer(const TrainerOptions& o) {
           for (int jl = 0; jl < S; ++jl) acc += row[jl] * x[j0 + jl];
           y_part[i] = acc;
         }
-        faults.AfterCompute(MsSince(t0), fwd_extra_ms, step);
+        model_ms += faults.AfterCompute(MsSince(t0), fwd_extra_ms, step);
         NCCL_OR_DIE(ncclAllReduce(y_part.data(), y.data(), H, ncclFloat32, ncclSum, tp_comm, nullptr),
                     tp_comm);
         for (int i = 0; i < H; ++i) a_out[m][l][i] = std::tanh(y[i]);
@@ -313,7 +365,7 @@ int RunTrainer(const TrainerOptions& o) {
       }
     }
     // Backward.
-    for (int m = M - 1; m >= 0; --m) {
+    for (int m = Ms - 1; m >= 0; --m) {
       if (last_stage) {
         double l2 = 0;
         for (int i = 0; i < H; ++i) {
@@ -340,7 +392,7 @@ int RunTrainer(const TrainerOptions& o) {
             ga_shard[jl] += row[jl] * gi;
           }
         }
-        faults.AfterCompute(MsSince(t0), bwd_extra_ms, step);
+        model_ms += faults.AfterCompute(MsSince(t0), bwd_extra_ms, step);
         NCCL_OR_DIE(ncclAllGather(ga_shard.data(), ga.data(), S, ncclFloat32, tp_comm, nullptr),
                     tp_comm);
         g = ga;
@@ -348,6 +400,10 @@ int RunTrainer(const TrainerOptions& o) {
       if (!first_stage) {
         NCCL_OR_DIE(ncclSend(ga.data(), H, ncclFloat32, me.pp - 1, pp_comm, nullptr), pp_comm);
       }
+    }
+    // Under a plan: the summed gradients times gradient_scale * K (see the top of the file).
+    if (grad_factor != 1.0f) {
+      for (float& v : grad) v *= grad_factor;
     }
     // An injected silent corruption of this rank's backward results (grad_corrupt).
     if (faults.GradCorrupt()) {
@@ -371,8 +427,10 @@ int RunTrainer(const TrainerOptions& o) {
     const double loss =
         metrics[0] / (o.replay ? static_cast<double>(o.micro_batches) : static_cast<double>(o.dp) * M);
     const double grad_norm = std::sqrt(metrics[1]);
-    std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f\n", step, loss,
-                grad_norm, MsSince(step_start));
+    std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f mb=%d", step, loss, grad_norm,
+                MsSince(step_start), Ms);
+    if (o.compute_ms > 0) std::printf(" model_ms=%.3f", model_ms);
+    std::printf("\n");
     if (o.replay) {
       uint64_t loss_bits, norm_bits;
       std::memcpy(&loss_bits, &loss, sizeof(loss));
@@ -395,6 +453,17 @@ int RunTrainer(const TrainerOptions& o) {
       if (absl::Status s = SaveTrainState(shape, state); !s.ok()) {
         std::fprintf(stderr, "[peregrine] rank %d: %s\n", o.rank, s.ToString().c_str());
       }
+    }
+  }
+  if (!o.weights_out.empty()) {
+    std::string path = o.weights_out;
+    if (size_t at = path.find("{rank}"); at != std::string::npos) path.replace(at, 6, std::to_string(o.rank));
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    const bool written = f != nullptr && std::fwrite(w.data(), sizeof(float), w.size(), f) == w.size();
+    if (f == nullptr || std::fclose(f) != 0 || !written) {
+      std::fprintf(stderr, "[peregrine] rank %d: cannot write --weights-out %s: %s\n", o.rank, path.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
     }
   }
   std::printf("[peregrine] final step=%llu weight_digest=%s\n",

@@ -12,6 +12,9 @@
 // losses and weights differ from an uninterrupted run). A resume whose checkpoint is
 // missing, corrupt or of another layout exits with kExitCheckpoint. Every rank prints at
 // the end "[peregrine] final step=<n> weight_digest=<sha256 hex of its weights>".
+// Under a micro-batch plan (PEREGRINE_MICROBATCH_PLAN, read through the client library's
+// pg_microbatches each step) a DP replica runs its planned share of the step's global
+// micro-batches and scales its gradients so the update is the even split's (trainer.cc).
 // Losses are identical across ranks and change under a nan/corrupt fault anywhere on the
 // path; a step whose loss or gradient is not finite updates nothing (as a mixed-precision
 // loss scaler skips it). Faults from sim/fault (keyed by PEREGRINE_MACHINE_ID and
@@ -45,6 +48,7 @@ struct TrainerOptions {
   int micro_batches = 4;     // --micro-batches
   int hidden = 256;          // --hidden
   double compute_ms = 0;     // --compute-ms: extra modelled compute per micro-batch
+  std::string weights_out;   // --weights-out: raw float32 weights at the end ("{rank}": the rank)
   uint64_t seed = 1;         // --seed
   bool dp_reduce_scatter = false;  // --dp-mode=rs-ag (default allreduce)
   int init_timeout_ms = 120000;    // --init-timeout-s
@@ -61,6 +65,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNcclError = 3;
 inline constexpr int kExitCheckpoint = 4;  // the checkpoint to resume from is missing or unusable
+inline constexpr int kExitMicroBatchPlan = 5;  // the micro-batch plan file is unusable (stderr says why)
 
 // Runs the loop; returns the process exit code (kExitOk after the last step).
 int RunTrainer(const TrainerOptions& options);

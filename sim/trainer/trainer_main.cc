@@ -9,14 +9,18 @@
 // and PEREGRINE_REPLAY_SEED (each optional) override --steps/--seed, start from step 1 and
 // replay with that many layers (trainer.h).
 // Flags: --steps N --micro-batches M --hidden H --compute-ms X --seed S
-//        --dp-mode allreduce|rs-ag --init-timeout-s T
+//        --dp-mode allreduce|rs-ag --init-timeout-s T --weights-out PATH ("{rank}": the rank;
+//        the final weights as raw float32)
+// Micro-batch plans: PEREGRINE_MICROBATCH_PLAN, read through the client library (trainer.h).
 //        --reference-step: the alignment diagnostic's reference step instead of training
 //        (sim/trainer/reference_step.h; uses RANK, WORLD_SIZE, MASTER_*, --seed, --steps)
 // Output: after every step, on every rank, one stdout line
-//   [peregrine] step=<n> loss=<%.9g> grad_norm=<%.9g> iter_ms=<%.3f>
+//   [peregrine] step=<n> loss=<%.9g> grad_norm=<%.9g> iter_ms=<%.3f> mb=<micro-batches run>
+// (plus model_ms=<%.3f>, the modelled device time of the step's compute, with --compute-ms)
 // and at the end "[peregrine] final step=<n> weight_digest=<sha256 hex>".
 // Exit: 0 after the last step, 2 on bad configuration, 3 on any NCCL error, 4 when the
-// checkpoint to resume from is missing or unusable, 143 on SIGTERM.
+// checkpoint to resume from is missing or unusable, 5 when the micro-batch plan file is
+// unusable, 143 on SIGTERM.
 #include <signal.h>
 #include <unistd.h>
 
@@ -67,6 +71,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sim-trainer [--steps N] [--micro-batches M] [--hidden H] [--compute-ms X]\n"
                "                   [--seed S] [--dp-mode allreduce|rs-ag] [--init-timeout-s T]\n"
+               "                   [--weights-out PATH]\n"
                "       sim-trainer --reference-step [--seed S] [--steps N] [--init-timeout-s T]\n");
 }
 
@@ -134,6 +139,8 @@ int main(int argc, char** argv) {
                      value.c_str());
         ok = false;
       }
+    } else if (arg == "--weights-out" && !value.empty()) {
+      o.weights_out = value;
     } else if (arg == "--dp-mode" && (value == "allreduce" || value == "rs-ag")) {
       o.dp_reduce_scatter = value == "rs-ag";
     } else {

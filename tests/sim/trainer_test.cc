@@ -1,7 +1,12 @@
 // sim-trainer end to end: a TP=2 PP=2 DP=2 world of 8 real processes on the stand-in NCCL,
 // with real checkpoint stores (a directory per rank, as the agent gives each rank).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -19,7 +24,12 @@ struct StepLine {
   int step;
   std::string loss;
   std::string grad_norm;
-  bool operator==(const StepLine&) const = default;
+  int mb = 0;           // micro-batches the rank ran
+  double model_ms = 0;  // modelled device time (with --compute-ms)
+  double iter_ms = 0;
+  bool operator==(const StepLine& o) const {
+    return step == o.step && loss == o.loss && grad_norm == o.grad_norm && mb == o.mb && model_ms == o.model_ms;
+  }
 };
 
 struct RunResult {
@@ -47,7 +57,8 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
                                                       const std::string& faults,
                                                       const std::vector<std::string>& extra,
                                                       const std::string& timeout_ms = "",
-                                                      const Store& store = {}) {
+                                                      const Store& store = {},
+                                                      const std::map<std::string, std::string>& env = {}) {
   const int port = FreeLoopbackPort();
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 8; ++r) {
@@ -67,6 +78,7 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
       o.env["PEREGRINE_CHECKPOINT_DIR"] = store.RankDir(r);
       o.env["PEREGRINE_CHECKPOINT_INTERVAL"] = std::to_string(store.interval);
     }
+    for (const auto& [k, v] : env) o.env[k] = v;
     o.stdout_path = dir.Path(tag + ".out." + std::to_string(r));
     o.stderr_path = dir.Path(tag + ".err." + std::to_string(r));
     ranks.push_back(ChildProcess::Start(o));
@@ -77,12 +89,12 @@ std::vector<std::unique_ptr<ChildProcess>> StartWorld(const TempDir& dir, const 
 // Runs 8 ranks (4 machines x 2) and waits for all of them.
 RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int resume_step,
                    const std::string& faults, const std::vector<std::string>& extra = {},
-                   const Store& store = {}) {
+                   const Store& store = {}, const std::map<std::string, std::string>& env = {}) {
   std::vector<std::unique_ptr<ChildProcess>> ranks =
-      StartWorld(dir, tag, steps, resume_step, faults, extra, "", store);
+      StartWorld(dir, tag, steps, resume_step, faults, extra, "", store, env);
   RunResult result;
   const std::regex line_re(
-      R"(^\[peregrine\] step=(\d+) loss=(\S+) grad_norm=(\S+) iter_ms=([0-9.]+)$)");
+      R"(^\[peregrine\] step=(\d+) loss=(\S+) grad_norm=(\S+) iter_ms=([0-9.]+) mb=(\d+)(?: model_ms=([0-9.]+))?$)");
   const std::regex final_re(R"(^\[peregrine\] final step=(\d+) weight_digest=([0-9a-f]{64})$)");
   for (int r = 0; r < 8; ++r) {
     result.statuses.push_back(ranks[r] ? ranks[r]->Wait(kGenerous) : std::nullopt);
@@ -93,7 +105,8 @@ RunResult RunWorld(const TempDir& dir, const std::string& tag, int steps, int re
     while (std::getline(in, line)) {
       std::smatch m;
       if (std::regex_match(line, m, line_re)) {
-        lines.push_back(StepLine{std::stoi(m[1]), m[2], m[3]});
+        lines.push_back(StepLine{std::stoi(m[1]), m[2], m[3], std::stoi(m[5]),
+                                 m[6].matched ? std::stod(m[6]) : 0.0, std::stod(m[4])});
       } else if (digest.empty() && std::regex_match(line, m, final_re) && std::stoi(m[1]) == steps) {
         digest = m[2];
       } else {
@@ -279,6 +292,139 @@ TEST_CASE("sim-trainer: a compute slowdown on one GPU stretches every iteration"
     ++checked;
   }
   CHECK(checked == 2);
+}
+
+// A micro-batch plan file as the agent writes it (a temporary file renamed over it).
+std::string PublishPlan(const TempDir& dir, const std::string& name, const std::string& counts, uint32_t global,
+                        double scale, uint64_t from_step) {
+  const std::string path = dir.Path(name);
+  char scale_text[64];
+  std::snprintf(scale_text, sizeof(scale_text), "%.17g", scale);
+  {
+    std::ofstream out(path + ".tmp");
+    out << "version=1\nplan_id=1\nfrom_step=" << from_step << "\nglobal_micro_batches=" << global
+        << "\ngradient_scale=" << scale_text << "\ncounts=" << counts << "\n";
+  }
+  std::filesystem::rename(path + ".tmp", path);
+  return path;
+}
+
+std::vector<float> Weights(const std::string& path) {
+  const std::string bytes = Slurp(path);
+  std::vector<float> w(bytes.size() / sizeof(float));
+  std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
+  return w;
+}
+
+// The largest |a - b| relative to max(1, |b|).
+double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::abs(double{b[i]})));
+  }
+  return a.size() == b.size() ? worst : INFINITY;
+}
+
+// DP replica of rank r in StartWorld's TP2 x DP2 x PP2 layout (rank = tp + 2 dp + 4 pp).
+int DpOf(int r) { return (r >> 1) & 1; }
+
+TEST_CASE("sim-trainer: a micro-batch plan moves micro-batches between DP replicas and keeps the update", "[e2e]") {
+  TempDir dir;
+  const int steps = 6;
+  auto run = [&](const std::string& tag, const std::string& plan_path) {
+    return RunWorld(dir, tag, steps, 0, "", {"--micro-batches", "2", "--weights-out", dir.Path(tag + ".w.{rank}")},
+                    {}, {{"PEREGRINE_MICROBATCH_PLAN", plan_path}});
+  };
+  // Even split: DP=2 x 2 micro-batches (no plan file at the path).
+  const RunResult even = run("even", dir.Path("no-plan"));
+  // {1, 3} from step 1, and {3, 1} from step 3 (the even split before).
+  const RunResult ahead = run("ahead", PublishPlan(dir, "plan13", "1,3", 4, 0.5, 1));
+  const RunResult later = run("later", PublishPlan(dir, "plan31", "3,1", 4, 0.5, 3));
+  for (int r = 0; r < 8; ++r) {
+    INFO("rank " << r << " stderr: " << even.stderr_text[r] << ahead.stderr_text[r] << later.stderr_text[r]);
+    REQUIRE(ExitedWith(even.statuses[r], 0));
+    REQUIRE(ExitedWith(ahead.statuses[r], 0));
+    REQUIRE(ExitedWith(later.statuses[r], 0));
+    REQUIRE(even.lines[r].size() == steps);
+    REQUIRE(ahead.lines[r].size() == steps);
+    REQUIRE(later.lines[r].size() == steps);
+    const std::vector<float> w_even = Weights(dir.Path("even.w." + std::to_string(r)));
+    REQUIRE(!w_even.empty());
+    for (const auto* planned : {&ahead, &later}) {
+      const std::string tag = planned == &ahead ? "ahead" : "later";
+      for (int s = 0; s < steps; ++s) {
+        const StepLine& line = planned->lines[r][s];
+        const int want = tag == "ahead" ? (DpOf(r) == 0 ? 1 : 3) : (s + 1 < 3 ? 2 : (DpOf(r) == 0 ? 3 : 1));
+        CHECK(line.mb == want);
+        CHECK(even.lines[r][s].mb == 2);
+        // The same loss curve (the loss is over all of the step's micro-batches).
+        CHECK(std::stod(line.loss) == Approx(std::stod(even.lines[r][s].loss)).epsilon(1e-6));
+        CHECK(std::stod(line.grad_norm) == Approx(std::stod(even.lines[r][s].grad_norm)).epsilon(1e-5));
+      }
+      // The same final weights up to floating-point reordering.
+      const double diff = MaxRelativeDifference(Weights(dir.Path(tag + ".w." + std::to_string(r))), w_even);
+      INFO(tag << ": max relative weight difference " << diff);
+      CHECK(diff <= 1e-6);
+    }
+  }
+  // The comparison can tell: {1, 3} with the wrong scale (1/M instead of n/M) ends elsewhere.
+  const RunResult wrong = run("wrong", PublishPlan(dir, "wrong", "1,3", 4, 0.25, 1));
+  for (int r = 0; r < 8; ++r) {
+    REQUIRE(ExitedWith(wrong.statuses[r], 0));
+    CHECK(MaxRelativeDifference(Weights(dir.Path("wrong.w." + std::to_string(r))),
+                                Weights(dir.Path("even.w." + std::to_string(r)))) > 1e-4);
+  }
+  // A garbage plan: every rank stops with exit code 5 naming the file and the field.
+  const std::string garbage = PublishPlan(dir, "garbage", "1,x", 4, 0.5, 1);
+  const RunResult refused = run("garbage", garbage);
+  for (int r = 0; r < 8; ++r) {
+    CHECK(ExitedWith(refused.statuses[r], 5));
+    CHECK_THAT(refused.stderr_text[r], Catch::Contains("micro-batch plan " + garbage + ": ") &&
+                                           Catch::Contains("counts[1]"));
+  }
+}
+
+TEST_CASE("sim-trainer: under a plan the slowed replica's modelled compute per step drops", "[e2e]") {
+  TempDir dir;
+  const std::string faults = dir.Path("faults");
+  REQUIRE(sim::CreateFaultTable(faults).ok());
+  sim::RankFault slow;
+  slow.compute_slowdown = 3.0;
+  REQUIRE(sim::SetRankFault(faults, 3, 0, slow).ok());  // rank 6: DP replica 1
+  const std::vector<std::string> flags = {"--micro-batches", "2", "--compute-ms", "10"};
+  const RunResult even = RunWorld(dir, "even", 3, 0, faults, flags, {}, {{"PEREGRINE_MICROBATCH_PLAN", dir.Path("none")}});
+  const RunResult plan = RunWorld(dir, "plan", 3, 0, faults, flags, {},
+                                  {{"PEREGRINE_MICROBATCH_PLAN", PublishPlan(dir, "plan", "3,1", 4, 0.5, 1)}});
+  // The step's critical path: the largest modelled compute over the ranks (every rank
+  // waits for it in the DP all-reduce). Even: the slowed replica's 2 x 10 ms x 3; with the
+  // plan {3, 1}: 3 x 10 ms on replica 0 and 1 x 10 ms x 3 on the slowed one.
+  std::vector<double> even_iter, plan_iter;
+  for (int s = 0; s < 3; ++s) {
+    double even_max = 0, plan_max = 0;
+    for (int r = 0; r < 8; ++r) {
+      REQUIRE(ExitedWith(even.statuses[r], 0));
+      REQUIRE(ExitedWith(plan.statuses[r], 0));
+      REQUIRE(even.lines[r].size() == 3);
+      REQUIRE(plan.lines[r].size() == 3);
+      even_max = std::max(even_max, even.lines[r][s].model_ms);
+      plan_max = std::max(plan_max, plan.lines[r][s].model_ms);
+      // Each rank's own modelled compute: its micro-batches x 10 ms x its slowdown.
+      const double stretch = r == 6 ? 3.0 : 1.0;
+      CHECK(even.lines[r][s].model_ms == Approx(2 * 10 * stretch));
+      CHECK(plan.lines[r][s].model_ms == Approx((DpOf(r) == 0 ? 3 : 1) * 10 * stretch));
+      // No step is faster than its critical path.
+      CHECK(even.lines[r][s].iter_ms >= 60);
+      CHECK(plan.lines[r][s].iter_ms >= 30);
+    }
+    CHECK(even_max == Approx(60));
+    CHECK(plan_max == Approx(30));
+    even_iter.push_back(even.lines[0][s].iter_ms);
+    plan_iter.push_back(plan.lines[0][s].iter_ms);
+  }
+  std::sort(even_iter.begin(), even_iter.end());
+  std::sort(plan_iter.begin(), plan_iter.end());
+  // Measured on this machine (a figure, not a threshold).
+  WARN("median iter_ms even " << even_iter[1] << ", plan {3,1} " << plan_iter[1]);
 }
 
 TEST_CASE("sim-trainer: a hung GPU times its peers out and SIGTERM stops it", "[e2e]") {
