@@ -11,6 +11,15 @@ fixed-layout all-reduce over a flat buffer (the default), or with DistributedDat
 (--ddp), whose gradient buckets are rebuilt after the first iteration of each process, so
 a resumed DDP run sums in a different order than an uninterrupted one.
 
+Gradient accumulation (--micro-batches K): a step is a global sequence of WORLD_SIZE*K
+micro-batches of batch/K samples (micro-batch g holds the samples rank g//K would read as
+its (g%K)-th); each rank runs the share `peregrine.microbatches(step, rank, K)` gives it, K
+of them from rank*K unless Peregrine's controller has set a micro-batch plan (fail-slow
+mitigation: a slow rank gets fewer), and scales each micro-batch's loss by the share's
+gradient_scale, so the averaged gradients are the same update either way. The progress
+line carries mb=<count> (how the agent knows this script follows plans) and, as loss, this
+rank's gradient_scale-weighted sum of its micro-batch losses (the batch mean when K=1).
+
 The state saved every `peregrine.checkpoint.interval()` steps (--checkpoint-every
 overrides it) is everything the next step depends on: the model, the optimizer (SGD with
 momentum), the RNG states and the data position. On start the script loads the newest
@@ -29,6 +38,7 @@ the model's state_dict order ("{rank}" in PATH is replaced by the rank).
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import sys
@@ -46,6 +56,8 @@ def parse_args():
     p.add_argument("--hidden", type=int, default=256, help="width of the hidden layers")
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    p.add_argument("--micro-batches", type=int, default=1,
+                   help="micro-batches per rank per step (gradient accumulation; divides --batch)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
@@ -77,6 +89,15 @@ def batch_at(position, rank, batch, seed):
     x = torch.randn(batch, 32, generator=g)
     y = torch.sin(x.sum(dim=1, keepdim=True)) + 0.1 * torch.randn(batch, 1, generator=g)
     return x, y
+
+
+def micro_batch(position, g, args):
+    """Global micro-batch g of the step at `position`: part g%K of rank g//K's batch."""
+    k = args.micro_batches
+    size = args.batch // k
+    x, y = batch_at(position, g // k, args.batch, args.seed)
+    m = g % k
+    return x[m * size:(m + 1) * size], y[m * size:(m + 1) * size]
 
 
 def average_gradients_flat(model, world):
@@ -134,6 +155,8 @@ def write_params(model, path, rank):
 
 def main():
     args = parse_args()
+    if args.micro_batches < 1 or args.batch % args.micro_batches != 0:
+        sys.exit("--micro-batches must be >= 1 and divide --batch")
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed = world > 1
@@ -160,10 +183,17 @@ def main():
     loss_fn = torch.nn.MSELoss()
     while step < args.steps:
         started = time.perf_counter()
-        x, y = batch_at(position, rank, args.batch, args.seed)
+        # Data parallelism only: the rank is its data-parallel replica.
+        share = peregrine.microbatches(step + 1, rank, args.micro_batches)
         optimizer.zero_grad()
-        loss = loss_fn(train_model(x), y)
-        loss.backward()
+        loss = 0.0
+        for i in range(share.count):
+            x, y = micro_batch(position, share.first + i, args)
+            sync = not (distributed and args.ddp) or i == share.count - 1
+            with train_model.no_sync() if not sync else contextlib.nullcontext():
+                part = loss_fn(train_model(x), y) * share.gradient_scale
+                part.backward()
+            loss += part.item()
         if distributed and not args.ddp:
             average_gradients_flat(model, world)
         optimizer.step()
@@ -185,7 +215,7 @@ def main():
             if saved and args.print_state_digests:
                 print(f"[train] rank={rank} saved step={step} state_digest={state_digest(state)}", flush=True)
         iter_ms = (time.perf_counter() - started) * 1000
-        peregrine.step(step, loss=loss.item(), iter_ms=iter_ms, checkpoint_ms=saved_ms)
+        peregrine.step(step, loss=loss, iter_ms=iter_ms, checkpoint_ms=saved_ms, mb=share.count)
 
     if args.params_out:
         write_params(model, args.params_out, rank)
