@@ -23,6 +23,7 @@
 #include "base/durable_file.h"
 #include "base/free_port.h"
 #include "controller/agent_credentials.h"
+#include "controller/local/local_node_health.h"
 #include "controller/status_json.h"
 
 extern char** environ;
@@ -221,6 +222,7 @@ absl::Status LocalCluster::LoadPodTable() {
     nlohmann::json j = nlohmann::json::parse(in);
     next_machine_ = j.value("nextMachine", 0);
     quarantined_ = j.value("quarantined", std::vector<std::string>{});
+    free_machines_ = j.value("freeMachines", std::vector<std::string>{});
     for (const auto& p : j.at("pods")) {
       LocalPod pod;
       pod.name = p.at("name");
@@ -273,7 +275,10 @@ absl::Status LocalCluster::SavePodTable() {
                     {"startTicks", p.start_ticks}, {"state", p.starting ? "starting" : "started"},
                     {"exited", p.exited}, {"exitReason", p.exit_reason}});
   }
-  nlohmann::json j = {{"nextMachine", next_machine_}, {"quarantined", quarantined_}, {"pods", pods}};
+  nlohmann::json j = {{"nextMachine", next_machine_},
+                      {"quarantined", quarantined_},
+                      {"freeMachines", free_machines_},
+                      {"pods", pods}};
   return WriteFileAtomically(absl::StrCat(options_.state_dir, "/pods.json"), j.dump(2));
 }
 
@@ -307,7 +312,12 @@ absl::Status LocalCluster::CreatePod(const TrainingJob& job, const PodToCreate& 
   LocalPod pod;
   pod.name = request.name;
   pod.job_key = JobKeyOf(job);
-  pod.machine_id = absl::StrCat(next_machine_++);
+  if (!free_machines_.empty()) {
+    pod.machine_id = free_machines_.front();
+    free_machines_.erase(free_machines_.begin());
+  } else {
+    pod.machine_id = absl::StrCat(next_machine_++);
+  }
 
   // Everything the child needs is prepared before fork (only exec-safe calls after it).
   const std::string log_path = absl::StrCat(options_.state_dir, "/logs/", pod.name, ".log");
@@ -521,16 +531,36 @@ absl::Status LocalCluster::QuarantineMachine(const std::string& machine_id, cons
     std::ofstream out(absl::StrCat(options_.state_dir, "/events.log"), std::ios::app);
     out << "machine " << machine_id << " quarantined: " << reason << "\n";
   }
-  absl::MutexLock lock(&mu_);
-  if (std::find(quarantined_.begin(), quarantined_.end(), machine_id) == quarantined_.end()) {
-    quarantined_.push_back(machine_id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::find(quarantined_.begin(), quarantined_.end(), machine_id) == quarantined_.end()) {
+      quarantined_.push_back(machine_id);
+    }
+    free_machines_.erase(std::remove(free_machines_.begin(), free_machines_.end(), machine_id), free_machines_.end());
+    if (auto s = SavePodTable(); !s.ok()) return s;
   }
-  return SavePodTable();
+  // Outside the lock: node health may call ReturnMachine.
+  if (node_health_ != nullptr) return node_health_->Quarantine(machine_id, reason);
+  return absl::OkStatus();
 }
 
 std::vector<std::string> LocalCluster::QuarantinedMachines() const {
   absl::MutexLock lock(&mu_);
   return quarantined_;
+}
+
+absl::Status LocalCluster::ReturnMachine(const std::string& machine_id) {
+  absl::MutexLock lock(&mu_);
+  quarantined_.erase(std::remove(quarantined_.begin(), quarantined_.end(), machine_id), quarantined_.end());
+  if (std::find(free_machines_.begin(), free_machines_.end(), machine_id) == free_machines_.end()) {
+    free_machines_.push_back(machine_id);
+  }
+  return SavePodTable();
+}
+
+std::vector<std::string> LocalCluster::FreeMachines() const {
+  absl::MutexLock lock(&mu_);
+  return free_machines_;
 }
 
 absl::Status LocalCluster::RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) {

@@ -33,6 +33,8 @@
 
 namespace peregrine {
 
+class LocalNodeHealth;
+
 struct LocalClusterOptions {
   std::string state_dir;           // created if missing
   std::string agent_binary;        // path of peregrine-agent
@@ -79,6 +81,13 @@ class LocalCluster final : public Cluster {
   // The pid of the pod's agent, 0 if unknown.
   pid_t AgentPid(const std::string& pod) const;
   std::vector<std::string> QuarantinedMachines() const;
+  // Node health (local_node_health.h): QuarantineMachine hands each machine to it too (it
+  // must outlive the cluster; null: machines stay quarantined).
+  void SetNodeHealth(LocalNodeHealth* node_health) { node_health_ = node_health; }
+  // The machine passed its sweep: it leaves the quarantine list and the next pod created
+  // runs on it (free machines are used before new ids). Persisted in pods.json.
+  absl::Status ReturnMachine(const std::string& machine_id);
+  std::vector<std::string> FreeMachines() const;
   // Stops every pod now (SIGTERM, then SIGKILL after grace_ms) and waits for them.
   void TearDown(int grace_ms);
   const std::string& state_dir() const { return options_.state_dir; }
@@ -109,6 +118,8 @@ class LocalCluster final : public Cluster {
   std::map<std::string, LocalPod> pods_ ABSL_GUARDED_BY(mu_);
   int next_machine_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> quarantined_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> free_machines_ ABSL_GUARDED_BY(mu_);  // returned by node health
+  LocalNodeHealth* node_health_ = nullptr;
 };
 
 // Process-session helpers shared with tests: every pid whose session id is `sid`.

@@ -10,10 +10,12 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "base/durable_file.h"
 #include "base/secret_token.h"
 #include "controller/agent_registry.h"
@@ -21,6 +23,7 @@
 #include "controller/controller_metrics.h"
 #include "controller/http_server.h"
 #include "controller/local/local_cluster.h"
+#include "controller/local/local_node_health.h"
 #include "controller/core/recovery_policy.h"
 #include "sim/fault/fault_control.h"
 
@@ -85,6 +88,22 @@ struct LocalMode::Impl {
   std::unique_ptr<AgentServiceImpl> service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<LocalNodeHealth> node_health;
+  // Runs node health passes (due sweeps) every second until shut down.
+  std::thread node_health_thread;
+  absl::Mutex node_health_mu;
+  absl::CondVar node_health_cv;
+  bool node_health_stop = false;
+  void StopNodeHealth() {
+    if (!node_health_thread.joinable()) return;
+    {
+      absl::MutexLock lock(&node_health_mu);
+      node_health_stop = true;
+      node_health_cv.Signal();
+    }
+    node_health_thread.join();
+  }
+  ~Impl() { StopNodeHealth(); }
   std::unique_ptr<JobController> controller;
   std::unique_ptr<FaultInjector> injector;
   std::unique_ptr<HttpServer> http;
@@ -185,6 +204,38 @@ absl::StatusOr<std::unique_ptr<LocalMode>> LocalMode::Start(const TrainingJob& j
   auto cluster = LocalCluster::Create(copts);
   if (!cluster.ok()) return cluster.status();
   impl->cluster = std::move(*cluster);
+  // Node health: evicted machines are swept with peregrine-diagnose on the stand-in device
+  // and come back to the pool (local_node_health.h).
+  LocalNodeHealthOptions nh;
+  nh.state_dir = options.state_dir;
+  nh.diagnose_binary = options.bin_dir + "/peregrine-diagnose";
+  nh.env = {{"PEREGRINE_SIM_FAULTS", copts.pod_env["PEREGRINE_SIM_FAULTS"]},
+            {"PEREGRINE_STANDIN_DEVICE", copts.pod_env["PEREGRINE_STANDIN_DEVICE"]},
+            {"PEREGRINE_SIM_MACHINE_ROOT", sim_machines}};
+  nh.gpus_per_machine = std::max(1, job.spec.gpus_per_machine);
+  nh.clock = options.clock;
+  LocalCluster* local_cluster = impl->cluster.get();
+  nh.on_returned = [local_cluster](const std::string& machine) { (void)local_cluster->ReturnMachine(machine); };
+  auto node_health = LocalNodeHealth::Create(nh);
+  if (!node_health.ok()) return node_health.status();
+  impl->node_health = std::move(*node_health);
+  impl->cluster->SetNodeHealth(impl->node_health.get());
+  {
+    Impl* self = impl.get();
+    self->node_health_thread = std::thread([self] {
+      absl::MutexLock lock(&self->node_health_mu);
+      while (!self->node_health_stop) {
+        self->node_health_mu.Unlock();
+        (void)self->node_health->Pass();
+        self->metrics->SetNodeHealthCounts(self->node_health->Counts());
+        self->node_health_mu.Lock();
+        const absl::Time deadline = self->options.clock->Now() + absl::Seconds(1);
+        while (!self->node_health_stop &&
+               !self->options.clock->WaitWithDeadline(self->node_health_cv, self->node_health_mu, deadline)) {
+        }
+      }
+    });
+  }
 
   JobController::Options jopts;
   jopts.decision = options.decision;
@@ -228,6 +279,7 @@ void LocalMode::Shutdown(bool teardown) {
   impl_->shut_down = true;
   if (impl_->http) impl_->http->Stop();
   if (impl_->controller) impl_->controller->Stop();
+  impl_->StopNodeHealth();
   if (teardown && impl_->cluster) impl_->cluster->TearDown(impl_->job.spec.fault_tolerance.restart_grace_seconds * 1000);
   if (impl_->grpc_server) {
     impl_->grpc_server->Shutdown(absl::ToChronoTime(impl_->options.clock->Now() + absl::Seconds(1)));
