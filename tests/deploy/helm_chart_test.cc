@@ -59,7 +59,7 @@ TEST_CASE("helm template renders the default objects", "[integration]") {
   std::multiset<std::string> kinds;
   for (const YAML::Node& o : objects) kinds.insert(o["kind"].Scalar());
   CHECK(kinds == std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                                            "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Service",
+                                            "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Service", "Service",
                                             "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
                                             "Secret", "Secret"});
   // The chart ships the same CRD as crds/.
@@ -91,7 +91,9 @@ TEST_CASE("the controller Deployment: replicas, flags, probes, security", "[inte
         std::vector<std::string>{"--leader-elect", "--lease-namespace", kNamespace, "--lease-name",
                                  "peregrine-controller", "--grpc-port", "7400",
                                  "--http-port", "7401", "--metrics-port", "7402", "--agent-image",
-                                 "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(), "--controller-address",
+                                 "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(),
+                                 "--node-health-sweep-image", "ghcr.io/peregrine-dev/peregrine-agent:" + AppVersion(),
+                                 "--node-health-sweep-namespace", kNamespace, "--controller-address",
                                  std::string("peregrine-grpc.") + kNamespace + ".svc:7400", "--agent-key-file",
                                  "/var/run/peregrine/agent-key/key", "--agent-tls-cert",
                                  "/var/run/peregrine/agent-tls/tls.crt", "--agent-tls-key",
@@ -197,8 +199,8 @@ const RuleSet kJobRules = {
 };
 // Cluster-scoped, so a ClusterRole in both modes.
 const RuleSet kClusterScopedRules = {
-    // Informer; MergePatch of node labels.
-    {{"", "nodes"}, V{"list", "patch", "watch"}},
+    // Informer; node health: Get before each change, MergePatch of record, cordon, taint.
+    {{"", "nodes"}, V{"get", "list", "patch", "watch"}},
     // The HTTP API's callers: TokenReview and SubjectAccessReview (kube/api_reviews.h).
     {{"authentication.k8s.io", "tokenreviews"}, V{"create"}},
     {{"authorization.k8s.io", "subjectaccessreviews"}, V{"create"}},
@@ -207,6 +209,8 @@ const RuleSet kClusterScopedRules = {
 // namespace only.
 const RuleSet kLeaderRules = {{{"coordination.k8s.io", "leases"}, V{"create", "get", "update"}},
                               {{"", "pods"}, V{"patch"}}};
+// Node health sweeps in the release namespace: the sweep Jobs and a list of their pods.
+const RuleSet kNodeHealthRules = {{{"batch", "jobs"}, V{"create", "delete", "get"}}, {{"", "pods"}, V{"list"}}};
 
 // What holds in every rendering: no wildcard and no secrets in any rule, no
 // resourceNames or nonResourceURLs, and each role bound (once, by a binding of the same
@@ -249,7 +253,8 @@ TEST_CASE("RBAC cluster-wide: exactly the allow-listed rules, one ClusterRole an
   Helm helm;
   const std::vector<YAML::Node> objects = helm.Render();
   CHECK(GrantsOf(objects) == Grants{{{"ClusterRole", "", "peregrine"}, Union(kJobRules, kClusterScopedRules)},
-                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules},
+                                    {{"Role", kNamespace, "peregrine-node-health"}, kNodeHealthRules}});
   CheckRolesAndBindings(objects);
   CHECK(ParseControllerArgs(One(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
             .mode.watch_namespaces.empty());
@@ -261,7 +266,8 @@ TEST_CASE("RBAC namespaced: a Role per watched namespace and a ClusterRole for c
   CHECK(GrantsOf(objects) == Grants{{{"ClusterRole", "", "peregrine"}, kClusterScopedRules},
                                     {{"Role", "team-a", "peregrine-jobs"}, kJobRules},
                                     {{"Role", "team-b", "peregrine-jobs"}, kJobRules},
-                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+                                    {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules},
+                                    {{"Role", kNamespace, "peregrine-node-health"}, kNodeHealthRules}});
   CheckRolesAndBindings(objects);
   // The controller watches exactly those namespaces (through its own flag parser).
   const KubeMainOptions flags =
@@ -274,7 +280,8 @@ TEST_CASE("RBAC namespaced: a Role per watched namespace and a ClusterRole for c
   CHECK(GrantsOf(with_own) == Grants{{{"ClusterRole", "", "peregrine"}, kClusterScopedRules},
                                      {{"Role", kNamespace, "peregrine-jobs"}, kJobRules},
                                      {{"Role", "team-a", "peregrine-jobs"}, kJobRules},
-                                     {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules}});
+                                     {{"Role", kNamespace, "peregrine-leader-election"}, kLeaderRules},
+                                    {{"Role", kNamespace, "peregrine-node-health"}, kNodeHealthRules}});
   CheckRolesAndBindings(with_own);
 
   // A name that is not a namespace is refused at render time.
@@ -358,6 +365,9 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   CHECK(Strings(c["args"]) == std::vector<std::string>{"--grpc-port", "7400", "--http-port", "7401", "--metrics-port",
                                                       "7402", "--agent-image",
                                                       "ghcr.io/peregrine-dev/peregrine-agent:9.9.9",
+                                                      "--node-health-sweep-image",
+                                                      "ghcr.io/peregrine-dev/peregrine-agent:9.9.9",
+                                                      "--node-health-sweep-namespace", kNamespace,
                                                       "--controller-address",
                                                       std::string("peregrine-grpc.") + kNamespace + ".svc:7400",
                                                       "--agent-key-file", "/var/run/peregrine/agent-key/key",
@@ -365,6 +375,8 @@ TEST_CASE("values override image, flags and leader election", "[integration]") {
   const KubeMainOptions flags = ParseControllerArgs(c);
   CHECK_FALSE(flags.mode.leader_elect);
   CHECK(flags.log_level == "debug");
+  CHECK(flags.mode.node_health_sweep_image == "ghcr.io/peregrine-dev/peregrine-agent:9.9.9");
+  CHECK(flags.mode.node_health_sweep_namespace == kNamespace);
   // Without election nothing sets peregrine.dev/leader, so the gRPC Service must select
   // the replica by its plain labels or the agents reach no controller.
   CHECK(Selects(ServiceNamed(objects, "-grpc")["spec"]["selector"], deploy["spec"]["template"]["metadata"]["labels"]));
