@@ -6,7 +6,9 @@
 // write them. Time is a ManualClock; Pass() is called directly (no thread).
 #ifdef PEREGRINE_HAVE_FAKE_KUBE_API_SERVER
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +23,12 @@
 #include "controller/kube/node_health_controller.h"
 #include "controller/kube/resources.h"
 #include "controller/kube/rest_client.h"
+#include "controller/node_health_inputs.h"
 #include "tests/fakes/fake_kube_api_server.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/files.h"
+#include "tests/testing/process_guard.h"
+#include "tests/testing/temp_dir.h"
 
 namespace peregrine {
 namespace {
@@ -394,6 +401,51 @@ TEST_CASE("node health: SweepJobName is a valid, distinct Job name per node and 
   }
   CHECK(SweepJobName("GPU-1", 1) != SweepJobName("gpu-1", 1));
   CHECK(SweepJobName("gpu-1", 1) != SweepJobName("gpu-1", 2));
+}
+
+TEST_CASE("node health: QuarantineInput tells an over-evicted group member from a culprit by the machine's own item", "[unit]") {
+  const std::string over = "machine 1 (slot 1, pod j-m1-0): in the group stack aggregation over-evicts";
+  CHECK(QuarantineInput("1", "hang; " + over, 5).kind == NodeInputKind::kOverEviction);
+  CHECK(QuarantineInput("1", over, 5).kind == NodeInputKind::kOverEviction);
+  // Another machine's over-eviction, or a name that only ends like this one's: a culprit.
+  CHECK(QuarantineInput("0", "machine 10 (slot 1, pod p): in the group stack aggregation over-evicts", 5).kind ==
+        NodeInputKind::kFaultEviction);
+  CHECK(QuarantineInput("1", "machine 1 (slot 1, pod p): pod failed; machine 2 (slot 2, pod q): in the group "
+                             "stack aggregation over-evicts", 5).kind == NodeInputKind::kFaultEviction);
+  // Not named (a summarised list): the safe side, a culprit with a full sweep.
+  const NodeInput unnamed = QuarantineInput("7", "hang; and 9 more (12 in all)", 5);
+  CHECK(unnamed.kind == NodeInputKind::kFaultEviction);
+  CHECK(unnamed.at == 5);
+  CHECK(unnamed.detail == "hang; and 9 more (12 in all)");
+}
+
+// The sweep pod's command, run here with /bin/sh and the real peregrine-diagnose on the
+// stand-in device (what the agent image runs on a GPU node): exit 0 when every check
+// passes, 1 when one has no passing result.
+int RunSweepScript(const std::string& diagnose, const std::string& dir) {
+  testing::ChildProcess::Options o;
+  o.argv = {"/bin/sh", "-c", SweepScript(diagnose, SweepKind::kFull, 2)};
+  o.env = {{"PEREGRINE_MACHINE_ID", "3"},
+           {"PEREGRINE_SIM_FAULTS", dir + "/no-faults"},
+           {"PEREGRINE_STANDIN_DEVICE", testing::BinaryPath("lib/sim/libperegrine_sim_device.so")}};
+  o.stdout_path = dir + "/sweep.log";
+  auto child = testing::ChildProcess::Start(o);
+  REQUIRE(child != nullptr);
+  const std::optional<int> status = child->Wait(std::chrono::minutes(5));
+  REQUIRE(status.has_value());
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+}
+
+TEST_CASE("node health: the sweep pod's script passes a healthy machine and fails when a check has no passing result", "[integration]") {
+  testing::DescendantGuard guard;
+  testing::TempDir dir;
+  CHECK(RunSweepScript(testing::BinaryPath("bin/peregrine-diagnose"), dir.path()) == 0);
+  const std::string log = testing::ReadFile(dir.path() + "/sweep.log");
+  CHECK_THAT(log, Catch::Contains("peregrine-diagnose: result kind: \"gemm\" passed: true") &&
+                      Catch::Contains("peregrine-diagnose: result kind: \"eud\" passed: true"));
+  CHECK(RunSweepScript(dir.path() + "/missing/peregrine-diagnose", dir.path()) == 1);
+  CHECK_THAT(testing::ReadFile(dir.path() + "/sweep.log"),
+             Catch::Contains("sweep: gemm failed") && Catch::Contains("sweep: eud failed"));
 }
 
 }  // namespace
