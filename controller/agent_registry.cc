@@ -63,6 +63,7 @@ void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
     obs->rank_losses.clear();
     obs->fail_slow.clear();
     obs->comm_profiles.clear();
+    obs->rank_iterations.clear();
   }
   obs->attempt = t.attempt();
   obs->phase = FromWire(t.phase());
@@ -257,6 +258,15 @@ v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, i
       d->set_kind(ToString(c.diagnostic.kind));
       for (const auto& [k, v] : c.diagnostic.params) (*d->mutable_params())[k] = v;
       d->set_timeout_ms(c.diagnostic.timeout_ms);
+      break;
+    }
+    case CommandKind::kSetMicroBatchPlan: {
+      v1::SetMicroBatchPlan* p = w.mutable_set_microbatch_plan();
+      p->set_plan_id(c.microbatch_plan.plan_id);
+      p->set_from_step(c.microbatch_plan.from_step);
+      for (uint32_t n : c.microbatch_plan.counts) p->add_counts(n);
+      p->set_gradient_scale(c.microbatch_plan.gradient_scale);
+      p->set_global_micro_batches(c.microbatch_plan.global_micro_batches);
       break;
     }
   }
@@ -624,6 +634,12 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           if (it.mean_iteration_seconds() > 0) {
             iter_sum += it.mean_iteration_seconds();
             ++iter_n;
+          }
+          RankIterationObservation& ri = obs.rank_iterations[static_cast<int>(it.global_rank())];
+          if (it.last_completed_step() >= ri.step) {
+            ri.step = it.last_completed_step();
+            if (it.mean_iteration_seconds() > 0) ri.mean_iteration_seconds = it.mean_iteration_seconds();
+            ri.micro_batches = it.micro_batches();
           }
         }
         if (iter_n > 0) obs.mean_iteration_seconds = iter_sum / iter_n;

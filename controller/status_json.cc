@@ -413,6 +413,26 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
           {"costSource", Bounded(m.cost_source)}, {"breakEvenAt", Time(m.break_even_at)},
           {"replaceMachines", m.replace_machines}, {"incidentId", m.incident_id},
           {"stoppedAt", Time(m.stopped_at)},     {"detail", Bounded(m.detail)}};
+      const MicroBatchPlanRecord& p = m.microbatch_plan;
+      if (p.plan_id != 0 || !p.reported.empty()) {
+        fail_slows.back()["mitigation"]["microBatchPlan"] = {
+            {"planId", p.plan_id},
+            {"attempt", p.attempt},
+            {"fromStep", p.from_step},
+            {"counts", p.counts},
+            {"gradientScale", p.gradient_scale},
+            {"globalMicroBatches", p.global_micro_batches},
+            {"secondsPerMicroBatch", p.seconds_per_micro_batch},
+            {"predictedStepSeconds", p.predicted_step_seconds},
+            {"previousStepSeconds", p.previous_step_seconds},
+            {"decidedAt", Time(p.decided_at)},
+            {"inForceAt", Time(p.in_force_at)},
+            {"plans", p.plans},
+            {"clearedAt", Time(p.cleared_at)},
+            {"clearedReason", Bounded(p.cleared_reason)},
+            {"failed", Bounded(p.failed)},
+            {"reported", Bounded(p.reported)}};
+      }
     }
   }
   j["failSlows"] = fail_slows;
@@ -594,6 +614,26 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
         y.incident_id = IntValue<uint64_t>(m, "incidentId", 0);
         y.stopped_at = ParseTime(m, "stoppedAt");
         y.detail = m.value("detail", "");
+        if (m.contains("microBatchPlan")) {
+          const json& p = m.at("microBatchPlan");
+          MicroBatchPlanRecord& z = y.microbatch_plan;
+          z.plan_id = IntValue<uint64_t>(p, "planId", 0);
+          z.attempt = IntValue<uint64_t>(p, "attempt", 0);
+          z.from_step = IntValue<uint64_t>(p, "fromStep", 0);
+          z.counts = IntVector<int64_t>(p, "counts");
+          z.gradient_scale = p.value("gradientScale", 0.0);
+          z.global_micro_batches = IntValue<int64_t>(p, "globalMicroBatches", 0);
+          z.seconds_per_micro_batch = p.value("secondsPerMicroBatch", std::vector<double>{});
+          z.predicted_step_seconds = p.value("predictedStepSeconds", 0.0);
+          z.previous_step_seconds = p.value("previousStepSeconds", 0.0);
+          z.decided_at = ParseTime(p, "decidedAt");
+          z.in_force_at = ParseTime(p, "inForceAt");
+          z.plans = IntValue<int>(p, "plans", 0);
+          z.cleared_at = ParseTime(p, "clearedAt");
+          z.cleared_reason = p.value("clearedReason", "");
+          z.failed = p.value("failed", "");
+          z.reported = p.value("reported", "");
+        }
       }
       s.fail_slows.push_back(std::move(x));
     }

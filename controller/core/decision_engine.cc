@@ -251,6 +251,7 @@ const char* CommandKindName(CommandKind kind) {
     case CommandKind::kResume: return "resume";
     case CommandKind::kCaptureStacks: return "capture_stacks";
     case CommandKind::kRunDiagnostic: return "run_diagnostic";
+    case CommandKind::kSetMicroBatchPlan: return "set_microbatch_plan";
   }
   return "unknown";
 }

@@ -58,7 +58,10 @@ const char* Rung(MitigationStrategy s) {
   return "?";
 }
 
-double WastedFraction(const FailSlowFinding& f) {
+double WastedFraction(const FailSlowFinding& f, double measured_iteration_seconds = 0) {
+  if (measured_iteration_seconds > 0 && f.healthy_iteration_seconds > 0) {
+    return std::max(0.0, (measured_iteration_seconds - f.healthy_iteration_seconds) / measured_iteration_seconds);
+  }
   if (f.healthy_iteration_seconds > 0 && f.slow_iteration_seconds > f.healthy_iteration_seconds) {
     return (f.slow_iteration_seconds - f.healthy_iteration_seconds) / f.slow_iteration_seconds;
   }
@@ -167,8 +170,13 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
     r.loss_seconds += r.loss_rate * static_cast<double>(end - r.accounted_until) / kNanos;
     r.accounted_until = end;
   }
-  const bool above = f.severity >= in.spec.mitigate_threshold;
-  r.loss_rate = above ? WastedFraction(f) : 0;
+  // Past S1 with the strategy's effect measured, the residual slowdown is what stays.
+  const double measured = r.strategy != MitigationStrategy::kIgnore ? in.measured_iteration_seconds : 0;
+  const double severity = measured > 0 && f.healthy_iteration_seconds > 0
+                              ? measured / f.healthy_iteration_seconds - 1
+                              : f.severity;
+  const bool above = severity >= in.spec.mitigate_threshold;
+  r.loss_rate = above ? WastedFraction(f, measured) : 0;
 
   if (f.ended_at != 0) {
     r.stopped_at = now;
@@ -189,7 +197,7 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
     }
   };
   if (!above) {
-    wait(absl::StrFormat("severity +%.0f%% is below mitigateThreshold +%.0f%%: recorded and watched", f.severity * 100,
+    wait(absl::StrFormat("severity +%.0f%% is below mitigateThreshold +%.0f%%: recorded and watched", severity * 100,
                          in.spec.mitigate_threshold * 100));
     return d;
   }
@@ -248,7 +256,8 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
   const std::string figures = absl::StrFormat(
       "severity +%.0f%% (iteration %.1f ms -> %.1f ms, %.0f%% of wall time wasted); accumulated loss %.2f s on %s "
       "since %.1f s >= %s's one-time cost %.2f s (%s)",
-      f.severity * 100, f.healthy_iteration_seconds * 1e3, f.slow_iteration_seconds * 1e3, WastedFraction(f) * 100,
+      severity * 100, f.healthy_iteration_seconds * 1e3, measured > 0 ? measured * 1e3 : f.slow_iteration_seconds * 1e3,
+      WastedFraction(f, measured) * 100,
       r.loss_seconds, Rung(r.strategy), static_cast<double>(now - r.strategy_started_at) / kNanos, Rung(next), cost,
       source);
   const std::string what = next == MitigationStrategy::kReplace

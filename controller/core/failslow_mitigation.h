@@ -5,7 +5,9 @@
 // S2 redistribute micro-batches across data-parallel replicas, S3 remap machines to slots
 // (topology), S4 replace (evict the slow machine(s), activate a standby, restart from the
 // checkpoint). S2 and S3 are inputs (StrategyAvailability): a strategy that is
-// unavailable for the job is reported once per finding with its reason and skipped.
+// unavailable for the job is reported once per finding with its reason and skipped. S2's
+// availability, cost and plan are controller/core/microbatch_mitigation.h's; after S2 the
+// loss is the residual slowdown measured under the plan (measured_iteration_seconds).
 //
 // Escalation (ski-rental, the deterministic break-even rule): while on a strategy, the
 // loss of staying accumulates (seconds of training wasted, failslow_mitigation.cc says
@@ -67,10 +69,14 @@ struct FailSlowMitigationInput {
   StrategyAvailability redistribute;  // S2
   StrategyAvailability remap;         // S3
   RestartCost restart_cost;           // S4
+  // The job's iteration time measured under the strategy in force (S2: with the plan
+  // running); > 0 replaces the finding's slow level in the loss rate (the residual
+  // slowdown against the healthy level). 0: not measured.
+  double measured_iteration_seconds = 0;
 };
 
-// An action of the ladder, as data: S2/S3 (not delivered in this version) or S4 (evict
-// `machines`).
+// An action of the ladder, as data: S2 (the plan is microbatch_mitigation.h's), S3 (not
+// delivered in this version) or S4 (evict `machines`).
 struct MitigationAction {
   MitigationStrategy strategy = MitigationStrategy::kReplace;
   std::vector<std::string> machines;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "controller/core/failslow_mitigation.h"
 #include "controller/core/failslow_validation.h"
+#include "controller/core/microbatch_mitigation.h"
 #include "diagnosis/group_comparison.h"
 
 // How FailSlowPolicy works (Falcon-Detect, section 4). Flow, level-based (deciding again
@@ -350,8 +351,12 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   // While a validation holds NCCL trapped (or is releasing it), the validation owns the
   // NCCL mode: its set_nccl_mode commands carry the profiling flag too.
   if (!d.findings.empty() && ValidationInProgress(d.findings.back().validation)) return d;
-  const bool want = open != nullptr;
-  const uint64_t id = want ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
+  // An S2 plan in force is checked against the replicas' measured speeds, which come from
+  // the profiles: profiling stays on until it is withdrawn (microbatch_mitigation.cc).
+  bool plan_in_force = false;
+  for (const FailSlowFinding& f : d.findings) plan_in_force = plan_in_force || PlanInForce(f.mitigation.microbatch_plan);
+  const bool want = open != nullptr || plan_in_force;
+  const uint64_t id = open != nullptr ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
   for (const AgentObservation& a : in.agents) {
     if (!CurrentActive(a, in.attempt)) continue;
     if (a.nccl_profiling == want) continue;
@@ -469,6 +474,17 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     if (!slot.machine_id.empty()) job_machines.push_back(slot.machine_id);
   }
   const bool finished = status.phase == JobPhase::kSucceeded || status.phase == JobPhase::kFailed;
+  // S2's measurements (microbatch_mitigation.h): the replicas' speeds now, the switch time
+  // the job's last plan took (its measured cost), the next plan id.
+  const MicroBatchMitigationOptions mb_options;
+  const ReplicaSpeeds speeds = MeasureReplicaSpeeds(*layout, status.attempt, agents, mb_options);
+  double switch_seconds = 0;
+  uint64_t next_plan_id = 1;
+  for (const FailSlowFinding& f : status.fail_slows) {
+    const MicroBatchPlanRecord& p = f.mitigation.microbatch_plan;
+    next_plan_id = std::max(next_plan_id, p.plan_id + 1);
+    if (p.decided_at > 0 && p.in_force_at > p.decided_at) switch_seconds = static_cast<double>(p.in_force_at - p.decided_at) / 1e9;
+  }
   for (FailSlowFinding& f : status.fail_slows) {
     if (finished) break;
     FailSlowMitigationInput m;
@@ -482,10 +498,16 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
       }
     }
     m.job_machines = job_machines;
-    m.redistribute.unavailable_reason =
-        spec.parallelism.data < 2
-            ? "data parallelism is 1 (no replicas to move micro-batches between)"
-            : "the trainer cannot be handed a new micro-batch split in this version (no delivery path)";
+    m.redistribute = RedistributionAvailability(spec.fail_slow, *layout, speeds, switch_seconds, mb_options);
+    if (m.redistribute.available && ValidationInProgress(f.validation)) {
+      m.redistribute.available = false;
+      m.redistribute.unavailable_reason = "its validation (training paused) is in progress";
+    }
+    const MicroBatchPlanRecord& s2 = f.mitigation.microbatch_plan;
+    if (f.mitigation.strategy == MitigationStrategy::kRedistribute && PlanInForce(s2) && s2.in_force_at != 0 &&
+        speeds.ok && speeds.micro_batches == s2.counts) {
+      m.measured_iteration_seconds = speeds.iteration_seconds;
+    }
     m.remap.unavailable_reason = "the trainer cannot be handed a new rank-to-slot mapping in this version (no delivery path)";
     m.restart_cost = MeasureRestartCost(status, f.healthy_iteration_seconds);
     FailSlowMitigationDecision md = DecideFailSlowMitigation(m, now);
@@ -495,6 +517,50 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     if (!md.actions.empty() && (plan->requeue_after_ns == 0 || plan->requeue_after_ns > kMitigationRequeueNs)) {
       plan->requeue_after_ns = kMitigationRequeueNs;
     }
+  }
+  if (finished) return;
+
+  // S2: the newest finding keeps a plan while its ladder is on S2 (Auto); a plan of an
+  // older finding still in force is handed over to it then, else kept until withdrawn.
+  FailSlowFinding& newest = status.fail_slows.back();
+  const bool wanted = spec.fail_slow.mitigation == FailSlowMitigation::kAuto && newest.ended_at == 0 &&
+                      newest.mitigation.strategy == MitigationStrategy::kRedistribute;
+  for (FailSlowFinding& f : status.fail_slows) {
+    MicroBatchPlanRecord& p = f.mitigation.microbatch_plan;
+    if (&f == &newest || !wanted || !PlanInForce(p)) continue;
+    if (!PlanInForce(newest.mitigation.microbatch_plan)) {
+      const int plans = newest.mitigation.microbatch_plan.plans;
+      newest.mitigation.microbatch_plan = p;
+      newest.mitigation.microbatch_plan.plans = plans;
+    }
+    p.cleared_at = now;
+    p.cleared_reason = absl::StrFormat("handed over to fail-slow #%d", newest.id);
+  }
+  // The record holding the job's newest plan id (the newest such finding: a handed-over
+  // plan has the same id in both) keeps sending its empty plan once withdrawn.
+  const FailSlowFinding* latest = nullptr;
+  for (const FailSlowFinding& f : status.fail_slows) {
+    const uint64_t id = f.mitigation.microbatch_plan.plan_id;
+    if (id != 0 && (latest == nullptr || id >= latest->mitigation.microbatch_plan.plan_id)) latest = &f;
+  }
+  for (FailSlowFinding& f : status.fail_slows) {
+    const bool mine = &f == &newest && wanted;
+    if (!mine && !PlanInForce(f.mitigation.microbatch_plan) && &f != latest) continue;
+    MicroBatchPlanInput mi;
+    mi.job_name = job.metadata.name;
+    mi.spec = spec.fail_slow;
+    mi.finding_id = f.id;
+    mi.attempt = status.attempt;
+    mi.wanted = mine;
+    mi.record = f.mitigation.microbatch_plan;
+    mi.next_plan_id = next_plan_id;
+    mi.speeds = speeds;
+    mi.agents = agents;
+    MicroBatchPlanDecision pd = DecideMicroBatchPlan(mi, now, mb_options);
+    f.mitigation.microbatch_plan = std::move(pd.record);
+    next_plan_id = std::max(next_plan_id, f.mitigation.microbatch_plan.plan_id + 1);
+    for (CommandToSend& c : pd.commands) plan->commands.push_back(std::move(c));
+    for (JobEvent& e : pd.events) plan->events.push_back(std::move(e));
   }
 }
 

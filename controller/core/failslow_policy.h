@@ -78,7 +78,9 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
 // on the newest finding, then the mitigation ladder (failslow_mitigation.h) on every
 // finding, and merges them into the plan (status findings with their validation and
 // mitigation record, set_nccl_mode and run_diagnostic commands, events; a requeue of
-// 100 ms when the ladder decided S4, which the decision engine carries out). The link rounds'
+// 100 ms when the ladder decided S2 or S4, S4 being carried out by the decision engine),
+// and keeps S2's micro-batch plan (microbatch_mitigation.h: set_microbatch_plan commands;
+// profiling stays on while a plan is in force). The link rounds'
 // rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at
 // the observation's candidate port. A spec whose layout is invalid leaves the plan as is.
 void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,

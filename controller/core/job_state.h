@@ -175,6 +175,28 @@ struct FailSlowValidation {
 // The mitigation ladder's state for one finding (failslow_mitigation.h): the current
 // strategy, the loss accumulated on it (ski-rental), what was reported, and the
 // replacement asked for. Persisted so a restarted controller continues where it was.
+// S2's micro-batch plan for a finding (controller/core/microbatch_mitigation.h): what was
+// sent to every active agent (SetMicroBatchPlan), the measured speeds it was solved for,
+// and when it was withdrawn. One plan at a time per job: the newest finding's.
+struct MicroBatchPlanRecord {
+  uint64_t plan_id = 0;   // the plan in force (or last in force); 0: none was sent
+  uint64_t attempt = 0;   // the attempt whose agents got it
+  uint64_t from_step = 0;
+  std::vector<int64_t> counts;  // micro-batches per DP replica, DP index order
+  double gradient_scale = 0;    // n/M
+  int64_t global_micro_batches = 0;  // M
+  std::vector<double> seconds_per_micro_batch;  // the measured speeds it was solved for
+  double predicted_step_seconds = 0;  // the solver's makespan for the plan
+  double previous_step_seconds = 0;   // the makespan of the counts it replaced, same speeds
+  int64_t decided_at = 0;
+  int64_t in_force_at = 0;   // first seen run by every rank (each reports its count)
+  int plans = 0;             // plans sent for this finding (re-plans included)
+  int64_t cleared_at = 0;    // withdrawn (empty plan sent) or superseded; 0 while in force
+  std::string cleared_reason;
+  std::string failed;        // a pod refused the plan (its error): no further plan for the finding
+  std::string reported;      // the last waiting/keeping reason reported (each once)
+};
+
 struct FailSlowMitigationRecord {
   MitigationStrategy strategy = MitigationStrategy::kIgnore;
   int64_t strategy_started_at = 0;  // 0: the ladder has not seen the finding yet
@@ -192,6 +214,7 @@ struct FailSlowMitigationRecord {
   uint64_t incident_id = 0;
   int64_t stopped_at = 0;  // the finding ended: the ladder stopped
   std::string detail;      // the figures behind the last decision
+  MicroBatchPlanRecord microbatch_plan;  // S2
 };
 
 struct FailSlowFinding {
@@ -481,6 +504,13 @@ struct CheckpointEventObservation {
   std::string detail;
 };
 
+// A rank's latest iteration summary (IterationSummary) of the agent's attempt.
+struct RankIterationObservation {
+  uint64_t step = 0;                  // last completed step
+  double mean_iteration_seconds = 0;  // over the steps of the latest heartbeat that had any
+  uint32_t micro_batches = 0;         // mb= of its last step; 0: the trainer does not follow plans
+};
+
 struct AgentObservation {
   std::string pod;
   std::string machine_id;
@@ -504,6 +534,7 @@ struct AgentObservation {
   // Results of the commands sent to it, by command id (bounded: the newest 64).
   std::map<std::string, CommandResultObservation> command_results;
   std::map<int, RankLossObservation> rank_losses;  // by global rank (for `attempt`)
+  std::map<int, RankIterationObservation> rank_iterations;  // by global rank (for `attempt`)
   std::string data_address;  // host:port of its checkpoint data channel (Register); "" none
   std::optional<CheckpointReportObservation> checkpoint;  // absent until a heartbeat carries one
   std::vector<CheckpointEventObservation> checkpoint_events;  // bounded, newest last
@@ -573,6 +604,7 @@ enum class CommandKind {
   kResume,         // SIGCONT them
   kCaptureStacks,  // stacks of every training-related process (result: stacks)
   kRunDiagnostic,  // one diagnostic (result: a DiagnosticOutcome)
+  kSetMicroBatchPlan,  // S2: the micro-batch split from a step on (empty: back to the even split)
 };
 const char* CommandKindName(CommandKind kind);
 
@@ -595,6 +627,14 @@ struct CommandToSend {
   bool nccl_trap = false;       // kSetNcclMode
   bool include_native = false;  // kCaptureStacks
   DiagnosticRequest diagnostic;  // kRunDiagnostic
+  // kSetMicroBatchPlan (peregrine.v1.SetMicroBatchPlan): no counts and plan_id 0 clears.
+  struct MicroBatchPlan {
+    uint64_t plan_id = 0;
+    uint64_t from_step = 0;
+    std::vector<uint32_t> counts;  // per DP replica, DP index order
+    double gradient_scale = 0;
+    uint32_t global_micro_batches = 0;
+  } microbatch_plan;
 };
 
 struct JobEvent {
