@@ -282,6 +282,10 @@ absl::Status NodeHealthController::ApplyLocked(const std::string& node_name, Nod
       auto step = NodeLifecycleStep(*record, input, now, options_.lifecycle);
       if (!step.ok()) return step.status();
       bool write = !(step->record == *record);
+      if (input.kind == NodeInputKind::kOperatorReturn && annotations.count(kNodeHealthReturnAnnotation)) {
+        patch["metadata"]["annotations"][kNodeHealthReturnAnnotation] = nullptr;  // done
+        write = true;
+      }
       for (const NodeAction& a : step->actions) {
         if (a.kind == NodeActionKind::kCordonAndTaint) {
           cordon(step->record.reason);
@@ -452,6 +456,20 @@ absl::Status NodeHealthController::Pass() {
   std::map<std::string, bool> due;
   for (const DueWork& w : ListDueWork(records, now, options_.lifecycle)) due[w.node] = true;
   for (const NodeHealthRecord& r : records) {
+    kube::ObjectPtr cached = nodes_->Get(r.node);
+    if (cached != nullptr) {
+      if (const json* ret = Path(*cached, {"metadata", "annotations", kNodeHealthReturnAnnotation}); ret != nullptr) {
+        NodeInput back;
+        back.kind = NodeInputKind::kOperatorReturn;
+        back.at = now;
+        back.detail = ret->is_string() ? ret->get<std::string>().substr(0, 256) : std::string();
+        note(ApplyLocked(r.node, back, false));
+        continue;
+      }
+      if (DesiredNodeState(r).cordoned_and_tainted && (!Unschedulable(*cached) || !HasOurTaint(*cached))) {
+        note(RestoreQuarantineLocked(r.node));
+      }
+    }
     if (r.state == NodeHealth::kSweeping && !due.count(r.node)) {
       auto result = ObserveSweep(r);
       if (!result.ok()) {
@@ -469,6 +487,38 @@ absl::Status NodeHealthController::Pass() {
     }
   }
   return first_error;
+}
+
+absl::Status NodeHealthController::RestoreQuarantineLocked(const std::string& node_name) {
+  for (int attempt = 0;; ++attempt) {
+    auto node = client_->Get(NodesPath(), node_name);
+    if (absl::IsNotFound(node.status())) return absl::OkStatus();
+    if (!node.ok()) return node.status();
+    auto record = DecodeNodeHealth(node_name, StringMap(*node, "labels"), StringMap(*node, "annotations"));
+    if (!record.ok() || !DesiredNodeState(*record).cordoned_and_tainted) return absl::OkStatus();  // changed since
+    const bool unschedulable = Unschedulable(*node);
+    const bool tainted = HasOurTaint(*node);
+    if (unschedulable && tainted) return absl::OkStatus();
+    json patch = {{"metadata", {{"resourceVersion", Str((*node)["metadata"], "resourceVersion")}}}};
+    if (!unschedulable) patch["spec"]["unschedulable"] = true;
+    if (!tainted) {
+      json taints = Taints(*node);
+      taints.push_back({{"key", kQuarantineTaintKey}, {"value", "true"}, {"effect", kQuarantineTaintEffect}});
+      patch["spec"]["taints"] = taints;
+    }
+    auto patched = client_->MergePatch(NodesPath(), node_name, patch);
+    if (absl::IsAborted(patched.status()) && attempt < kMaxConflictRetries) continue;
+    if (absl::IsNotFound(patched.status())) return absl::OkStatus();
+    if (!patched.ok()) return patched.status();
+    return RecordNodeEvent(
+        node_name, true, "NodeQuarantineRestored",
+        absl::StrCat("the Node is ", NodeHealthName(record->state), " but was ",
+                     !unschedulable && !tainted ? "uncordoned and untainted"
+                     : !unschedulable           ? "uncordoned"
+                                                : "untainted",
+                     " by someone else: cordon and taint restored; to return it to service, annotate it ",
+                     kNodeHealthReturnAnnotation, "=<note>"));
+  }
 }
 
 std::array<int64_t, kNodeHealthStates> NodeHealthController::Counts() {

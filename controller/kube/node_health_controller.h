@@ -20,9 +20,11 @@
 //   - an Event on the Node for every transition (reason and message from the step).
 // Pass() (run every `resync` and on Node changes by Start()'s thread) decodes the
 // labelled Nodes (a record that does not decode gets a Warning Event
-// NodeHealthRecordInvalid naming the key and the Node is left as it is), watches running
-// sweeps' Jobs and steps every record whose timers are due (ListDueWork). Only the
-// leader acts (`may_write`).
+// NodeHealthRecordInvalid naming the key and the Node is left as it is), applies an
+// operator's return (kNodeHealthReturnAnnotation), restores the cordon and taint of an
+// out-of-service Node someone uncordoned or untainted (DesiredNodeState; Warning Event
+// NodeQuarantineRestored), watches running sweeps' Jobs and steps every record whose
+// timers are due (ListDueWork). Only the leader acts (`may_write`).
 //
 // Thread-safe: Apply, Quarantine and Pass serialize on one mutex. The client, informer,
 // recorder and clock must outlive the controller.
@@ -57,6 +59,10 @@ inline constexpr char kSweepNodeAnnotation[] = "peregrine.dev/sweep-node";
 inline constexpr char kSweepAttemptAnnotation[] = "peregrine.dev/sweep-attempt";
 // The annotation the cordon sets when the Node was already unschedulable.
 inline constexpr char kCordonedBeforeAnnotation[] = "peregrine.dev/cordoned-before";
+// An operator's return: set it (any value: a note) on a quarantined, sweeping or retired
+// Node and the next pass returns the machine to service (NodeInputKind::kOperatorReturn:
+// healthy, failures forgotten, uncordon + untaint) and removes the annotation.
+inline constexpr char kNodeHealthReturnAnnotation[] = "peregrine.dev/health-return";
 
 struct NodeHealthControllerOptions {
   NodeLifecycleOptions lifecycle;
@@ -122,6 +128,8 @@ class NodeHealthController {
   // A running sweep's result (passed/failed), or nothing yet.
   absl::StatusOr<std::optional<NodeInput>> ObserveSweep(const NodeHealthRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cordons and taints Node `node` again (level-based repair of an out-of-service record).
+  absl::Status RestoreQuarantineLocked(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RecordNodeEvent(const std::string& node, bool warning, const std::string& reason,
                                const std::string& message);
   int64_t NowNs();

@@ -6,6 +6,7 @@
 // write them. Time is a ManualClock; Pass() is called directly (no thread).
 #ifdef PEREGRINE_HAVE_FAKE_KUBE_API_SERVER
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -268,6 +269,40 @@ TEST_CASE("node health: a node that keeps failing its sweeps is retired and neve
   CHECK(env.JobCreates() == creates);
   CHECK(env.Health("gpu-2") == "retired");
   CHECK(env.Cordoned("gpu-2"));
+
+  // An operator returns it (after a repair): healthy, failures forgotten, back in service.
+  REQUIRE(env.client
+              ->MergePatch(NodesPath(), "gpu-2",
+                           json{{"metadata", {{"annotations", {{kNodeHealthReturnAnnotation, "GPU 3 replaced"}}}}}})
+              .ok());
+  REQUIRE(env.Pass("gpu-2").ok());
+  CHECK(env.Health("gpu-2") == "healthy");
+  CHECK_FALSE(env.Cordoned("gpu-2"));
+  CHECK_FALSE(env.Tainted("gpu-2"));
+  CHECK(env.Annotation("gpu-2", kNodeHealthReturnAnnotation).empty());
+  CHECK(env.Annotation("gpu-2", kNodeHealthFailuresAnnotation).empty());
+  CHECK_THAT(env.Annotation("gpu-2", kNodeHealthReasonAnnotation), Catch::Contains("GPU 3 replaced"));
+  CHECK(Has(env.NodeEventReasons("gpu-2"), "NodeReturned"));
+}
+
+TEST_CASE("node health: a quarantined node someone uncordons and untaints gets its cordon and taint back", "[integration]") {
+  Env env;
+  env.options.sweep_image = "";  // sweeps off: the node stays quarantined
+  env.StartController();
+  env.AddNode(Node("gpu-9"));
+  REQUIRE(env.controller->Quarantine("gpu-9", "machine gpu-9 (slot 0, pod j-m0-0): pod failed").ok());
+  CHECK(env.JobCreates() == 0);
+  json untaint = env.GetNode("gpu-9")["spec"]["taints"];
+  untaint.erase(std::remove_if(untaint.begin(), untaint.end(), [](const json& t) { return t["key"] == kQuarantineTaintKey; }),
+                untaint.end());
+  REQUIRE(env.client->MergePatch(NodesPath(), "gpu-9", json{{"spec", {{"unschedulable", nullptr}, {"taints", untaint}}}}).ok());
+  REQUIRE_FALSE(env.Cordoned("gpu-9"));
+  REQUIRE(env.Pass("gpu-9").ok());
+  CHECK(env.Cordoned("gpu-9"));
+  CHECK(env.Tainted("gpu-9"));
+  CHECK(env.Health("gpu-9") == "quarantined");
+  CHECK(Has(env.NodeEventReasons("gpu-9"), "NodeQuarantineRestored"));
+  CHECK(env.JobCreates() == 0);
 }
 
 TEST_CASE("node health: a machine over-evicted with its group gets a short sweep, no failure, and returns", "[integration]") {
