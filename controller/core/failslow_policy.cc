@@ -477,7 +477,11 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
   // S2's measurements (microbatch_mitigation.h): the replicas' speeds now, the switch time
   // the job's last plan took (its measured cost), the next plan id.
   const MicroBatchMitigationOptions mb_options;
-  const ReplicaSpeeds speeds = MeasureReplicaSpeeds(*layout, status.attempt, agents, mb_options);
+  ReplicaSpeeds speeds = MeasureReplicaSpeeds(*layout, status.attempt, agents, mb_options);
+  if (speeds.ok && ValidationInProgress(status.fail_slows.back().validation)) {
+    speeds.ok = false;  // training is paused: its collectives measure the pause
+    speeds.why = "the validation (training paused) is in progress";
+  }
   double switch_seconds = 0;
   uint64_t next_plan_id = 1;
   for (const FailSlowFinding& f : status.fail_slows) {
@@ -499,10 +503,6 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     }
     m.job_machines = job_machines;
     m.redistribute = RedistributionAvailability(spec.fail_slow, *layout, speeds, switch_seconds, mb_options);
-    if (m.redistribute.available && ValidationInProgress(f.validation)) {
-      m.redistribute.available = false;
-      m.redistribute.unavailable_reason = "its validation (training paused) is in progress";
-    }
     const MicroBatchPlanRecord& s2 = f.mitigation.microbatch_plan;
     if (f.mitigation.strategy == MitigationStrategy::kRedistribute && PlanInForce(s2) && s2.in_force_at != 0 &&
         speeds.ok && speeds.micro_batches == s2.counts) {

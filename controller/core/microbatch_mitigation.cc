@@ -141,6 +141,7 @@ ReplicaSpeeds MeasureReplicaSpeeds(const ParallelLayout& layout, uint64_t attemp
     if (r < 0 || r >= world) continue;
     out.min_step = std::min(out.min_step, it.step);
     out.max_step = std::max(out.max_step, it.step);
+    out.iteration_seconds = std::max(out.iteration_seconds, it.mean_iteration_seconds);
   }
   // comm id of each DP group (the communicator whose profiled members are exactly it).
   std::map<int, uint64_t> dp_comm;
@@ -202,7 +203,6 @@ ReplicaSpeeds MeasureReplicaSpeeds(const ParallelLayout& layout, uint64_t attemp
     out.micro_batches.push_back(mb);
     out.seconds_per_micro_batch.push_back(std::max(busy / static_cast<double>(mb), kMinSecondsPerMicroBatch));
     out.global_micro_batches += mb;
-    out.iteration_seconds = std::max(out.iteration_seconds, iter);
     details.push_back(absl::StrFormat("replica %d: %.2f ms per micro-batch (%d micro-batches, busy %.1f ms of a %.1f "
                                       "ms step, %.0f%% waiting in its data-parallel collectives)",
                                       d, out.seconds_per_micro_batch.back() * 1e3, mb, busy * 1e3, iter * 1e3,
@@ -230,8 +230,30 @@ StrategyAvailability RedistributionAvailability(const FailSlowSpec& spec, const 
     out.unavailable_reason = "data parallelism is 1 (no replicas to move micro-batches between)";
     return out;
   }
-  if (!speeds.ok) {
+  if (!speeds.follows_plans) {
     out.unavailable_reason = speeds.why;
+    return out;
+  }
+  const uint64_t lead = PlanFromStep(speeds, options) - speeds.max_step;
+  auto cost = [&] {
+    out.available = true;
+    if (measured_switch_seconds > 0) {
+      out.cost_seconds = measured_switch_seconds;
+      out.cost_source = absl::StrFormat("measured: the job's last micro-batch plan took %.2f s from its decision to "
+                                        "every rank running it",
+                                        measured_switch_seconds);
+    } else {
+      out.cost_seconds = static_cast<double>(lead) * speeds.iteration_seconds;
+      out.cost_source = absl::StrFormat(
+          "the steps until a plan takes effect, at the current iteration time: %d x %.1f ms", lead,
+          speeds.iteration_seconds * 1e3);
+    }
+  };
+  if (!speeds.ok) {
+    // The trainer follows plans but the speeds are not measured yet (the profiles arrive
+    // a heartbeat after profiling is switched on, and pause with the validation): S2 is
+    // offered, and waits for them once chosen (its rent then runs on towards S4).
+    cost();
     return out;
   }
   MicroBatchReplanInputs in;
@@ -251,18 +273,7 @@ StrategyAvailability RedistributionAvailability(const FailSlowSpec& spec, const 
         in.min_relative_improvement * 100, speeds.detail);
     return out;
   }
-  out.available = true;
-  if (measured_switch_seconds > 0) {
-    out.cost_seconds = measured_switch_seconds;
-    out.cost_source = absl::StrFormat("measured: the job's last micro-batch plan took %.2f s from its decision to "
-                                      "every rank running it",
-                                      measured_switch_seconds);
-  } else {
-    const uint64_t lead = PlanFromStep(speeds, options) - speeds.max_step;
-    out.cost_seconds = static_cast<double>(lead) * speeds.iteration_seconds;
-    out.cost_source = absl::StrFormat("the steps until a plan takes effect, at the current iteration time: %d x %.1f ms",
-                                      lead, speeds.iteration_seconds * 1e3);
-  }
+  cost();
   return out;
 }
 

@@ -65,8 +65,9 @@ ReplicaSpeeds MeasureReplicaSpeeds(const ParallelLayout& layout, uint64_t attemp
 uint64_t PlanFromStep(const ReplicaSpeeds& speeds, const MicroBatchMitigationOptions& options = {});
 
 // S2 for the ladder: available when the job has DP >= 2, the trainer follows plans (every
-// rank's latest summary has micro_batches > 0), the speeds are measured and the exact plan
-// shortens the predicted step by more than spec.verify_threshold. Its cost: the steps
+// rank's latest summary has micro_batches > 0) and either the speeds are not measured yet
+// (S2 then waits for them) or the exact plan shortens the predicted step by more than
+// spec.verify_threshold (measured and no gain: unavailable). Its cost: the steps
 // until from_step at the current (slow) iteration time, or, when `measured_switch_seconds`
 // > 0 (an earlier plan's decision -> in force), that measurement.
 StrategyAvailability RedistributionAvailability(const FailSlowSpec& spec, const ParallelLayout& layout,

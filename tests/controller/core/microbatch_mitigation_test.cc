@@ -184,6 +184,19 @@ TEST_CASE("RedistributionAvailability: DP 1, no mb=, balanced replicas, and the 
   a = RedistributionAvailability(spec, layout, slow, 1.75);
   CHECK(a.cost_seconds == 1.75);
   CHECK_THAT(a.cost_source, Catch::Contains("measured"));
+  // Following plans but not measured yet (no profiles): offered at the estimated cost, the
+  // plan waits for the measurements.
+  std::vector<AgentObservation> unprofiled = Observed(layout, {4, 4, 4, 4}, kSlow0, 50);
+  for (AgentObservation& x : unprofiled) x.comm_profiles.clear();
+  const ReplicaSpeeds unmeasured = MeasureReplicaSpeeds(layout, 1, unprofiled);
+  REQUIRE_FALSE(unmeasured.ok);
+  a = RedistributionAvailability(spec, layout, unmeasured);
+  CHECK(a.available);
+  CHECK(a.cost_seconds == Approx(18 * 0.122));
+  MicroBatchPlanInput wait = PlanInput(unprofiled);
+  const MicroBatchPlanDecision waited = DecideMicroBatchPlan(wait, kNow);
+  CHECK(waited.commands.empty());
+  CHECK(Count(waited.events, "S2 waits for measurements: no profile of rank 0") == 1);
   // A gain below verifyThreshold leaves S2 out.
   spec.verify_threshold = 0.7;
   CHECK_FALSE(RedistributionAvailability(spec, layout, slow).available);
