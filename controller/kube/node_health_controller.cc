@@ -156,7 +156,14 @@ std::string SweepScript(const std::string& diagnose_path, SweepKind kind, int64_
     if (gpus > 0) absl::StrAppend(&args, " --gpus ", gpus);
     for (const auto& [k, v] : check.params) absl::StrAppend(&args, " --param ", ShellQuote(absl::StrCat(k, "=", v)));
     absl::StrAppend(&script, "out=$(", args, " 2>&1)\n", "printf '%s\\n' \"$out\"\n",
-                    "last=$(printf '%s\\n' \"$out\" | tail -n 1)\n", "case \"$last\" in\n",
+                    "last=$(printf '%s\\n' \"$out\" | tail -n 1)\n", "case \"$last\" in\n");
+    // The pod holds the node's GPUs: a GEMM check that finds no CUDA device is a fault (a
+    // lost GPU or driver), not an absent tool.
+    if (check.kind == "gemm" && gpus > 0) {
+      absl::StrAppend(&script, "  *' not_present: true'*) fail=1; echo \"sweep: gemm found no CUDA device on a node with ",
+                      gpus, " GPU(s): $last\" ;;\n");
+    }
+    absl::StrAppend(&script,
                     "  'peregrine-diagnose: result kind: \"", check.kind, "\" passed: true'*) ;;\n",
                     "  *) fail=1; echo \"sweep: ", check.kind, " failed: $last\" ;;\n", "esac\n");
   }

@@ -89,7 +89,8 @@ nlohmann::json BuildSweepJob(const NodeHealthControllerOptions& options, const s
                              SweepKind kind, int64_t gpus);
 
 // The shell script a sweep pod runs: each check of SweepChecks(kind) through
-// peregrine-diagnose at `diagnose_path`; exit 0 iff every check's result says passed.
+// peregrine-diagnose at `diagnose_path`; exit 0 iff every check's result says passed, and,
+// with `gpus` > 0, the GEMM check found a CUDA device (not_present is a failure there).
 std::string SweepScript(const std::string& diagnose_path, SweepKind kind, int64_t gpus);
 
 class NodeHealthController {

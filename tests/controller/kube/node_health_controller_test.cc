@@ -7,6 +7,8 @@
 #ifdef PEREGRINE_HAVE_FAKE_KUBE_API_SERVER
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -457,12 +459,14 @@ TEST_CASE("node health: QuarantineInput tells an over-evicted group member from 
 // The sweep pod's command, run here with /bin/sh and the real peregrine-diagnose on the
 // stand-in device (what the agent image runs on a GPU node): exit 0 when every check
 // passes, 1 when one has no passing result.
-int RunSweepScript(const std::string& diagnose, const std::string& dir) {
+int RunSweepScript(const std::string& diagnose, const std::string& dir, bool standin = true) {
   testing::ChildProcess::Options o;
   o.argv = {"/bin/sh", "-c", SweepScript(diagnose, SweepKind::kFull, 2)};
-  o.env = {{"PEREGRINE_MACHINE_ID", "3"},
-           {"PEREGRINE_SIM_FAULTS", dir + "/no-faults"},
-           {"PEREGRINE_STANDIN_DEVICE", testing::BinaryPath("lib/sim/libperegrine_sim_device.so")}};
+  o.env = {{"PEREGRINE_MACHINE_ID", "3"}};
+  if (standin) {
+    o.env["PEREGRINE_SIM_FAULTS"] = dir + "/no-faults";
+    o.env["PEREGRINE_STANDIN_DEVICE"] = testing::BinaryPath("lib/sim/libperegrine_sim_device.so");
+  }
   o.stdout_path = dir + "/sweep.log";
   auto child = testing::ChildProcess::Start(o);
   REQUIRE(child != nullptr);
@@ -481,6 +485,11 @@ TEST_CASE("node health: the sweep pod's script passes a healthy machine and fail
   CHECK(RunSweepScript(dir.path() + "/missing/peregrine-diagnose", dir.path()) == 1);
   CHECK_THAT(testing::ReadFile(dir.path() + "/sweep.log"),
              Catch::Contains("sweep: gemm failed") && Catch::Contains("sweep: eud failed"));
+  // No CUDA device (nor the stand-in) on a node whose GPUs the pod holds: a fault.
+  if (access("/dev/nvidia0", F_OK) != 0) {
+    CHECK(RunSweepScript(testing::BinaryPath("bin/peregrine-diagnose"), dir.path(), /*standin=*/false) == 1);
+    CHECK_THAT(testing::ReadFile(dir.path() + "/sweep.log"), Catch::Contains("sweep: gemm found no CUDA device"));
+  }
 }
 
 }  // namespace
