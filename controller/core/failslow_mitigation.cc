@@ -134,8 +134,15 @@ RestartCost MeasureRestartCost(const JobStatus& status, double iteration_seconds
     return out;
   }
   if (status.first_step_seconds > 0) {
-    out.seconds = status.first_step_seconds;
-    out.source = "the job's measured start-up: attempt 1's start -> its first completed step";
+    // A restart now also redoes the steps since the newest complete checkpoint.
+    const uint64_t done = status.last_completed_step;
+    const uint64_t restored = status.checkpoint.last_complete_step;
+    const uint64_t redo = restored > 0 && done > restored ? done - restored : 0;
+    out.seconds = status.first_step_seconds + static_cast<double>(redo) * std::max(0.0, iter);
+    out.source = absl::StrFormat(
+        "the job's measured start-up (attempt 1's start -> its first completed step, %.2f s) plus the %d step(s) "
+        "since the newest complete checkpoint x %.3f s",
+        status.first_step_seconds, redo, iter);
   }
   return out;
 }

@@ -57,7 +57,9 @@ struct RestartCost {
 // The job's restart cost as measured: the median over its recovered incidents that
 // restarted training of (first step after the restart - detection) + steps redone x
 // `iteration_seconds` (the status's mean iteration time when <= 0); before any such
-// incident, attempt 1's start-up (JobStatus::first_step_seconds); else nothing.
+// incident, attempt 1's start-up (JobStatus::first_step_seconds) plus the steps since the
+// newest complete checkpoint x `iteration_seconds` (what a restart now would redo); else
+// nothing.
 RestartCost MeasureRestartCost(const JobStatus& status, double iteration_seconds);
 
 struct FailSlowMitigationInput {

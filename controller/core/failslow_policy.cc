@@ -482,6 +482,23 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     speeds.ok = false;  // training is paused: its collectives measure the pause
     speeds.why = "the validation (training paused) is in progress";
   }
+  // The agents summarise a rank's iterations once per heartbeat: for a while after the
+  // validation released training, a summary still covers the step that spanned the pause
+  // (seconds long) and would make that replica look slow. Wait the delivery bound (one
+  // heartbeat and a round) plus two slow iterations after the release. Seen in the local
+  // e2e: a plan solved on such a summary moved micro-batches off a healthy replica.
+  if (speeds.ok) {
+    const FailSlowFinding& newest = status.fail_slows.back();
+    const int64_t released = newest.validation.ended_at;
+    const double settle_s = mb_options.delivery_seconds + 2 * std::max(0.0, newest.slow_iteration_seconds);
+    if (released > 0 && now < released + static_cast<int64_t>(settle_s * 1e9)) {
+      speeds.ok = false;
+      speeds.why = absl::StrFormat(
+          "the ranks' iteration summaries may still cover the validation's pause (released %.1f s ago, settling "
+          "for %.1f s)",
+          static_cast<double>(now - released) / 1e9, settle_s);
+    }
+  }
   double switch_seconds = 0;
   uint64_t next_plan_id = 1;
   for (const FailSlowFinding& f : status.fail_slows) {

@@ -297,7 +297,7 @@ int RunTrainer(const TrainerOptions& o) {
     uint32_t first = static_cast<uint32_t>(me.dp * K);
     uint32_t count = static_cast<uint32_t>(M);
     float grad_factor = 1.0f;
-    if (!o.replay) {
+    if (!o.replay && !o.no_plans) {
       char err[512];
       double gradient_scale = 0;
       const int rc = pg_microbatches(static_cast<uint64_t>(step), static_cast<uint32_t>(me.dp),
@@ -427,8 +427,9 @@ int RunTrainer(const TrainerOptions& o) {
     const double loss =
         metrics[0] / (o.replay ? static_cast<double>(o.micro_batches) : static_cast<double>(o.dp) * M);
     const double grad_norm = std::sqrt(metrics[1]);
-    std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f mb=%d", step, loss, grad_norm,
-                MsSince(step_start), Ms);
+    std::printf("[peregrine] step=%d loss=%.9g grad_norm=%.9g iter_ms=%.3f", step, loss, grad_norm,
+                MsSince(step_start));
+    if (!o.no_plans) std::printf(" mb=%d", Ms);
     if (o.compute_ms > 0) std::printf(" model_ms=%.3f", model_ms);
     std::printf("\n");
     if (o.replay) {

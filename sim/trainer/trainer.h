@@ -52,6 +52,10 @@ struct TrainerOptions {
   uint64_t seed = 1;         // --seed
   bool dp_reduce_scatter = false;  // --dp-mode=rs-ag (default allreduce)
   int init_timeout_ms = 120000;    // --init-timeout-s
+  // --no-plans: the trainer does not use the client library's micro-batch plans (a
+  // trainer that never calls peregrine.microbatches): it runs the even split and its
+  // progress lines carry no mb=, so the controller reports S2 unavailable for the job.
+  bool no_plans = false;
   // Dual-phase replay (PEREGRINE_REPLAY=1): a fixed global batch of micro_batches split
   // round-robin over the DP ranks (data independent of the DP size; gradients summed), and
   // one more stdout line per step with the exact bits:

@@ -10,12 +10,13 @@
 // replay with that many layers (trainer.h).
 // Flags: --steps N --micro-batches M --hidden H --compute-ms X --seed S
 //        --dp-mode allreduce|rs-ag --init-timeout-s T --weights-out PATH ("{rank}": the rank;
-//        the final weights as raw float32)
+//        the final weights as raw float32) --no-plans (ignore micro-batch plans)
 // Micro-batch plans: PEREGRINE_MICROBATCH_PLAN, read through the client library (trainer.h).
 //        --reference-step: the alignment diagnostic's reference step instead of training
 //        (sim/trainer/reference_step.h; uses RANK, WORLD_SIZE, MASTER_*, --seed, --steps)
 // Output: after every step, on every rank, one stdout line
 //   [peregrine] step=<n> loss=<%.9g> grad_norm=<%.9g> iter_ms=<%.3f> mb=<micro-batches run>
+// (mb= is left out with --no-plans)
 // (plus model_ms=<%.3f>, the modelled device time of the step's compute, with --compute-ms)
 // and at the end "[peregrine] final step=<n> weight_digest=<sha256 hex>".
 // Exit: 0 after the last step, 2 on bad configuration, 3 on any NCCL error, 4 when the
@@ -71,7 +72,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sim-trainer [--steps N] [--micro-batches M] [--hidden H] [--compute-ms X]\n"
                "                   [--seed S] [--dp-mode allreduce|rs-ag] [--init-timeout-s T]\n"
-               "                   [--weights-out PATH]\n"
+               "                   [--weights-out PATH] [--no-plans]\n"
                "       sim-trainer --reference-step [--seed S] [--steps N] [--init-timeout-s T]\n");
 }
 
@@ -103,6 +104,10 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--reference-step") {
       reference_step = true;
+      continue;
+    }
+    if (arg == "--no-plans") {
+      o.no_plans = true;
       continue;
     }
     std::string value;

@@ -337,6 +337,14 @@ TEST_CASE("MeasureRestartCost: median of recovered incidents, else the start-up,
   RestartCost c = MeasureRestartCost(s, 1.0);
   CHECK(c.seconds == 4.5);
   CHECK_THAT(c.source, Catch::Contains("start-up"));
+  // A restart now would also redo the steps since the newest complete checkpoint.
+  s.last_completed_step = 37;
+  s.checkpoint.last_complete_step = 30;
+  c = MeasureRestartCost(s, 1.0);
+  CHECK(c.seconds == 4.5 + 7);
+  CHECK_THAT(c.source, Catch::Contains("7 step(s) since the newest complete checkpoint"));
+  s.last_completed_step = 0;
+  s.checkpoint.last_complete_step = 0;
   auto incident = [](int64_t detected, int64_t resumed, uint64_t redone) {
     Incident i;
     i.detected_at = detected;

@@ -53,11 +53,14 @@ TrainingJob FailSlowJob() {
 
 // The same job with the mitigation ladder on (Auto), one warm standby and the demo's
 // in-memory checkpoints (every 10 steps), finishing after 200 steps.
+// Mitigation Auto on a trainer that does not follow micro-batch plans (--no-plans: no mb=
+// on its progress lines, as a trainer without the client library), so that S2 is reported
+// unavailable and the ladder's way up is S4.
 TrainingJob AutoMitigatedJob() {
   TrainingJob job = FailSlowJob();
   job.spec.fail_slow.mitigation = FailSlowMitigation::kAuto;
   job.spec.code.command = {"sim-trainer", "--steps", "200", "--micro-batches", "4",
-                           "--hidden", "64", "--compute-ms", "15"};
+                           "--hidden", "64", "--compute-ms", "15", "--no-plans"};
   job.spec.standby.min = 1;
   job.spec.standby.max = 1;
   REQUIRE(job.spec.checkpoint.interval_steps == 10);
@@ -289,9 +292,9 @@ TEST_CASE("With mitigation Auto a GPU computing 3x slower is replaced by the lad
   CHECK(m.strategy == MitigationStrategy::kReplace);
   CHECK(m.replace_machines == std::vector<std::string>{slow_machine});
   CHECK(m.incident_id == inc.id);
-  CHECK(m.cost_seconds == Approx(in.before.first_step_seconds));
+  // The restart cost: the measured start-up plus the steps a restart would redo.
+  CHECK(m.cost_seconds >= in.before.first_step_seconds);
   CHECK_THAT(m.cost_source, Catch::Contains("start-up"));
-  CHECK(m.break_even_at >= f->validation.ended_at);
   CHECK(m.break_even_at <= inc.detected_at);
   CHECK(f->ended_at != 0);
   // The decision is in the timeline with its figures; S2 and S3 were reported unavailable.
@@ -299,6 +302,7 @@ TEST_CASE("With mitigation Auto a GPU computing 3x slower is replaced by the lad
   CHECK_THAT(timeline, Catch::Contains("S4 replace: evict machine(s) " + slow_machine));
   CHECK_THAT(timeline, Catch::Contains("one-time cost"));
   CHECK_THAT(timeline, Catch::Contains("S2 redistribute unavailable for this job"));
+  CHECK_THAT(timeline, Catch::Contains("does not read micro-batch plans"));
   CHECK_THAT(timeline, Catch::Contains("S3 remap unavailable for this job"));
   std::printf("[failslow_e2e] ladder: restart cost %.2f s (%s); S4 decided %.2f s after detection (%.2f s after "
               "the validation released training); machine %s evicted, training resumed after step %llu and finished "
