@@ -80,7 +80,7 @@ absl::StatusOr<Scenario> ScenarioByName(const std::string& name, const TrainingJ
     s.steps.push_back(AtStep({Fault("kill", machines > 2 ? 2 : machines - 1)}));
     return s;
   }
-  if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, no restart
+  if (name == "failslow-slow-rank") {  // one GPU computes 3x slower: detected, localized, then mitigated (Auto)
     s.steps.push_back(AtStep({SlowGpu(machines > 1 ? 1 : 0, 0)}));
     s.at_step = 60;
     return s;
