@@ -129,7 +129,7 @@ TEST_CASE("node lifecycle: invalid inputs are refused naming the field", "[unit]
   CHECK(absl::StartsWith(r.status().message(), "now:"));
 }
 
-TEST_CASE("node lifecycle: one bad minute is no verdict; three bad readings spanning 5 min quarantine", "[unit]") {
+TEST_CASE("node lifecycle: one bad minute is no verdict, three bad readings spanning 5 min quarantine", "[unit]") {
   Machine m;
   m.Bad(kT0);
   CHECK(m.record.state == NodeHealth::kSuspect);
@@ -443,7 +443,7 @@ TEST_CASE("node lifecycle: K failures spread over more than D days do not retire
   CHECK(m.record.failures.empty());
 }
 
-TEST_CASE("node lifecycle: a retired machine never returns automatically; an operator returns it", "[unit]") {
+TEST_CASE("node lifecycle: a retired machine never returns automatically, an operator returns it", "[unit]") {
   Machine m;
   m.options.retire_failures = 1;
   m.Feed(NodeInputKind::kFaultEviction, kT0, "Xid 79");

@@ -140,7 +140,7 @@ TEST_CASE("local node health: an over-evicted machine gets a short sweep, no fai
   CHECK_THAT(env.EventsLog(), Catch::Contains("sweep 1 (short)"));
 }
 
-TEST_CASE("local node health: records survive a restart; a sweep cut short by the exit counts as failed", "[integration]") {
+TEST_CASE("local node health: records survive a restart, and a sweep cut short by the exit counts as failed", "[integration]") {
   testing::DescendantGuard guard;
   Env env;
   REQUIRE(env.health->Quarantine("7", "machine 7 (slot 0, pod demo-m0-0): pod failed").ok());
