@@ -125,6 +125,30 @@ TEST_CASE("MeasureReplicaSpeeds: each replica's time per micro-batch from its wa
   CHECK(p.seconds_per_micro_batch[1] == Approx(0.010).epsilon(1e-6));
 }
 
+// Pipeline stages: a healthy replica's idle time is data-parallel waiting on one stage
+// only (the stage whose reduction waits for the straggler); its other stage waits in
+// pipeline receives instead, which are not data-parallel collectives. As measured on the
+// local cluster: stage 1 of each healthy replica shows 20% waiting where stage 0 shows 60%.
+TEST_CASE("MeasureReplicaSpeeds: with pipeline stages the replica's largest waiting share counts", "[unit]") {
+  const ParallelLayout layout = Dp4();
+  std::vector<AgentObservation> agents = Observed(layout, {4, 4, 4, 4}, kSlow0, 50);
+  // Rewrite the stage-1 ranks (4..7) of the healthy replicas: 20% of the step in their
+  // reductions (the rest of their idle time is in pipeline receives).
+  for (AgentObservation& a : agents) {
+    for (CommProfileObservation& p : a.comm_profiles) {
+      if (p.global_rank < 5) continue;
+      for (CollectiveObservation& c : p.collectives) c.enter = c.exit - std::llround(0.2 * 0.122 * 1e9);
+    }
+  }
+  const ReplicaSpeeds s = MeasureReplicaSpeeds(layout, 1, agents);
+  INFO(s.why << s.detail);
+  REQUIRE(s.ok);
+  // The stage-0 ranks' waiting (the straggler's level) still sets the healthy replicas'
+  // speed: 10 ms per micro-batch, a third of replica 0's.
+  CHECK(s.seconds_per_micro_batch[0] == Approx(0.030).epsilon(1e-6));
+  for (size_t d = 1; d < 4; ++d) CHECK(s.seconds_per_micro_batch[d] == Approx(0.010).epsilon(1e-6));
+}
+
 TEST_CASE("MeasureReplicaSpeeds: what it cannot measure is named", "[unit]") {
   const ParallelLayout layout = Dp4();
   std::vector<AgentObservation> agents = Observed(layout, {4, 4, 4, 4}, kSlow0, 50);
