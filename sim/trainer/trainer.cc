@@ -187,6 +187,8 @@ int RunTrainer(const TrainerOptions& o) {
     return kExitUsage;
   }
 
+  if (o.startup_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.startup_ms));  // --startup-ms
+
   // Rendezvous: rank 0's unique id through the TCP store, then the world communicator and
   // the TP / PP / DP groups by ncclCommSplit.
   ncclUniqueId id;

@@ -52,6 +52,10 @@ struct TrainerOptions {
   uint64_t seed = 1;         // --seed
   bool dp_reduce_scatter = false;  // --dp-mode=rs-ag (default allreduce)
   int init_timeout_ms = 120000;    // --init-timeout-s
+  // --startup-ms: the process waits this long before joining the world, standing in for a
+  // real trainer's start-up (imports, model construction, loading weights): every start
+  // and restart pays it, so the controller measures a restart cost of that order.
+  int startup_ms = 0;
   // --no-plans: the trainer does not use the client library's micro-batch plans (a
   // trainer that never calls peregrine.microbatches): it runs the even split and its
   // progress lines carry no mb=, so the controller reports S2 unavailable for the job.

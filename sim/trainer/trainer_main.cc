@@ -10,7 +10,8 @@
 // replay with that many layers (trainer.h).
 // Flags: --steps N --micro-batches M --hidden H --compute-ms X --seed S
 //        --dp-mode allreduce|rs-ag --init-timeout-s T --weights-out PATH ("{rank}": the rank;
-//        the final weights as raw float32) --no-plans (ignore micro-batch plans)
+//        the final weights as raw float32) --startup-ms T (wait before joining the world,
+//        a stand-in for a real trainer's start-up) --no-plans (ignore micro-batch plans)
 // Micro-batch plans: PEREGRINE_MICROBATCH_PLAN, read through the client library (trainer.h).
 //        --reference-step: the alignment diagnostic's reference step instead of training
 //        (sim/trainer/reference_step.h; uses RANK, WORLD_SIZE, MASTER_*, --seed, --steps)
@@ -72,7 +73,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sim-trainer [--steps N] [--micro-batches M] [--hidden H] [--compute-ms X]\n"
                "                   [--seed S] [--dp-mode allreduce|rs-ag] [--init-timeout-s T]\n"
-               "                   [--weights-out PATH] [--no-plans]\n"
+               "                   [--weights-out PATH] [--startup-ms T] [--no-plans]\n"
                "       sim-trainer --reference-step [--seed S] [--steps N] [--init-timeout-s T]\n");
 }
 
@@ -144,6 +145,8 @@ int main(int argc, char** argv) {
                      value.c_str());
         ok = false;
       }
+    } else if (arg == "--startup-ms" && ParseInt(value.c_str(), 0, 3'600'000, &v)) {
+      o.startup_ms = static_cast<int>(v);
     } else if (arg == "--weights-out" && !value.empty()) {
       o.weights_out = value;
     } else if (arg == "--dp-mode" && (value == "allreduce" || value == "rs-ag")) {
