@@ -112,6 +112,8 @@ std::vector<AgentAction> CommandState::OnCommand(const AgentCommand& command, co
         pending_trap_.reset();
       }
       actions.push_back(NcclModeAction{command.profiling, command.trap});
+      nccl_profiling_ = command.profiling;
+      nccl_trap_ = command.trap;
       if (command.trap) {
         pending_trap_ = PendingTrap{id, now + kTrapPauseDeadline};  // answered by OnPauseCheck
       } else {
@@ -225,6 +227,16 @@ std::vector<AgentAction> CommandState::Advance(const SupervisorView& view) {
     switch (step.kind) {
       case Step::Kind::kStart:
         if (pending_code_) step.assignment.code = *pending_code_;
+        if (nccl_trap_) {  // new processes start untrapped (see nccl_trap_)
+          nccl_trap_ = false;
+          actions.push_back(NcclModeAction{nccl_profiling_, false});
+          if (pending_trap_) {
+            actions.push_back(FinishAction{pending_trap_->id,
+                                           CommandOutcome{absl::StatusCode::kAborted,
+                                                          "nccl_mode: the trap was cleared by a new launch"}});
+            pending_trap_.reset();
+          }
+        }
         actions.push_back(StartAction{std::move(step.assignment), std::move(step.command_id)});
         return actions;  // what runs changed: the caller looks again
       case Step::Kind::kFinishStop:

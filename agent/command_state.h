@@ -214,6 +214,12 @@ class CommandState {
     absl::Time deadline;
   };
   std::optional<PendingTrap> pending_trap_;
+  // The NCCL mode last asked for (kNcclMode). A launch clears the trap: a pause applies to
+  // the processes running when it was asked, and new processes started trapped would
+  // never step (seen: a validation's trap outlived the restart that ended it, and the new
+  // attempt made no step until the hang policy stepped in 120 s later).
+  bool nccl_profiling_ = false;
+  bool nccl_trap_ = false;
   std::deque<Step> steps_;
   std::deque<std::string> executed_order_;
   absl::flat_hash_map<std::string, std::string> executed_;

@@ -382,6 +382,24 @@ TEST_CASE("a trap is answered once training is paused, or fails at its deadline"
           CommandOutcome{absl::StatusCode::kDeadlineExceeded,
                          "nccl_mode trap: training did not pause within 20s; waiting for rank 3 (running)"});
   }
+  SECTION("a new launch clears the trap: new processes never start trapped") {
+    Harness h(options);
+    h.Ack(AgentRole::kActive, Assignment(1));
+    h.Command(trap);
+    REQUIRE(h.modes.size() == 1);
+    CHECK(h.state.trap_pending());
+    // The controller restarts the job (a new attempt) while the validation's trap is on.
+    h.Command(Cmd("restart", Kind::kRestartInPlace, 2));
+    REQUIRE(h.modes.size() == 2);
+    CHECK_FALSE(h.modes[1].trap);
+    CHECK(h.modes[1].profiling);  // profiling is kept
+    CHECK_FALSE(h.state.trap_pending());
+    bool trap_aborted = false;
+    for (const FinishAction& f : h.finishes) trap_aborted |= f.id == "trap" && f.outcome.code == absl::StatusCode::kAborted;
+    CHECK(trap_aborted);
+    REQUIRE(h.starts.size() == 2);
+    CHECK(h.starts[1].assignment.attempt == 2);
+  }
   SECTION("superseded by a newer nccl_mode") {
     Harness h(options);
     h.Command(trap);
