@@ -6,6 +6,7 @@
 // every sim-trainer process (eu-stack or gdb), the controller groups them and over-evicts
 // the pipeline group holding the outliers. The test asserts exactly that group's machines
 // were evicted, nothing else, and that the job completes.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 
@@ -58,9 +59,17 @@ TEST_CASE("A hang on one pipeline stage over-evicts that pipeline group and the 
   CHECK(inv.chosen_group == "pp 0");
   REQUIRE(inv.rounds.size() == 1);
   CHECK(inv.rounds[0].unanswered_slots.empty());       // every agent captured real stacks
-  CHECK(inv.rounds[0].suspect_ranks == std::vector<int>{0, 1, 4, 5});
+  // The hung stage's ranks 0 and 4 are suspects; their TP peers 1 and 5 usually are too
+  // (blocked in their TP collectives with them), but a capture on a loaded host can find a
+  // peer in the same wait as the healthy ranks (seen in CI: rank 5 in ppoll): the verdict,
+  // pp 0, is the same either way.
+  const std::vector<int>& suspects = inv.rounds[0].suspect_ranks;
+  CHECK(std::find(suspects.begin(), suspects.end(), 0) != suspects.end());
+  CHECK(std::find(suspects.begin(), suspects.end(), 4) != suspects.end());
+  for (int r : suspects) CHECK((r == 0 || r == 1 || r == 4 || r == 5));
   REQUIRE(!inv.rounds[0].groups.empty());
-  CHECK_THAT(inv.rounds[0].groups[0], Catch::StartsWith("ranks 2,3,6,7 (healthy)"));
+  CHECK_THAT(inv.rounds[0].groups[0], Catch::StartsWith("ranks 2,3,"));
+  CHECK_THAT(inv.rounds[0].groups[0], Catch::Contains("6,7 (healthy)"));
 }
 
 }  // namespace
