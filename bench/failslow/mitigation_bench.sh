@@ -12,20 +12,28 @@
 #     removed = (T_monitor - T_auto) / (T_monitor - T_healthy)
 # One run each: on a shared 2-core machine expect a few seconds of noise per run.
 #
-# Usage: bench/failslow/mitigation_bench.sh [STEPS (default 300)] [AT (default 60)]
+# STARTUP_MS (default 0) gives every trainer process that start-up (sim-trainer
+# --startup-ms), a stand-in for a real trainer's imports and model loading: with
+# sim-trainer's own 0.2 s a restart is so cheap that the ladder rightly goes to S4 at once;
+# with seconds of start-up, as on a real cluster, S2 comes first.
+#
+# Usage: bench/failslow/mitigation_bench.sh [STEPS (default 300)] [AT (default 60)] [STARTUP_MS (default 0)]
+#        [SCENARIOS (default: all three, space-separated)]
 # Needs a built tree (scripts/setup.sh); prints one line per fault and the ladder's actions.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 controller="${repo_root}/build/bin/peregrine-controller"
 steps="${1:-300}"
 at="${2:-60}"
+startup_ms="${3:-0}"
+scenarios="${4:-failslow-slow-rank failslow-congested-link failslow-two-slow-ranks}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/peregrine-mitigation-bench-XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 
 # The job: the demo with DP=4 and the chosen mitigation.
 job() {
   sed -e 's/^    tensor: 2$/    tensor: 1/' -e 's/^    data: 2$/    data: 4/' \
-      -e "s/\"--steps\", \"300\"/\"--steps\", \"${steps}\"/" \
+      -e "s/\"--steps\", \"300\"/\"--steps\", \"${steps}\", \"--startup-ms\", \"${startup_ms}\"/" \
       -e "s/^    mitigation: Auto$/    mitigation: $1/" "${repo_root}/examples/local-demo.yaml" > "${work}/job-$1.yaml"
   grep -q "data: 4" "${work}/job-$1.yaml" && grep -q "mitigation: $1" "${work}/job-$1.yaml" || {
     echo "mitigation_bench: could not reshape examples/local-demo.yaml" >&2; exit 2; }
@@ -58,8 +66,9 @@ actions() {
 monitor_job=$(job MonitorOnly)
 auto_job=$(job Auto)
 healthy=$(run "${monitor_job}" healthy)
-printf 'mitigation_bench: %d steps, TP=1 PP=2 DP=4, healthy run %.1f s\n' "${steps}" "${healthy}"
-for scenario in failslow-slow-rank failslow-congested-link failslow-two-slow-ranks; do
+printf 'mitigation_bench: %d steps, TP=1 PP=2 DP=4, trainer start-up %d ms, fault at step %d, healthy run %.1f s\n' \
+  "${steps}" "${startup_ms}" "${at}" "${healthy}"
+for scenario in ${scenarios}; do
   monitor=$(run "${monitor_job}" "${scenario}-monitor" --scenario "${scenario}" --at-step "${at}")
   auto=$(run "${auto_job}" "${scenario}-auto" --scenario "${scenario}" --at-step "${at}")
   removed=$(awk -v m="${monitor}" -v a="${auto}" -v h="${healthy}" 'BEGIN { printf "%.1f", (m - a) / (m - h) * 100 }')
