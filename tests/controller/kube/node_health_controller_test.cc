@@ -64,7 +64,14 @@ json Node(const std::string& name, bool unschedulable = false) {
 
 struct Env {
   explicit Env(NodeLifecycleOptions lifecycle = {}) {
-    server.RegisterResource({"batch", "v1", "jobs", "Job", true, true});
+    testing::KubeResourceType jobs;
+    jobs.group = "batch";
+    jobs.version = "v1";
+    jobs.plural = "jobs";
+    jobs.kind = "Job";
+    jobs.namespaced = true;
+    jobs.status_subresource = true;
+    server.RegisterResource(jobs);
     REQUIRE(server.Start().ok());
     kube::Config config;
     config.server = server.base_url();
