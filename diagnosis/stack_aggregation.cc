@@ -44,6 +44,21 @@
 // the one with the fewest machines wins (ties: fewer ranks, then TP < PP < DP, then the
 // lower index). If none does, the union of the outliers' machines is evicted and the
 // explanation says so.
+//
+// Ties. Size alone cannot name the healthy group when the two largest groups tie, or
+// nearly tie (the second holds at least 3/4 of the largest's ranks): e.g. a rank stalls
+// in its DataLoader, its TP peers wait in a TP all-reduce and everyone else in the DP
+// all-reduce, two groups of similar size plus the lone culprit. Each group's main thread
+// is classified (stack_frame_kinds.h). When some ranks wait in a collective:
+//   1. groups with an idle signature (data loading, queue/lock, idle) are the suspects:
+//      nothing external blocks a collective's members but a peer that never arrives. Those
+//      whose ranks share a TP/PP/DP group with a waiting rank (the parallel layout says who
+//      waits on whom) are kept when there are any. Confidence high for a single such group
+//      smaller than the largest group, else medium;
+//   2. else groups outside any collective (compute, unknown) are the suspects, chosen the
+//      same way; confidence medium.
+// Nothing separates the groups: a near tie takes the largest as healthy (confidence low);
+// an exact tie evicts nothing (confidence low: capture again).
 
 namespace peregrine {
 namespace {
@@ -265,6 +280,107 @@ OverEvictionChoice ChooseOverEviction(const ParallelLayout& layout,
   return choice;
 }
 
+namespace {
+
+// The main thread of the rank's first process (or its first thread); null when none.
+const ThreadStack* MainThreadOf(const RankStacks& rank) {
+  if (rank.processes.empty()) return nullptr;
+  StackAggregationOptions main_only;
+  main_only.threads = ThreadSelection::kMainThread;
+  const std::vector<const ThreadStack*> threads = SelectedThreads(rank.processes.front(), main_only);
+  return threads.empty() ? nullptr : threads.front();
+}
+
+// Whether some rank of `waiting` shares a TP, PP or DP group with some rank of `group`.
+bool SharesParallelGroup(const ParallelLayout& layout, const std::vector<int>& group,
+                         const std::vector<int>& waiting) {
+  const std::set<int> members(group.begin(), group.end());
+  for (int rank : waiting) {
+    for (GroupKind kind : kKindOrder) {
+      for (int peer : layout.Group(kind, layout.GroupIndexOf(kind, rank)).ranks) {
+        if (members.count(peer)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+struct TieBreak {
+  std::vector<int> suspect_groups;
+  VerdictConfidence confidence = VerdictConfidence::kLow;
+  std::string reason;
+};
+
+// The tie-break by activity (see the file comment). Empty suspect_groups: nothing separates.
+TieBreak BreakTie(const ParallelLayout& layout, const std::vector<StackGroup>& groups) {
+  TieBreak out;
+  std::vector<int> waiting;  // ranks blocked in a collective
+  for (const StackGroup& g : groups) {
+    if (g.kind == FrameKind::kCollectiveWait) waiting.insert(waiting.end(), g.ranks.begin(), g.ranks.end());
+  }
+  if (waiting.empty()) return out;
+  for (bool idle_only : {true, false}) {
+    std::vector<int> candidates, waited_on;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const FrameKind kind = groups[i].kind;
+      if (kind == FrameKind::kCollectiveWait) continue;
+      if (idle_only != IsIdleSignature(kind)) continue;
+      candidates.push_back(static_cast<int>(i));
+      if (SharesParallelGroup(layout, groups[i].ranks, waiting)) waited_on.push_back(static_cast<int>(i));
+    }
+    if (candidates.empty()) continue;
+    out.suspect_groups = waited_on.empty() ? candidates : waited_on;
+    size_t ranks = 0;
+    for (int i : out.suspect_groups) ranks += groups[static_cast<size_t>(i)].ranks.size();
+    const bool lone_minority = out.suspect_groups.size() == 1 && ranks < groups[0].ranks.size();
+    if (idle_only) {
+      out.confidence = lone_minority && !waited_on.empty() ? VerdictConfidence::kHigh : VerdictConfidence::kMedium;
+      out.reason = absl::StrCat("tie broken by idle signature: ",
+                                lone_minority ? "a lone minority group" : "the groups", " in ",
+                                FrameKindName(groups[static_cast<size_t>(out.suspect_groups[0])].kind),
+                                waited_on.empty() ? " while other ranks wait in collectives"
+                                                  : " while its TP/PP/DP peers wait in collectives");
+    } else {
+      out.confidence = VerdictConfidence::kMedium;
+      out.reason = absl::StrCat("tie broken by collective waits: ranks outside any collective (",
+                                FrameKindName(groups[static_cast<size_t>(out.suspect_groups[0])].kind), ") while ",
+                                waited_on.empty() ? "other ranks" : "their TP/PP/DP peers", " wait in one");
+    }
+    return out;
+  }
+  return out;
+}
+
+// Main-thread frames of group i absent from every other group's main thread.
+std::vector<std::string> DistinguishingFrames(const std::vector<std::vector<std::string>>& frames, size_t i) {
+  constexpr size_t kMaxDistinguishing = 3;
+  std::vector<std::string> out;
+  for (const std::string& f : frames[i]) {
+    bool elsewhere = false;
+    for (size_t j = 0; j < frames.size() && !elsewhere; ++j) {
+      if (j != i && std::find(frames[j].begin(), frames[j].end(), f) != frames[j].end()) elsewhere = true;
+    }
+    if (!elsewhere && std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+    if (out.size() == kMaxDistinguishing) break;
+  }
+  return out;
+}
+
+std::string ConfidenceText(const StackAggregation& a) {
+  return absl::StrCat(" Confidence: ", VerdictConfidenceName(a.confidence), " (", a.confidence_reason, ").");
+}
+
+}  // namespace
+
+const char* VerdictConfidenceName(VerdictConfidence confidence) {
+  switch (confidence) {
+    case VerdictConfidence::kHigh: return "high";
+    case VerdictConfidence::kMedium: return "medium";
+    case VerdictConfidence::kLow: return "low";
+  }
+  return "low";
+}
+
 absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
                                                  absl::Span<const RankStacks> ranks,
                                                  const StackAggregationOptions& options) {
@@ -281,15 +397,28 @@ absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
   }
   std::map<std::string, size_t> index_of;
   StackAggregation result;
+  std::vector<std::vector<std::string>> main_frames;  // per group, as first created
   for (int rank = 0; rank < layout.world_size(); ++rank) {
     const RankStacks empty{rank, {}};
     const RankStacks& r = by_rank[rank] != nullptr ? *by_rank[rank] : empty;
     std::string signature = RankSignature(r, options);
     auto [it, inserted] = index_of.emplace(signature, result.groups.size());
     if (inserted) {
-      result.groups.push_back({std::move(signature), {}, Summary(r, options)});
+      StackGroup g{std::move(signature), {}, Summary(r, options)};
+      std::vector<std::string> frames;
+      if (const ThreadStack* main = MainThreadOf(r)) {
+        const ThreadActivity activity = ClassifyThread(*main);
+        g.kind = activity.kind;
+        g.kind_frame = activity.frame;
+        for (const StackFrame& f : main->frames) frames.push_back(NormalizeFrame(f, options.keep_line_numbers));
+      }
+      result.groups.push_back(std::move(g));
+      main_frames.push_back(std::move(frames));
     }
     result.groups[it->second].ranks.push_back(rank);
+  }
+  for (size_t i = 0; i < result.groups.size(); ++i) {
+    result.groups[i].distinguishing_frames = DistinguishingFrames(main_frames, i);
   }
   std::stable_sort(result.groups.begin(), result.groups.end(),
                    [](const StackGroup& a, const StackGroup& b) {
@@ -299,37 +428,78 @@ absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
   std::string groups_text;
   for (size_t i = 0; i < result.groups.size(); ++i) {
     const StackGroup& g = result.groups[i];
-    absl::StrAppendFormat(&groups_text, "\n  group %d: %d rank(s) [%s], main thread: %s", i,
-                          g.ranks.size(), absl::StrJoin(g.ranks, ","), g.summary);
+    absl::StrAppendFormat(&groups_text, "\n  group %d: %d rank(s) [%s], %s, main thread: %s", i,
+                          g.ranks.size(), absl::StrJoin(g.ranks, ","), FrameKindName(g.kind), g.summary);
   }
   if (result.groups.size() == 1) {
     result.dominant_group = 0;
+    result.confidence = VerdictConfidence::kHigh;
+    result.confidence_reason = "every rank shows the same stacks";
     result.explanation = absl::StrCat("all ", layout.world_size(),
-                                      " ranks show the same stacks: nothing to evict.",
+                                      " ranks show the same stacks: nothing to evict.", ConfidenceText(result),
                                       groups_text);
     return result;
   }
-  if (result.groups[0].ranks.size() == result.groups[1].ranks.size()) {
-    result.explanation = absl::StrCat(
-        "no dominant stack: the two largest groups both have ", result.groups[0].ranks.size(),
-        " ranks, so no group can be taken as healthy; nothing evicted.", groups_text);
-    return result;
+  const size_t largest = result.groups[0].ranks.size();
+  const size_t second = result.groups[1].ranks.size();
+  const bool exact_tie = largest == second;
+  const bool near_tie = !exact_tie && second * 4 >= largest * 3;
+  std::string verdict;
+  if (!exact_tie && !near_tie) {
+    result.dominant_group = 0;
+    for (size_t i = 1; i < result.groups.size(); ++i) result.suspect_groups.push_back(static_cast<int>(i));
+    result.confidence = result.groups.size() == 2 ? VerdictConfidence::kHigh : VerdictConfidence::kMedium;
+    result.confidence_reason = result.groups.size() == 2 ? "unique minority group"
+                                                         : absl::StrCat(result.groups.size() - 1, " outlier groups");
+    verdict = absl::StrFormat("the dominant group (%d ranks) is taken as healthy", largest);
+  } else {
+    TieBreak tie = BreakTie(layout, result.groups);
+    if (!tie.suspect_groups.empty()) {
+      result.suspect_groups = tie.suspect_groups;
+      result.confidence = tie.confidence;
+      result.confidence_reason = tie.reason;
+      for (size_t i = 0; i < result.groups.size(); ++i) {
+        if (std::find(tie.suspect_groups.begin(), tie.suspect_groups.end(), static_cast<int>(i)) ==
+            tie.suspect_groups.end()) {
+          result.dominant_group = static_cast<int>(i);
+          break;
+        }
+      }
+      verdict = absl::StrFormat(
+          "the largest groups %s (%d and %d ranks), so the ranks' activities decide and the other groups are taken "
+          "as healthy",
+          exact_tie ? "tie" : "nearly tie", largest, second);
+    } else if (near_tie) {
+      result.dominant_group = 0;
+      for (size_t i = 1; i < result.groups.size(); ++i) result.suspect_groups.push_back(static_cast<int>(i));
+      result.confidence = VerdictConfidence::kLow;
+      result.confidence_reason = "near tie decided by size alone: no idle signature or collective wait separates the groups";
+      verdict = absl::StrFormat("the largest group (%d ranks) barely outnumbers the next (%d) and is taken as healthy",
+                                largest, second);
+    } else {
+      result.confidence = VerdictConfidence::kLow;
+      result.confidence_reason = "tie, no signal: evict nothing, capture again";
+      result.explanation = absl::StrCat(
+          "no dominant stack: the two largest groups both have ", largest,
+          " ranks and no idle signature or collective wait separates them, so no group can be taken as healthy; "
+          "nothing evicted.",
+          ConfidenceText(result), groups_text);
+      return result;
+    }
   }
-  result.dominant_group = 0;
-  for (size_t i = 1; i < result.groups.size(); ++i) {
-    for (int rank : result.groups[i].ranks) result.suspect_ranks.push_back(rank);
+  for (int i : result.suspect_groups) {
+    for (int rank : result.groups[static_cast<size_t>(i)].ranks) result.suspect_ranks.push_back(rank);
   }
   std::sort(result.suspect_ranks.begin(), result.suspect_ranks.end());
   OverEvictionChoice choice = ChooseOverEviction(layout, result.suspect_ranks);
   result.chosen_group = choice.group;
   result.machines_to_evict = choice.machines;
   result.explanation = absl::StrFormat(
-      "%d stack groups over %d ranks; the dominant group (%d ranks) is taken as healthy; "
-      "%d suspect rank(s) [%s] in %d outlier group(s); %s; evict machines [%s].%s",
-      result.groups.size(), layout.world_size(), result.groups[0].ranks.size(),
-      result.suspect_ranks.size(), absl::StrJoin(result.suspect_ranks, ","),
-      result.groups.size() - 1, choice.reason, absl::StrJoin(result.machines_to_evict, ","),
-      groups_text);
+      "%d stack groups over %d ranks; %s; %d suspect rank(s) [%s] in %d outlier group(s); %s; evict machines "
+      "[%s].%s%s",
+      result.groups.size(), layout.world_size(), verdict, result.suspect_ranks.size(),
+      absl::StrJoin(result.suspect_ranks, ","), result.suspect_groups.size(), choice.reason,
+      absl::StrJoin(result.machines_to_evict, ","), ConfidenceText(result), groups_text);
   return result;
 }
 

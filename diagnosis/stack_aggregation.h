@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "diagnosis/parallel_layout.h"
+#include "diagnosis/stack_frame_kinds.h"
 #include "diagnosis/stack_parse.h"
 
 namespace peregrine {
@@ -53,7 +54,24 @@ struct StackGroup {
   std::string signature;
   std::vector<int> ranks;  // ascending
   std::string summary;  // innermost normalised frames of the first process's main thread
+  // What the group's main thread is doing (stack_frame_kinds.h) and the frame that says so.
+  FrameKind kind = FrameKind::kUnknown;
+  std::string kind_frame;
+  // Frames of the group's main thread found in no other group's main thread, innermost
+  // first (at most 3); empty when the groups differ only in other threads or processes.
+  std::vector<std::string> distinguishing_frames;
 };
+
+// How much the verdict can be trusted:
+//   kHigh:   one group clearly dominant and a single outlier group, a lone minority group
+//            with an idle signature whose parallel-group peers wait in collectives, or no
+//            outlier at all (every rank identical);
+//   kMedium: several outlier groups, or a tie broken by activity (idle signatures, ranks
+//            outside any collective) rather than by size;
+//   kLow:    the largest groups (nearly) tie and no activity separates them: a near tie is
+//            decided by size alone; an exact tie evicts nothing (capture again).
+enum class VerdictConfidence { kHigh, kMedium, kLow };
+const char* VerdictConfidenceName(VerdictConfidence confidence);  // "high", "medium", "low"
 
 struct OverEvictionChoice {
   std::optional<CommGroup> group;  // empty when no group covers the suspects (or none)
@@ -68,17 +86,28 @@ OverEvictionChoice ChooseOverEviction(const ParallelLayout& layout,
 
 struct StackAggregation {
   std::vector<StackGroup> groups;  // largest first; ties: the group with the lowest rank
-  int dominant_group = -1;  // index into groups; -1 when the largest groups tie
-  std::vector<int> suspect_ranks;     // ranks outside the dominant group, ascending
+  // Index into groups of the largest group taken as healthy; -1 when there is no verdict
+  // (an exact tie no activity separates).
+  int dominant_group = -1;
+  std::vector<int> suspect_groups;    // indices into groups, ascending
+  std::vector<int> suspect_ranks;     // ranks of the suspect groups, ascending
   std::optional<CommGroup> chosen_group;
   std::vector<int> machines_to_evict;  // ascending; empty when nothing is suspect
-  std::string explanation;             // human-readable, for events and incident history
+  VerdictConfidence confidence = VerdictConfidence::kLow;
+  std::string confidence_reason;       // "unique minority group", "tie broken by idle signature", ...
+  // Human-readable, for events and incident history: the first line is the verdict and
+  // ends with "Confidence: <level> (<reason>)."; one line per group follows.
+  std::string explanation;
 };
 
 // Groups ranks by signature and plans the over-eviction. With a single group nothing is
-// suspect; with a tie for the largest group there is no healthy majority, so nothing is
-// evicted and the explanation says so. Fails with kInvalidArgument when a rank is out of
-// range or appears twice.
+// suspect. With a clear largest group (the second largest holds under 3/4 of its ranks)
+// every other group is suspect. When the largest groups tie or nearly tie, activity
+// decides (stack_aggregation.cc): groups with an idle signature (data loading, queue/lock,
+// idle) while others wait in collectives, else groups outside any collective while others
+// wait in one; a near tie nothing separates falls back to size (low confidence), an exact
+// tie evicts nothing. Fails with kInvalidArgument when a rank is out of range or appears
+// twice.
 absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
                                                  absl::Span<const RankStacks> ranks,
                                                  const StackAggregationOptions& options = {});

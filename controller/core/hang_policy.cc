@@ -33,8 +33,12 @@
 //    no longer holding the command (its stream dropped and came back, the command and its
 //    answer lost). Such ranks are inconclusive, not suspects; when they make up the largest
 //    group no group can be taken as healthy and nothing is evicted. The dominant group is
-//    healthy; the smallest TP/PP/DP group whose machines cover every suspect's machine is
-//    chosen (the union of their machines when no group does).
+//    healthy; when the largest groups tie or nearly tie, the ranks' activities decide (a
+//    rank idling in a data loader or queue while its peers wait in collectives is the
+//    suspect; stack_aggregation.h). The smallest TP/PP/DP group whose machines cover every
+//    suspect's machine is chosen (the union of their machines when no group does). The
+//    verdict line (the investigation's explanation, the StackVerdict event and the
+//    incident's details) ends with the aggregation's confidence and its reason.
 //  - verdict: kEvict with the chosen machine slots (the engine evicts them all through its
 //    eviction path: warm standbys where ready, new pods for the rest, every other machine
 //    restarted in place), or kReattempt when no outlier stands out (identical stacks, or
@@ -364,8 +368,9 @@ class Policy {
         const StackGroup& g = agg->groups[i];
         std::string summary = g.summary;
         if (summary.size() > kMaxSummaryChars) summary = summary.substr(0, kMaxSummaryChars) + "...";
-        r.groups.push_back(absl::StrFormat("ranks %s%s: %s", absl::StrJoin(g.ranks, ","),
-                                           static_cast<int>(i) == agg->dominant_group ? " (healthy)" : "", summary));
+        r.groups.push_back(absl::StrFormat("ranks %s%s: %s [%s]", absl::StrJoin(g.ranks, ","),
+                                           static_cast<int>(i) == agg->dominant_group ? " (healthy)" : "", summary,
+                                           FrameKindName(g.kind)));
       }
       if (!link_lost_ranks.empty()) ExcludeLinkLost(layout, link_lost_ranks, link_lost_slots, &*agg);
       r.suspect_ranks = agg->suspect_ranks;
@@ -445,6 +450,8 @@ class Policy {
     const std::string groups_text = agg->explanation.substr(std::min(agg->explanation.find('\n'), agg->explanation.size()));
     const std::string lost = absl::StrCat("slot(s) ", absl::StrJoin(lost_slots, ","), " (ranks ",
                                           absl::StrJoin(lost_ranks, ","), ")");
+    const std::string confidence = absl::StrCat(" Confidence: ", VerdictConfidenceName(agg->confidence), " (",
+                                                agg->confidence_reason, ").");
     bool dominant_lost = false;
     if (agg->dominant_group >= 0) {
       for (int rank : agg->groups[static_cast<size_t>(agg->dominant_group)].ranks) {
@@ -465,14 +472,14 @@ class Policy {
       agg->explanation = absl::StrCat("no verdict: the largest stack group is ", lost,
                                       ", whose answers were lost with their agents' links, so no group can be taken "
                                       "as healthy; nothing evicted.",
-                                      groups_text);
+                                      confidence, groups_text);
       return;
     }
     if (suspects.empty()) {
       agg->explanation = absl::StrCat("no suspect once ", lost,
                                       ", whose answers were lost with their agents' links, are left out: nothing "
                                       "evicted.",
-                                      groups_text);
+                                      confidence, groups_text);
       return;
     }
     OverEvictionChoice choice = ChooseOverEviction(layout, suspects);
@@ -480,9 +487,9 @@ class Policy {
     agg->machines_to_evict = choice.machines;
     agg->explanation = absl::StrFormat(
         "%d suspect rank(s) [%s] besides %s, whose answers were lost with their agents' links; %s; evict machines "
-        "[%s].%s",
+        "[%s].%s%s",
         suspects.size(), absl::StrJoin(suspects, ","), lost, choice.reason, absl::StrJoin(agg->machines_to_evict, ","),
-        groups_text);
+        confidence, groups_text);
   }
 
   void DecideFromAggregation(StackInvestigation& inv, const StackAggregation* agg) {
