@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/exit_rules_parser.h"
 #include "diagnosis/parallel_layout.h"
 
 namespace peregrine {
@@ -247,7 +248,7 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
     if (auto s = CheckKnownFields(ft, fp, {"networkAlarmWindowSeconds", "networkAlarmsToEvict", "maxReattempts",
                                            "lossSpikeFactor", "hotUpdateWindowHours", "restartGraceSeconds",
                                            "heartbeatTimeoutSeconds", "maxRecoveries", "hangTimeoutSeconds",
-                                           "nodeUnreachableGraceSeconds"});
+                                           "nodeUnreachableGraceSeconds", "startTimeoutSeconds", "exitRules"});
         !s.ok()) {
       return s;
     }
@@ -258,8 +259,12 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
                             std::pair{"heartbeatTimeoutSeconds", &f.heartbeat_timeout_seconds},
                             std::pair{"maxRecoveries", &f.max_recoveries},
                             std::pair{"hangTimeoutSeconds", &f.hang_timeout_seconds},
-                            std::pair{"nodeUnreachableGraceSeconds", &f.node_unreachable_grace_seconds}}) {
+                            std::pair{"nodeUnreachableGraceSeconds", &f.node_unreachable_grace_seconds},
+                            std::pair{"startTimeoutSeconds", &f.start_timeout_seconds}}) {
       if (auto s = ReadInt(ft, key, fp, dst); !s.ok()) return s;
+    }
+    if (const YAML::Node rules = ft["exitRules"]; rules) {
+      if (auto s = ParseExitRules(rules, fp + ".exitRules", &f.exit_rules); !s.ok()) return s;
     }
     if (auto s = ReadDouble(ft, "lossSpikeFactor", fp, &f.loss_spike_factor); !s.ok()) return s;
     if (auto s = ReadDouble(ft, "hotUpdateWindowHours", fp, &f.hot_update_window_hours); !s.ok()) return s;
@@ -379,6 +384,7 @@ absl::Status ValidateTrainingJob(const TrainingJob& job) {
     return FieldError("spec.faultTolerance.nodeUnreachableGraceSeconds", "must be >= 0");
   }
   if (f.hang_timeout_seconds < 1) return FieldError("spec.faultTolerance.hangTimeoutSeconds", "must be >= 1");
+  if (f.start_timeout_seconds < 1) return FieldError("spec.faultTolerance.startTimeoutSeconds", "must be >= 1");
   const FailSlowSpec& fs = s.fail_slow;
   if (!(fs.change_point_probability > 0 && fs.change_point_probability < 1)) {
     return FieldError("spec.failSlow.changePointProbability", "must be within (0, 1)");

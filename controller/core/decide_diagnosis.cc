@@ -167,11 +167,11 @@ void Decider::AdvanceDiagnosis() {
 
 // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and
 // restarts every machine in place.
-void Decider::FinishRecovery(Incident* inc, bool rolled_back) {
+void Decider::FinishRecovery(Incident* inc, bool rolled_back, bool counted) {
   JobStatus& st = plan_.status;
   inc->decided_at = now_;
-  ++st.recoveries;
-  if (st.recoveries > spec_.fault_tolerance.max_recoveries) {
+  if (counted) ++st.recoveries;
+  if (counted && st.recoveries > spec_.fault_tolerance.max_recoveries) {
     st.phase = JobPhase::kFailed;
     st.finished_at = now_;
     inc->actions.push_back(absl::StrFormat("give up: %d recoveries exceed maxRecoveries", st.recoveries));

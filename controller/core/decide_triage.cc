@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "controller/core/agent_reach.h"
 #include "controller/core/conditions.h"
+#include "controller/core/exit_policy.h"
 #include "controller/core/failslow_mitigation.h"
 #include "controller/core/hang_policy.h"
 #include "controller/core/internal/decider.h"
@@ -112,6 +113,7 @@ void Decider::DetectAndTriage() {
   std::vector<std::string> user_errors;
   IncidentKind lost_kind = IncidentKind::kMachineLost;
   bool process_failed = false;
+  std::vector<FailedExit> failed_exits;  // of the current attempt (exit_policy.h)
   auto machine_at_fault = [&](const SlotStatus& slot, const std::string& reason) {
     lost_slots.push_back(slot.index);
     signals.insert(signals.begin() + static_cast<long>(lost_slots.size() - 1),
@@ -210,7 +212,10 @@ void Decider::DetectAndTriage() {
     if (a->attempt == st.attempt && a->phase == AgentTrainingPhase::kExited) {
       process_failed = true;
       for (const RankExit& e : a->exits) {
-        if (e.exit_code != 0 || e.signal != 0) signals.push_back(absl::StrCat("pod ", slot.pod, ": ", ExitText(e)));
+        if (e.exit_code != 0 || e.signal != 0) {
+          signals.push_back(absl::StrCat("pod ", slot.pod, ": ", ExitText(e)));
+          failed_exits.push_back(FailedExit{slot.pod, e});
+        }
         if (e.exit_code != 0) {
           if (std::optional<std::string> err = UserCodeError(e.last_log_lines)) {
             user_errors.push_back(absl::StrFormat("rank %d: %s", e.global_rank, *err));
@@ -232,10 +237,13 @@ void Decider::DetectAndTriage() {
   if (!user_errors.empty()) startup_failure.reset();
   if (startup_failure) user_errors.push_back(*startup_failure);
   // An attempt that never completes a step fails (stuck rendezvous, a rank that never came up).
+  const int64_t start_timeout_ns =
+      static_cast<int64_t>(spec_.fault_tolerance.start_timeout_seconds) * kNanosPerSecond;
   if (!process_failed && lost_slots.empty() && st.attempt_started_at != 0 &&
-      st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > config_.start_timeout_ns) {
+      st.last_completed_step <= st.resume_step && now_ - st.attempt_started_at > start_timeout_ns) {
     process_failed = true;
-    signals.push_back(absl::StrFormat("attempt %d made no step in %d s", st.attempt, config_.start_timeout_ns / kNanosPerSecond));
+    signals.push_back(absl::StrFormat("attempt %d made no step in %d s (startTimeoutSeconds)", st.attempt,
+                                      spec_.fault_tolerance.start_timeout_seconds));
   }
   // NaN / Inf or a loss spike on a running attempt (no other failure, no open incident).
   std::optional<LossVerdict> numeric;
@@ -345,7 +353,18 @@ void Decider::DetectAndTriage() {
     inc->signal = absl::StrCat(hang.signal, "; ", inc->signal);
     inc->actions.insert(inc->actions.end(), hang.details.begin(), hang.details.end());
   }
+  // The user's exit rules (exit_policy.h) come before every heuristic: FailJob ends the job
+  // even when machines were lost with it; RestartInPlace and Ignore restart in place when
+  // no machine was (a lost machine is replaced whatever its ranks' exit codes were).
+  const std::optional<ExitJudgement> by_rule = JudgeExits(spec_.fault_tolerance.exit_rules, failed_exits);
+  if (by_rule && by_rule->action == ExitAction::kFailJob) {
+    FailJob(inc, "ExitRule",
+            absl::StrFormat("%s, which exitRules[%d] (FailJob) covers: the job fails (%d other failed exit(s))",
+                            by_rule->exit, by_rule->rule, by_rule->covered + by_rule->other - 1));
+    return;
+  }
   bool rolled_back = false;
+  bool counted = true;
   if (!lost_slots.empty()) {
     inc->kind = lost_kind;
     EvictAndActivate(lost_slots, inc);
@@ -363,6 +382,12 @@ void Decider::DetectAndTriage() {
                         ? "fail-slow mitigation S4: evict the slow machine, activate a warm standby, restart the "
                           "others in place"
                         : "evict the machine, activate a warm standby, restart the others in place";
+  } else if (process_failed && by_rule) {  // RestartInPlace or Ignore
+    counted = by_rule->action != ExitAction::kIgnore;
+    inc->decision = absl::StrFormat(
+        "%s, which exitRules[%d] (%s) covers (%d other failed exit(s)): restart in place without diagnosis%s",
+        by_rule->exit, by_rule->rule, ExitActionName(by_rule->action), by_rule->covered + by_rule->other - 1,
+        counted ? "" : ", not counted against maxRecoveries");
   } else if (process_failed || IsNumeric(inc->kind)) {
     const std::optional<CodeVersionSpec> target = RollbackTarget(st.version_history);
     if (startup_failure && st.reattempts < spec_.fault_tolerance.max_reattempts) {
@@ -420,7 +445,7 @@ void Decider::DetectAndTriage() {
     st.phase = JobPhase::kRunning;
     return;
   }
-  FinishRecovery(inc, rolled_back);
+  FinishRecovery(inc, rolled_back, counted);
 }
 
 // Runs the stack-aggregation policy (hangs, MFU drops) and merges its commands, events

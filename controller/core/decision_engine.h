@@ -25,7 +25,6 @@ namespace peregrine {
 
 struct DecisionConfig {
   int64_t triage_window_ns = 1'000'000'000;    // gather corroborating signals for this long
-  int64_t start_timeout_ns = 120'000'000'000;  // a started attempt that makes no step in this long fails
   size_t max_incidents = 50;
   size_t max_evictions = 100;
   size_t max_network_alarms = 100;

@@ -46,6 +46,27 @@ struct StandbySpec {
 };
 
 // faultTolerance: ByteRobust's automated fault-tolerance knobs.
+// faultTolerance.exitRules[]: what an exit of the training processes means. A rule matches
+// a rank that exited with one of `exit_codes` (non-zero codes, inclusive ranges) or was
+// killed by one of `signals`; no code or signal is in two rules (the parser refuses
+// overlaps). How the matched exits of an attempt decide is controller/core/exit_policy.h.
+enum class ExitAction {
+  kRestartInPlace,  // "RestartInPlace": restart every machine in place at once, no diagnosis
+  kFailJob,         // "FailJob": the job fails (phase Failed), nothing is restarted
+  kIgnore,          // "Ignore": restart in place, not counted against maxRecoveries
+};
+
+struct ExitCodeRange {
+  int first = 0;  // 1..255
+  int last = 0;   // first..255
+};
+
+struct ExitRule {
+  ExitAction action = ExitAction::kRestartInPlace;  // action (required)
+  std::vector<ExitCodeRange> exit_codes;            // exitCodes: 42 or "3-5"
+  std::vector<int> signals;                         // signals: 9, "SIGKILL" or "KILL" (1..64)
+};
+
 struct FaultToleranceSpec {
   int network_alarm_window_seconds = 300;  // networkAlarmWindowSeconds: alarms counted in this window
   int network_alarms_to_evict = 2;         // networkAlarmsToEvict: evict on this many alarms in the window
@@ -63,6 +84,11 @@ struct FaultToleranceSpec {
   // machine this long while its agent heartbeats and its ranks make progress; evicted
   // past it, or at once when the agent falls silent too (pod_health.h JudgeNodeUnready).
   int node_unreachable_grace_seconds = 300;
+  // startTimeoutSeconds: an attempt whose ranks complete no step in this long after it
+  // started fails (a stuck rendezvous, a rank that never came up). Large jobs load data and
+  // build communicators for minutes before their first step, hence 30 minutes.
+  int start_timeout_seconds = 1800;
+  std::vector<ExitRule> exit_rules;  // exitRules (see ExitRule)
 };
 
 enum class FailSlowMitigation {

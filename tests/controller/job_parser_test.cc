@@ -104,5 +104,60 @@ TEST_CASE("LoadTrainingJobFile reports a missing file", "[unit]") {
   CHECK(job.status().code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("exitRules and startTimeoutSeconds are read from faultTolerance", "[unit]") {
+  auto job = ParseTrainingJob(std::string(kValid) + R"(
+  faultTolerance:
+    startTimeoutSeconds: 900
+    exitRules:
+      - {action: FailJob, exitCodes: [42, "100-110"]}
+      - {action: Ignore, signals: [SIGTERM, 10, USR2]}
+)");
+  REQUIRE(job.ok());
+  CHECK(job->spec.fault_tolerance.start_timeout_seconds == 900);
+  const std::vector<ExitRule>& rules = job->spec.fault_tolerance.exit_rules;
+  REQUIRE(rules.size() == 2);
+  CHECK(rules[0].action == ExitAction::kFailJob);
+  REQUIRE(rules[0].exit_codes.size() == 2);
+  CHECK(rules[0].exit_codes[1].first == 100);
+  CHECK(rules[0].exit_codes[1].last == 110);
+  CHECK(rules[1].action == ExitAction::kIgnore);
+  CHECK(rules[1].signals == std::vector<int>{15, 10, 12});
+  auto defaults = ParseTrainingJob(kValid);
+  REQUIRE(defaults.ok());
+  CHECK(defaults->spec.fault_tolerance.start_timeout_seconds == 1800);
+  CHECK(defaults->spec.fault_tolerance.exit_rules.empty());
+}
+
+TEST_CASE("Bad exitRules are refused with the field path and the reason", "[unit]") {
+  auto error = [](const std::string& rules) {
+    auto job = ParseTrainingJob(std::string(kValid) + "  faultTolerance:\n    exitRules: " + rules + "\n");
+    REQUIRE_FALSE(job.ok());
+    return std::string(job.status().message());
+  };
+  CHECK(error("[{action: Retry, exitCodes: [1]}]") ==
+        "spec.faultTolerance.exitRules[0].action: unknown action 'Retry' (expected RestartInPlace, FailJob or Ignore)");
+  CHECK(error("[{exitCodes: [1]}]") == "spec.faultTolerance.exitRules[0].action: required (RestartInPlace, FailJob or Ignore)");
+  CHECK(error("[{action: FailJob}]") == "spec.faultTolerance.exitRules[0]: needs at least one of exitCodes and signals");
+  CHECK(error("[{action: FailJob, exitCodes: [42]}, {action: Ignore, exitCodes: [\"40-45\"]}]") ==
+        "spec.faultTolerance.exitRules[1].exitCodes[0]: exit code 42 is already covered by "
+        "spec.faultTolerance.exitRules[0].exitCodes[0]; each exit code may be in one rule only");
+  CHECK(error("[{action: FailJob, signals: [9, KILL]}]") ==
+        "spec.faultTolerance.exitRules[0].signals[1]: SIGKILL is already covered by "
+        "spec.faultTolerance.exitRules[0].signals[0]; each signal may be in one rule only");
+  CHECK(error("[{action: FailJob, exitCodes: [0]}]").find("exitCodes[0]: '0' is not an exit code in 1..255") !=
+        std::string::npos);
+  CHECK(error("[{action: FailJob, exitCodes: [\"9-3\"]}]") ==
+        "spec.faultTolerance.exitRules[0].exitCodes[0]: range '9-3' ends before it starts");
+  CHECK(error("[{action: FailJob, exitCodes: [256]}]").find("exitRules[0].exitCodes[0]") != std::string::npos);
+  CHECK(error("[{action: FailJob, signals: [SIGNOPE]}]") ==
+        "spec.faultTolerance.exitRules[0].signals[0]: 'SIGNOPE' is not a signal number in 1..64 or a signal name");
+  CHECK(error("[{action: FailJob, exitCodes: [1], when: x}]") ==
+        "spec.faultTolerance.exitRules[0].when: unknown field (known: action, exitCodes, signals)");
+  CHECK(error("{action: FailJob}") == "spec.faultTolerance.exitRules: expected a list of rules");
+  auto job = ParseTrainingJob(std::string(kValid) + "  faultTolerance: {startTimeoutSeconds: 0}\n");
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.status().message() == "spec.faultTolerance.startTimeoutSeconds: must be >= 1");
+}
+
 }  // namespace
 }  // namespace peregrine

@@ -103,7 +103,8 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "faultTolerance.maxReattempts", "faultTolerance.lossSpikeFactor", "faultTolerance.hotUpdateWindowHours",
       "faultTolerance.restartGraceSeconds", "faultTolerance.heartbeatTimeoutSeconds",
       "faultTolerance.maxRecoveries", "faultTolerance.hangTimeoutSeconds",
-      "faultTolerance.nodeUnreachableGraceSeconds", "failSlow", "failSlow.enabled", "failSlow.changePointProbability",
+      "faultTolerance.nodeUnreachableGraceSeconds", "faultTolerance.startTimeoutSeconds",
+      "faultTolerance.exitRules", "failSlow", "failSlow.enabled", "failSlow.changePointProbability",
       "failSlow.verifyThreshold", "failSlow.suspiciousGroupRatio", "failSlow.mitigateThreshold",
       "failSlow.replaceThreshold", "failSlow.mitigation", "checkpoint", "checkpoint.intervalSteps",
       "checkpoint.backupCopies", "checkpoint.memoryLimit", "checkpoint.backupBandwidth",
@@ -132,6 +133,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "faultTolerance.maxRecoveries=" + Num(d.fault_tolerance.max_recoveries),
       "faultTolerance.hangTimeoutSeconds=" + Num(d.fault_tolerance.hang_timeout_seconds),
       "faultTolerance.nodeUnreachableGraceSeconds=" + Num(d.fault_tolerance.node_unreachable_grace_seconds),
+      "faultTolerance.startTimeoutSeconds=" + Num(d.fault_tolerance.start_timeout_seconds),
       std::string("failSlow.enabled=") + (d.fail_slow.enabled ? "true" : "false"),
       "failSlow.changePointProbability=" + Num(d.fail_slow.change_point_probability),
       "failSlow.verifyThreshold=" + Num(d.fail_slow.verify_threshold),
@@ -190,6 +192,11 @@ TEST_CASE("invalid manifests fail with a message naming the field", "[unit]") {
     YAML::Node doc = Demo();
     doc["spec"]["gpuPerMachine"] = 2;
     CHECK_THAT(Errors(doc), Catch::Contains("spec.gpuPerMachine: unknown field"));
+  }
+  SECTION("unknown exit-rule action") {
+    YAML::Node doc = Demo();
+    doc["spec"]["faultTolerance"]["exitRules"] = YAML::Load("[{action: Retry, exitCodes: [1]}]");
+    CHECK_THAT(Errors(doc), Catch::Contains("spec.faultTolerance.exitRules[0].action"));
   }
   SECTION("wrong type") {
     YAML::Node doc = Demo();

@@ -72,9 +72,9 @@ class Decider {
   // Ends the job as Failed on `inc` (no restart): the current version's outcome becomes
   // Failed, the Failed condition carries `reason` and `message`, training is stopped.
   void FailJob(Incident* inc, const std::string& reason, const std::string& message);
-  // Counts the recovery (or gives up past maxRecoveries), applies a pending lazy update and
-  // restarts every machine in place.
-  void FinishRecovery(Incident* inc, bool rolled_back);
+  // Counts the recovery unless `counted` is false (or gives up past maxRecoveries), applies
+  // a pending lazy update and restarts every machine in place.
+  void FinishRecovery(Incident* inc, bool rolled_back, bool counted = true);
   // One round of the stop-time diagnosis in progress; on its verdict, evict what failed or
   // escalate: reattempt in place -> roll back the last code update -> dual-phase replay.
   void AdvanceDiagnosis();

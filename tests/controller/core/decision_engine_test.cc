@@ -291,6 +291,7 @@ TEST_CASE("A crash with no machine at fault is reattempted in place", "[unit]") 
 
 TEST_CASE("An attempt that never completes a step is one incident, then a reattempt", "[unit]") {
   World w;
+  w.job.spec.fault_tolerance.start_timeout_seconds = 120;
   w.Step();
   w.Step();
   REQUIRE(w.status.attempt == 1);
