@@ -1,6 +1,7 @@
 #include "controller/controller_metrics.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
@@ -14,6 +15,23 @@ using prometheus::BuildHistogram;
 
 constexpr JobPhase kPhases[] = {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
                                 JobPhase::kFailed};
+
+constexpr MitigationStrategy kStrategies[] = {MitigationStrategy::kIgnore, MitigationStrategy::kRedistribute,
+                                             MitigationStrategy::kRemap, MitigationStrategy::kReplace};
+
+// InspectionStatus as a label value: "warning", "fault", "error", "not_present", "unknown".
+std::string StatusLabel(InspectionStatus s) {
+  std::string out = ToString(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+const FailSlowFinding* FindingById(const std::vector<FailSlowFinding>& findings, uint64_t id) {
+  for (const FailSlowFinding& f : findings) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
 
 // Eviction reasons become a fixed label set.
 std::string EvictionReasonLabel(const Eviction& e) {
@@ -32,12 +50,17 @@ ControllerMetrics::ControllerMetrics()
       evictions_(BuildCounter().Name("peregrine_evictions_total").Help("Machines evicted, by reason.").Register(*registry_)),
       restarts_(BuildCounter().Name("peregrine_restarts_total").Help("Job-wide restarts, by kind (in_place, standby_activation).").Register(*registry_)),
       time_lost_(BuildCounter().Name("peregrine_training_time_lost_seconds_total").Help("Training time lost to incidents.").Register(*registry_)),
+      time_lost_by_cause_(BuildCounter().Name("peregrine_time_lost_seconds_total").Help("Training time lost, by cause (the incident kind, or fail_slow for the fail-slow ladder's accumulated loss).").Register(*registry_)),
       last_step_(BuildGauge().Name("peregrine_job_last_completed_step").Help("The last step every rank completed.").Register(*registry_)),
       ettr_(BuildGauge().Name("peregrine_job_ettr_ratio").Help("Effective training time ratio (productive / elapsed).").Register(*registry_)),
       iteration_seconds_(BuildGauge().Name("peregrine_job_iteration_seconds").Help("Mean iteration time over the last heartbeats.").Register(*registry_)),
       failslows_(BuildCounter().Name("peregrine_failslow_detected_total").Help("Fail-slows localized, by kind (compute, communication, compute+communication; unlocalized when one ended before it was).").Register(*registry_)),
       failslow_validations_(BuildCounter().Name("peregrine_failslow_validations_total").Help("Fail-slow validations while paused (GEMM + link rounds), by verdict (confirmed, not confirmed, failed).").Register(*registry_)),
       diagnosis_stages_(BuildCounter().Name("peregrine_diagnosis_stages_total").Help("Stop-time diagnosis stages finished, by stage and verdict (passed, failed, no-verdict).").Register(*registry_)),
+      failslow_mitigations_(BuildCounter().Name("peregrine_failslow_mitigations_total").Help("Fail-slow mitigations: a finding's ladder moved to a strategy (redistribute, remap, replace).").Register(*registry_)),
+      failslow_open_(BuildGauge().Name("peregrine_failslow_open").Help("Open fail-slow findings, by their current mitigation strategy.").Register(*registry_)),
+      job_agents_(BuildGauge().Name("peregrine_job_agents").Help("Agents of the pods a job holds, by state (connected, disconnected: registered but not connected now).").Register(*registry_)),
+      inspection_problems_(BuildGauge().Name("peregrine_machine_inspection_problems").Help("Latest non-OK machine inspection results of a job's agents, by inspection kind and status.").Register(*registry_)),
       reconcile_duration_(BuildHistogram()
                               .Name("peregrine_reconcile_duration_seconds")
                               .Help("Time of one reconcile round.")
@@ -106,8 +129,14 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   const bool finished = after.phase == JobPhase::kSucceeded || after.phase == JobPhase::kFailed;
   if (finished) {
     // No live gauges for a finished job: nothing about it can look stuck.
-    RemoveSeries(key, {&machines_, &standby_desired_, &standby_ready_, &last_step_, &ettr_, &iteration_seconds_});
+    RemoveSeries(key, {&machines_, &standby_desired_, &standby_ready_, &last_step_, &ettr_, &iteration_seconds_,
+                       &failslow_open_});
   } else {
+    std::map<MitigationStrategy, int> open;
+    for (const FailSlowFinding& f : after.fail_slows) {
+      if (f.ended_at == 0) ++open[f.mitigation.strategy];
+    }
+    for (MitigationStrategy s : kStrategies) Series(key, failslow_open_, with("strategy", ToString(s))).Set(open[s]);
     Series(key, machines_, with("state", "active")).Set(static_cast<double>(after.slots.size()));
     Series(key, machines_, with("state", "standby")).Set(static_cast<double>(after.standbys.size()));
     Series(key, standby_desired_, labels).Set(after.standby_desired);
@@ -118,6 +147,9 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
   }
   // Labelled counters start at 0 so the alerts' series exist before the first eviction.
   for (const char* reason : {"machine_fault", "standby_failed"}) Series(key, evictions_, with("reason", reason));
+  for (MitigationStrategy s : kStrategies) {
+    if (s != MitigationStrategy::kIgnore) Series(key, failslow_mitigations_, with("strategy", ToString(s)));
+  }
   // Counters from what changed.
   for (const Incident& inc : after.incidents) {
     if (inc.id >= before.next_incident_id) Series(key, incidents_, with("kind", ToString(inc.kind))).Increment();
@@ -162,11 +194,74 @@ void ControllerMetrics::ObserveJob(const std::string& ns, const std::string& job
     });
     if (!judged_before) Series(key, failslow_validations_, with("verdict", ToString(f.validation.verdict))).Increment();
   }
+  // Time lost by cause: each incident's growth (matched by id; a new one counts whole),
+  // and each fail-slow finding's mitigation loss growth. The ladder's loss restarts from 0
+  // when the strategy changes: then the new strategy's whole value is new loss.
+  for (const Incident& inc : after.incidents) {
+    double was = 0;
+    for (const Incident& b : before.incidents) {
+      if (b.id == inc.id) was = b.training_time_lost_seconds;
+    }
+    if (inc.training_time_lost_seconds > was) {
+      Series(key, time_lost_by_cause_, with("cause", ToString(inc.kind))).Increment(inc.training_time_lost_seconds - was);
+    }
+  }
+  for (const FailSlowFinding& f : after.fail_slows) {
+    const FailSlowFinding* b = FindingById(before.fail_slows, f.id);
+    const bool same_strategy = b != nullptr && b->mitigation.strategy == f.mitigation.strategy;
+    const double was = same_strategy ? b->mitigation.loss_seconds : 0;
+    if (f.mitigation.loss_seconds > was) {
+      Series(key, time_lost_by_cause_, with("cause", "fail_slow")).Increment(f.mitigation.loss_seconds - was);
+    }
+    if (f.mitigation.strategy != MitigationStrategy::kIgnore && !same_strategy) {
+      Series(key, failslow_mitigations_, with("strategy", ToString(f.mitigation.strategy))).Increment();
+    }
+  }
   if (after.training_time_lost_seconds > before.training_time_lost_seconds) {
     Series(key, time_lost_, labels).Increment(after.training_time_lost_seconds - before.training_time_lost_seconds);
   }
   job_phases_[key] = after.phase;
   UpdatePhaseCounts();
+}
+
+void ControllerMetrics::ObserveAgents(const std::string& ns, const std::string& job, const JobStatus& status,
+                                      const JobObservation& obs) {
+  const std::string key = absl::StrCat(ns, "/", job);
+  absl::MutexLock lock(&mu_);
+  // The problem series are recounted each round: a kind/status no longer reported goes.
+  RemoveSeries(key, {&inspection_problems_});
+  if (status.phase == JobPhase::kSucceeded || status.phase == JobPhase::kFailed) {
+    RemoveSeries(key, {&job_agents_});
+    return;
+  }
+  std::vector<std::string> held;
+  for (const SlotStatus& s : status.slots) held.push_back(s.pod);
+  for (const StandbyStatus& s : status.standbys) held.push_back(s.pod);
+  int connected = 0;
+  int disconnected = 0;
+  std::map<std::pair<std::string, std::string>, int> problems;  // (kind, status) -> count
+  for (const std::string& pod : held) {
+    const AgentObservation* agent = nullptr;
+    for (const AgentObservation& a : obs.agents) {
+      if (a.pod == pod && !pod.empty()) agent = &a;
+    }
+    if (agent == nullptr) continue;  // never registered: the pod is still starting
+    ++(agent->connected ? connected : disconnected);
+    for (const InspectionObservation& i : agent->inspections) {
+      if (i.status != InspectionStatus::kOk) ++problems[{i.kind, StatusLabel(i.status)}];
+    }
+  }
+  const prometheus::Labels labels = {{"job", job}, {"namespace", ns}};
+  auto with = [&](const prometheus::Labels& extra) {
+    auto l = labels;
+    l.insert(extra.begin(), extra.end());
+    return l;
+  };
+  Series(key, job_agents_, with({{"state", "connected"}})).Set(connected);
+  Series(key, job_agents_, with({{"state", "disconnected"}})).Set(disconnected);
+  for (const auto& [kind_status, n] : problems) {
+    Series(key, inspection_problems_, with({{"kind", kind_status.first}, {"status", kind_status.second}})).Set(n);
+  }
 }
 
 void ControllerMetrics::ForgetJob(const std::string& ns, const std::string& job) {

@@ -8,6 +8,15 @@
 // none, so no alert fires on it), the counters until ForgetJob (the job was deleted).
 // peregrine_jobs{phase} counts each known job once, in its current phase.
 //
+// Time lost by cause: peregrine_time_lost_seconds_total{cause} grows by what an incident's
+// training_time_lost_seconds grew (cause = the incident kind) and by what a fail-slow
+// finding's mitigation loss grew (cause = "fail_slow"); the per-job total
+// peregrine_training_time_lost_seconds_total is kept as it was. Fail-slow mitigations
+// count the ladder's moves to redistribute/remap/replace; peregrine_failslow_open counts
+// the open findings by their current strategy. The agent series (ObserveAgents) need the
+// round's observation: the held pods' agents connected or not, and their machine
+// inspection problems by kind and status.
+//
 // Thread-safe (prometheus-cpp metrics are atomic; the job bookkeeping takes a lock).
 #ifndef PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
 #define PEREGRINE_CONTROLLER_CONTROLLER_METRICS_H_
@@ -41,6 +50,12 @@ class ControllerMetrics {
 
   // Updates the job's gauges and counts what changed between two statuses.
   void ObserveJob(const std::string& ns, const std::string& job, const JobStatus& before, const JobStatus& after);
+  // The agents of the pods the job holds now (slots and standbys, from `status`) as `obs`
+  // shows them: peregrine_job_agents{state} counts connected agents and agents that
+  // registered but are not connected now (a pod whose agent never registered is neither);
+  // peregrine_machine_inspection_problems{kind,status} counts their latest non-OK
+  // inspection results. A finished job's series are removed.
+  void ObserveAgents(const std::string& ns, const std::string& job, const JobStatus& status, const JobObservation& obs);
   // The job is gone: every series labelled with it is removed and it leaves the phase
   // counts. A job never observed is a no-op.
   void ForgetJob(const std::string& ns, const std::string& job);
@@ -66,12 +81,17 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& time_lost_;
+  prometheus::Family<prometheus::Counter>& time_lost_by_cause_;
   prometheus::Family<prometheus::Gauge>& last_step_;
   prometheus::Family<prometheus::Gauge>& ettr_;
   prometheus::Family<prometheus::Gauge>& iteration_seconds_;
   prometheus::Family<prometheus::Counter>& failslows_;  // localized fail-slows by kind
   prometheus::Family<prometheus::Counter>& failslow_validations_;  // validations judged, by verdict
   prometheus::Family<prometheus::Counter>& diagnosis_stages_;  // stop-time diagnosis stages finished
+  prometheus::Family<prometheus::Counter>& failslow_mitigations_;  // ladder moves, by strategy
+  prometheus::Family<prometheus::Gauge>& failslow_open_;           // open findings, by strategy
+  prometheus::Family<prometheus::Gauge>& job_agents_;              // held pods' agents, by state
+  prometheus::Family<prometheus::Gauge>& inspection_problems_;     // non-OK inspections, by kind and status
   prometheus::Histogram& reconcile_duration_;
   prometheus::Counter& reconcile_errors_;
   prometheus::Gauge& leader_;

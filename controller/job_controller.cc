@@ -256,6 +256,7 @@ JobController::RoundResult JobController::ReconcileOnce() {
     }
   }
   metrics_->ObserveJob(current.metadata.namespace_, current.metadata.name, before, plan.status);
+  metrics_->ObserveAgents(current.metadata.namespace_, current.metadata.name, plan.status, obs);
   metrics_->ObserveAgentResultsDropped(registry_->DroppedCommandResults());
   {
     std::lock_guard<std::mutex> lock(mu_);
