@@ -15,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/analyze/analysis_args.h"
+#include "cli/analyze/input_file.h"
+#include "cli/analyze/nccl_desync.h"
 #include "cli/analyze/ring_file.h"
 
 namespace peregrine {
@@ -24,7 +26,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr char kUsage[] =
     "usage: peregrinectl analyze steps FILE [--format auto|long|wide] [--verify R] [--prob P] [--json]\n"
-    "       peregrinectl analyze nccl FILE [--rank N] [--verify R] [--prob P] [--json]\n"
+    "       peregrinectl analyze nccl FILE|DIR... [--rank N] [--verify R] [--prob P] [--json]\n"
     "       peregrinectl analyze stacks DIR --tp T --pp P --dp D --gpus-per-machine G\n"
     "                                       [--threads all|main] [--json]\n"
     "\n"
@@ -43,21 +45,33 @@ constexpr char kUsage[] =
     "  step time exceeds 1.1 x the median of all workers' medians: it was slow from the start,\n"
     "  so it has no change point of its own, but its peers show it.\n"
     "\n"
-    "nccl: NCCL call sequences, format detected from the content:\n"
+    "nccl: NCCL call sequences, format detected from the content; any input may be gzipped\n"
+    "  (by content, whatever its name):\n"
     "  - a Peregrine NCCL ring file (binary, 'PEGRRING' magic): what libperegrine_nccl.so writes\n"
     "    per training process (PEREGRINE_NCCL_RING_DIR/peregrine-nccl-r<RANK>-p<PID>.ring, or\n"
     "    /dev/shm/peregrine-nccl-r<RANK>-p<PID>); copy it before its agent deletes it;\n"
     "  - JSON lines: {\"op\":\"AllReduce\",\"comm\":\"0x..\",\"count\":N,\"datatype\":7,\n"
     "    \"time_ns\":T[,\"rank\":R]} one call per line;\n"
     "  - NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs ('NCCL INFO AllReduce: opCount ... count N\n"
-    "    datatype D ... comm 0x..'), one stream per host:pid; iteration times need timestamps\n"
-    "    (NCCL >= 2.26: NCCL_DEBUG_TIMESTAMP_LEVELS=INFO NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] ');\n"
-    "    without them only the period and call structure are reported;\n"
-    "  - PyTorch profiler (Kineto) trace JSON: nccl:* CPU ops, else ncclDevKernel_* kernels;\n"
-    "    ProfilerStep#N annotations give the iteration times when present.\n"
+    "    datatype D ... comm 0x..'), one stream per host:pid and cudaDev, also behind a\n"
+    "    launcher's line prefix: Ray '(RayTrainWorker pid=N, ip=A) ', torchrun '[rankN]:' or\n"
+    "    '[defaultN]:' (local rank), Slurm srun --label 'N: ' ([rankN] and Slurm's N give the\n"
+    "    rank); opCount resets and gaps are noted; unreadable call lines are skipped, counted;\n"
+    "    iteration times need timestamps (NCCL >= 2.26: NCCL_DEBUG_TIMESTAMP_LEVELS=INFO\n"
+    "    NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] '); without them only the period and call\n"
+    "    structure are reported;\n"
+    "  - PyTorch profiler (Kineto) trace JSON: nccl:* CPU ops (their gpu_user_annotation copies\n"
+    "    are not counted again), else ncclDevKernel_* kernels; count, dtype and process group\n"
+    "    from record_param_comms or the kernels' args when the ops lack them; ProfilerStep#N\n"
+    "    annotations give the iteration times when present.\n"
     "  It reports the period (calls per iteration, by autocorrelation of call signatures), one\n"
     "  period's calls, iteration-time statistics and change points (as for steps). --rank N\n"
     "  keeps one stream (streams of unknown rank are numbered 0, 1, ... in order).\n"
+    "  Several FILEs, or a DIR of them (one per rank: logs, traces, rings), are compared across\n"
+    "  ranks: per communicator (by size, or by name where the input names it), the calls are\n"
+    "  aligned by opCount (PyTorch's Seq) where every call has one, else by position, and the\n"
+    "  first call at which ranks disagree (op, count, datatype) is reported as a DESYNC with the\n"
+    "  ranks on each side; ranks whose calls stop before their peers' are listed as behind.\n"
     "\n"
     "stacks: one stack dump per rank in DIR (py-spy dump, gdb 'thread apply all bt' or eu-stack).\n"
     "  The rank of a file: a line 'rank: N' among its first 5 lines; else 'rank' + optional\n"
@@ -70,17 +84,8 @@ constexpr char kUsage[] =
     "\n"
     "--json prints one JSON object instead of text. Exit status: 0 ok, 1 bad input, 2 usage.\n";
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open (does it exist?)"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Every analysis reads its files here: gzip (by content) is inflated (input_file.h).
+absl::StatusOr<std::string> ReadFile(const std::string& path) { return ReadAnalysisInput(path); }
 
 std::string Pct(double x) { return absl::StrFormat("%+.1f%%", 100.0 * x); }
 
@@ -183,33 +188,80 @@ int RunSteps(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
   return Render(args, *report, path, out, RenderStepsJson, RenderStepsText);
 }
 
+// The files of `operands`: each a file, or a directory whose regular files (not hidden,
+// in name order) are all taken.
+absl::StatusOr<std::vector<std::string>> NcclInputFiles(const std::vector<std::string>& operands) {
+  std::vector<std::string> files;
+  for (const std::string& operand : operands) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(operand, ec)) {
+      files.push_back(operand);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(operand, ec)) {
+      const std::string name = entry.path().filename().string();
+      std::error_code type_ec;
+      if (!name.empty() && name[0] != '.' && entry.is_regular_file(type_ec)) found.push_back(entry.path().string());
+    }
+    if (ec) return absl::InvalidArgumentError(absl::StrCat(operand, ": cannot list: ", ec.message()));
+    if (found.empty()) return absl::InvalidArgumentError(absl::StrCat(operand, ": no files in the directory"));
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+absl::StatusOr<NcclTrace> ReadNcclInput(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  if (LooksLikeNcclRing(*text)) return ReadNcclRingFile(*text, path);
+  if (absl::string_view(*text).substr(0, 4096).find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": binary data without the Peregrine ring magic \"PEGRRING\": not a Peregrine "
+              "NCCL ring, NCCL_DEBUG log or Kineto trace"));
+  }
+  return ParseNcclTrace(*text, path);
+}
+
 int RunNccl(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
   std::optional<int> rank;
   ChangeOptions options;
   const FlagTable flags = {{"rank", IntegerFlag(&rank, 0, "rank")},
                            {"verify", NumberFlag(&options.verify_threshold)},
                            {"prob", NumberFlag(&options.report_threshold)}};
-  if (!ApplyAnalysisArgs(args, "nccl", "FILE", flags, kUsage, err)) return 2;
-  const std::string& path = args.operands[0];
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return InputError(text.status(), err);
-  absl::StatusOr<NcclTrace> trace;
-  if (LooksLikeNcclRing(*text)) {
-    trace = ReadNcclRingFile(*text, path);
-  } else if (absl::string_view(*text).substr(0, 4096).find('\0') != absl::string_view::npos) {
-    trace = absl::InvalidArgumentError(absl::StrCat(
-        path, ": binary data without the Peregrine ring magic \"PEGRRING\": not a Peregrine "
-              "NCCL ring, NCCL_DEBUG log or Kineto trace"));
-  } else {
-    trace = ParseNcclTrace(*text, path);
+  // One or more FILEs / DIRs: the flags are checked with the first operand alone.
+  AnalyzeArgs first = args;
+  if (first.operands.size() > 1) first.operands.resize(1);
+  if (!ApplyAnalysisArgs(first, "nccl", "FILE|DIR...", flags, kUsage, err)) return 2;
+  absl::StatusOr<std::vector<std::string>> files = NcclInputFiles(args.operands);
+  if (!files.ok()) return InputError(files.status(), err);
+  std::vector<NcclTrace> traces;
+  for (const std::string& file : *files) {
+    absl::StatusOr<NcclTrace> trace = ReadNcclInput(file);
+    if (!trace.ok()) return InputError(trace.status(), err);
+    traces.push_back(*std::move(trace));
   }
-  if (!trace.ok()) return InputError(trace.status(), err);
-  absl::StatusOr<NcclReport> report = AnalyzeNcclTrace(*trace, rank, options);
+  const std::string source = files->size() == 1 ? files->front() : absl::StrJoin(args.operands, " ");
+  NcclTrace trace = files->size() == 1 ? std::move(traces.front()) : MergeNcclTraces(std::move(traces), *files);
+  if (trace.skipped_lines > 0) {
+    err << "peregrinectl analyze nccl: warning: " << trace.skipped_lines
+        << " unreadable line(s)/event(s) skipped (see the notes)\n";
+  }
+  absl::StatusOr<NcclReport> report = AnalyzeNcclTrace(trace, rank, options);
   if (!report.ok()) {
-    err << "peregrinectl analyze nccl: " << path << ": " << report.status().message() << "\n";
+    err << "peregrinectl analyze nccl: " << source << ": " << report.status().message() << "\n";
     return report.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
   }
-  return Render(args, *report, path, out, RenderNcclJson, RenderNcclText);
+  std::optional<NcclDesyncReport> desync;
+  if (!rank && trace.streams.size() > 1) desync = FindNcclDesync(trace.streams);
+  const NcclDesyncReport* d = desync ? &*desync : nullptr;
+  if (args.json) {
+    RenderNcclJson(*report, source, out, d);
+  } else {
+    RenderNcclText(*report, source, out, d);
+  }
+  return 0;
 }
 
 int RunStacks(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
@@ -307,7 +359,8 @@ void RenderStepsJson(const StepsReport& r, const std::string& source, std::ostre
   out << j.dump(2) << "\n";
 }
 
-void RenderNcclText(const NcclReport& r, const std::string& source, std::ostream& out) {
+void RenderNcclText(const NcclReport& r, const std::string& source, std::ostream& out,
+                    const NcclDesyncReport* desync) {
   out << source << ": " << NcclTraceFormatName(r.format) << ", " << r.streams.size() << " stream(s)\n";
   for (const std::string& n : r.notes) out << "note: " << n << "\n";
   for (const NcclStreamAnalysis& s : r.streams) {
@@ -341,9 +394,36 @@ void RenderNcclText(const NcclReport& r, const std::string& source, std::ostream
     }
     for (const std::string& n : s.notes) out << "note: " << n << "\n";
   }
+  if (desync == nullptr) return;
+  out << "\n== cross-rank comparison: "
+      << (desync->classes.empty() ? std::string("no communicator shared by two streams")
+                                  : desync->any_desync ? std::string("DESYNC") : std::string("consistent"))
+      << "\n";
+  for (const NcclDesyncClass& c : desync->classes) {
+    out << c.group << " (" << c.streams.size() << " streams, aligned by " << c.aligned_by << ", "
+        << c.compared_calls << " calls compared): ";
+    if (!c.desync) {
+      out << "all agree\n";
+    } else {
+      out << "DESYNC at " << (c.aligned_by == "opCount" ? absl::StrFormat("opCount 0x%x", c.position)
+                                                       : absl::StrCat("call #", c.position))
+          << "\n";
+      for (const NcclDesyncSide& side : c.sides) {
+        out << "  " << side.call << ": " << absl::StrJoin(side.streams, ", ") << "\n";
+      }
+    }
+    for (const NcclBehindStream& b : c.behind) {
+      const bool hex = c.aligned_by == "opCount";
+      out << "  behind: " << b.stream << " stops at " << c.aligned_by << " "
+          << (hex ? absl::StrFormat("0x%x", b.last_position) : absl::StrCat("#", b.last_position))
+          << ", peers reach " << (hex ? absl::StrFormat("0x%x", b.peers_last) : absl::StrCat("#", b.peers_last))
+          << "\n";
+    }
+  }
 }
 
-void RenderNcclJson(const NcclReport& r, const std::string& source, std::ostream& out) {
+void RenderNcclJson(const NcclReport& r, const std::string& source, std::ostream& out,
+                    const NcclDesyncReport* desync) {
   Json streams = Json::array();
   for (const NcclStreamAnalysis& s : r.streams) {
     streams.push_back(Json{{"label", s.label},
@@ -367,6 +447,31 @@ void RenderNcclJson(const NcclReport& r, const std::string& source, std::ostream
          {"format", NcclTraceFormatName(r.format)},
          {"streams", streams},
          {"notes", r.notes}};
+  if (desync != nullptr) {
+    Json classes = Json::array();
+    for (const NcclDesyncClass& c : desync->classes) {
+      Json sides = Json::array();
+      for (const NcclDesyncSide& side : c.sides) {
+        sides.push_back(Json{{"call", side.call}, {"streams", side.streams}, {"ranks", side.ranks}});
+      }
+      Json behind = Json::array();
+      for (const NcclBehindStream& b : c.behind) {
+        behind.push_back(Json{{"stream", b.stream},
+                              {"rank", b.rank >= 0 ? Json(b.rank) : Json(nullptr)},
+                              {"lastPosition", b.last_position},
+                              {"peersLast", b.peers_last}});
+      }
+      classes.push_back(Json{{"group", c.group},
+                             {"streams", c.streams},
+                             {"alignedBy", c.aligned_by},
+                             {"comparedCalls", c.compared_calls},
+                             {"desync", c.desync},
+                             {"position", c.desync ? Json(c.position) : Json(nullptr)},
+                             {"sides", sides},
+                             {"behind", behind}});
+    }
+    j["desync"] = Json{{"found", desync->any_desync}, {"classes", classes}};
+  }
   out << j.dump(2) << "\n";
 }
 

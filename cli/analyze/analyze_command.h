@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/analyze/analyze_report.h"
+#include "cli/analyze/nccl_desync.h"
 
 namespace peregrine {
 
@@ -27,8 +28,11 @@ int RunAnalyze(const std::vector<std::string>& args, std::ostream& out, std::ost
 // Renderers (exposed for tests and other front ends). JSON is one object, pretty-printed.
 void RenderStepsText(const StepsReport& report, const std::string& source, std::ostream& out);
 void RenderStepsJson(const StepsReport& report, const std::string& source, std::ostream& out);
-void RenderNcclText(const NcclReport& report, const std::string& source, std::ostream& out);
-void RenderNcclJson(const NcclReport& report, const std::string& source, std::ostream& out);
+// With `desync` (several ranks given), the cross-rank comparison follows the streams.
+void RenderNcclText(const NcclReport& report, const std::string& source, std::ostream& out,
+                    const NcclDesyncReport* desync = nullptr);
+void RenderNcclJson(const NcclReport& report, const std::string& source, std::ostream& out,
+                    const NcclDesyncReport* desync = nullptr);
 void RenderStacksText(const StacksReport& report, const std::string& dir, std::ostream& out);
 void RenderStacksJson(const StacksReport& report, const std::string& dir, std::ostream& out);
 

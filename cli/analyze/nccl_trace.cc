@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/fnv1a.h"
+#include "cli/analyze/nccl_trace_internal.h"
 #include "cli/analyze/text_input.h"
 
 // The text formats ParseNcclTrace accepts, detected from the content:
@@ -25,25 +26,11 @@
 //      AllToAll; case and '_' ignored); comm: a number or a hex string; datatype: the
 //      ncclDataType_t value; time_ns: the call's enter time (any epoch); rank optional
 //      (calls are grouped into one stream per rank). These are NcclCallRecord fields.
-//  (b) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs. NCCL (src/enqueue.cc) prints one line per
-//      call, after the "host:pid:tid [cudaDev] NCCL INFO " prefix:
-//        "AllReduce: opCount 1a sendbuff 0x.. recvbuff 0x.. count 262144 datatype 7 op 0
-//         root 0 comm 0x55.. [nranks=8] stream 0x.."
-//      Since NCCL 2.26, NCCL_DEBUG_TIMESTAMP_LEVELS=INFO prefixes a strftime timestamp,
-//      "[%F %T] " by default; "%Nf" adds fractions ("[%F %T.%6f] "). Accepted timestamps:
-//      "[YYYY-MM-DD HH:MM:SS(.frac)]", "[HH:MM:SS(.frac)]" or a number of seconds, with or
-//      without brackets. Lines of other subsystems and program output are skipped. One
-//      stream per host:pid; its rank comes from the "comm 0x.. rank R nranks N ... Init
-//      COMPLETE" line of the first communicator that process initialised, when logged.
-//  (c) PyTorch profiler (Kineto) Chrome-trace JSON: {"traceEvents":[...]} or a bare array.
-//      NCCL calls are the complete ("ph":"X") CPU events named "nccl:<collective>" when
-//      any exist, else the GPU kernels named "ncclDevKernel_<Op>_..." / "ncclKernel_<Op>_..."
-//      (args "In msg nelems", "dtype", "Process Group Name" give count, datatype and
-//      communicator when present); ts/dur are microseconds. "ProfilerStep#N" events mark
-//      iterations. The rank comes from "distributedInfo": {"rank": R} when present.
+//  (b) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs: see nccl_debug_log.cc.
+//  (c) PyTorch profiler (Kineto) Chrome-trace JSON: see kineto_trace.cc.
 
 namespace peregrine {
-namespace {
+namespace nccl_internal {
 
 using analyze_internal::Excerpt;
 using analyze_internal::LineColumnOf;
@@ -82,6 +69,8 @@ int32_t DatatypeFromName(absl::string_view name) {
   return static_cast<int32_t>(100 + Fnv1a(n) % 1000);  // unknown: stable, distinct code
 }
 
+namespace {
+
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
 int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
   y -= m <= 2;
@@ -91,11 +80,6 @@ int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
   const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   return era * 146097 + doe - 719468;
 }
-
-struct Timestamp {
-  int64_t ns = 0;
-  int fraction_digits = 0;
-};
 
 // "HH:MM:SS[.frac]" -> ns since midnight.
 std::optional<Timestamp> ParseClock(absl::string_view s) {
@@ -123,6 +107,8 @@ std::optional<Timestamp> ParseClock(absl::string_view s) {
   }
   return t;
 }
+
+}  // namespace
 
 // The timestamp prefix of an NCCL log line (see the header); nullopt if unrecognised.
 std::optional<Timestamp> ParseLogTimestamp(absl::string_view text) {
@@ -163,9 +149,32 @@ int64_t ResolutionNs(int fraction_digits) {
 
 void SortByTime(NcclCallStream& s) {
   if (!s.has_timestamps) return;
-  std::stable_sort(s.calls.begin(), s.calls.end(),
-                   [](const NcclCallRecord& a, const NcclCallRecord& b) { return a.enter_ns < b.enter_ns; });
+  std::vector<size_t> order(s.calls.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return s.calls[a].enter_ns < s.calls[b].enter_ns; });
+  std::vector<NcclCallRecord> calls;
+  std::vector<NcclCallDetail> details;
+  for (size_t i : order) {
+    calls.push_back(s.calls[i]);
+    if (!s.details.empty()) details.push_back(s.details[i]);
+  }
+  s.calls = std::move(calls);
+  s.details = std::move(details);
 }
+
+}  // namespace nccl_internal
+
+namespace {
+
+using analyze_internal::Excerpt;
+using analyze_internal::SplitLines;
+using analyze_internal::TextLine;
+using nccl_internal::CommIdFromString;
+using nccl_internal::DatatypeFromName;
+using nccl_internal::LineError;
+using nccl_internal::SortByTime;
+using Json = nlohmann::json;
 
 // ---------------------------------------------------------------- (a) JSON lines
 
@@ -259,250 +268,6 @@ absl::StatusOr<NcclTrace> ParseJsonLines(absl::string_view text, absl::string_vi
   return trace;
 }
 
-// ---------------------------------------------------------------- (b) NCCL_DEBUG logs
-
-// True for "host:pid:tid": at least three ':'-separated parts, the last two numeric.
-bool IsHostPidTid(absl::string_view token, std::string* host_pid) {
-  const size_t last = token.rfind(':');
-  if (last == absl::string_view::npos || last == 0) return false;
-  const size_t middle = token.rfind(':', last - 1);
-  if (middle == absl::string_view::npos || middle == 0) return false;
-  int64_t pid = 0, tid = 0;
-  if (!absl::SimpleAtoi(token.substr(middle + 1, last - middle - 1), &pid) ||
-      !absl::SimpleAtoi(token.substr(last + 1), &tid)) {
-    return false;
-  }
-  *host_pid = std::string(token.substr(0, last));
-  return true;
-}
-
-absl::StatusOr<NcclTrace> ParseNcclLog(absl::string_view text, absl::string_view source) {
-  NcclTrace trace;
-  trace.format = NcclTraceFormat::kNcclDebugLog;
-  std::map<std::string, size_t> by_process;
-  std::map<std::string, bool> all_timed;
-  std::map<std::string, int> min_digits;
-  int skipped_lines = 0;
-  for (const TextLine& line : SplitLines(text)) {
-    const size_t info = line.text.find("NCCL INFO ");
-    if (info == absl::string_view::npos) {
-      if (!absl::StripAsciiWhitespace(line.text).empty()) ++skipped_lines;
-      continue;
-    }
-    const absl::string_view prefix = line.text.substr(0, info);
-    const absl::string_view payload = absl::StripAsciiWhitespace(line.text.substr(info + 10));
-    // The prefix: [timestamp] host:pid:tid [cudaDev]
-    std::string process = "process";
-    absl::string_view timestamp_text;
-    {
-      std::vector<absl::string_view> tokens = absl::StrSplit(prefix, ' ', absl::SkipEmpty());
-      for (size_t i = tokens.size(); i-- > 0;) {
-        std::string host_pid;
-        if (IsHostPidTid(tokens[i], &host_pid)) {
-          process = host_pid;
-          timestamp_text = prefix.substr(0, static_cast<size_t>(tokens[i].data() - prefix.data()));
-          break;
-        }
-      }
-    }
-    const bool is_call = payload.find(": opCount ") != absl::string_view::npos;
-    // "comm 0x.. rank R nranks N ... - Init COMPLETE" (NCCL < 2.19), or the same after the
-    // function name ("ncclCommInitRank comm 0x.. rank R ...") in later versions.
-    const bool is_init = (absl::StartsWith(payload, "comm 0x") || absl::StrContains(payload, " comm 0x")) &&
-                         absl::StrContains(payload, "Init COMPLETE");
-    if (!is_call && !is_init) continue;
-    auto [it, fresh] = by_process.emplace(process, trace.streams.size());
-    if (fresh) {
-      NcclCallStream s;
-      s.label = process;
-      trace.streams.push_back(std::move(s));
-      all_timed[process] = true;
-      min_digits[process] = 9;
-    }
-    NcclCallStream& stream = trace.streams[it->second];
-    std::vector<absl::string_view> words = absl::StrSplit(payload, ' ', absl::SkipEmpty());
-    auto value_after = [&](absl::string_view key) -> std::optional<absl::string_view> {
-      for (size_t i = 0; i + 1 < words.size(); ++i) {
-        if (words[i] == key) return words[i + 1];
-      }
-      return std::nullopt;
-    };
-    if (is_init) {
-      int rank = -1;
-      if (auto r = value_after("rank"); r && absl::SimpleAtoi(*r, &rank) && stream.rank < 0) {
-        stream.rank = rank;
-      }
-      continue;
-    }
-    NcclCallRecord r;
-    const absl::string_view name = payload.substr(0, payload.find(": opCount "));
-    r.op = NcclOpFromName(name);
-    auto count = value_after("count");
-    auto datatype = value_after("datatype");
-    auto comm = value_after("comm");
-    if (!count || !absl::SimpleAtoi(*count, &r.count)) {
-      return LineError(source, line.number,
-                       absl::StrCat("NCCL ", Excerpt(name), " line without a numeric 'count': ",
-                                    Excerpt(payload)));
-    }
-    if (!datatype || !absl::SimpleAtoi(*datatype, &r.datatype)) {
-      return LineError(source, line.number,
-                       absl::StrCat("NCCL ", Excerpt(name), " line without a numeric 'datatype': ",
-                                    Excerpt(payload)));
-    }
-    if (!comm) {
-      return LineError(source, line.number,
-                       absl::StrCat("NCCL ", Excerpt(name), " line without 'comm': ", Excerpt(payload)));
-    }
-    r.comm_id = CommIdFromString(*comm);
-    if (absl::StripAsciiWhitespace(timestamp_text).empty()) {
-      all_timed[process] = false;
-    } else {
-      std::optional<Timestamp> ts = ParseLogTimestamp(timestamp_text);
-      if (!ts) {
-        return LineError(source, line.number,
-                         absl::StrCat("unrecognised timestamp '", Excerpt(absl::StripAsciiWhitespace(timestamp_text)),
-                                      "' (expected [YYYY-MM-DD HH:MM:SS.ffffff], HH:MM:SS.ffffff or "
-                                      "seconds)"));
-      }
-      r.enter_ns = ts->ns;
-      min_digits[process] = std::min(min_digits[process], ts->fraction_digits);
-    }
-    stream.calls.push_back(r);
-  }
-  // Streams that only logged initialisation carry no calls.
-  std::vector<NcclCallStream> streams;
-  for (NcclCallStream& s : trace.streams) {
-    if (s.calls.empty()) continue;
-    s.has_timestamps = all_timed[s.label];
-    if (!s.has_timestamps) {
-      for (NcclCallRecord& r : s.calls) r.enter_ns = 0;
-    } else {
-      s.timestamp_resolution_ns = ResolutionNs(min_digits[s.label]);
-    }
-    if (s.rank >= 0) s.label = absl::StrCat("rank ", s.rank, " (", s.label, ")");
-    SortByTime(s);
-    streams.push_back(std::move(s));
-  }
-  trace.streams = std::move(streams);
-  if (trace.streams.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": no NCCL collective lines ('NCCL INFO <Op>: opCount ...'); capture them with "
-                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL"));
-  }
-  if (skipped_lines > 0) {
-    trace.notes.push_back(absl::StrCat(skipped_lines, " non-NCCL lines skipped"));
-  }
-  return trace;
-}
-
-// ---------------------------------------------------------------- (c) Kineto traces
-
-absl::StatusOr<NcclTrace> ParseKineto(absl::string_view text, absl::string_view source) {
-  Json j;
-  try {
-    j = Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
-    const auto [line, column] = LineColumnOf(text, e.byte > 0 ? e.byte - 1 : 0);
-    return LineError(source, line, absl::StrCat("column ", column, ": invalid JSON: ", e.what()));
-  } catch (const Json::exception& e) {  // e.g. a number out of range
-    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON: ", e.what()));
-  }
-  const Json* events = nullptr;
-  if (j.is_array()) {
-    events = &j;
-  } else if (j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array()) {
-    events = &j["traceEvents"];
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": a JSON document without a \"traceEvents\" array is not a profiler trace"));
-  }
-  NcclTrace trace;
-  trace.format = NcclTraceFormat::kKinetoTrace;
-  NcclCallStream stream;
-  stream.label = "trace";
-  if (j.is_object() && j.contains("distributedInfo") && j["distributedInfo"].is_object()) {
-    const Json& d = j["distributedInfo"];
-    if (d.contains("rank") && d["rank"].is_number_integer()) {
-      stream.rank = d["rank"].get<int>();
-      stream.label = absl::StrCat("rank ", stream.rank);
-    }
-  }
-  stream.has_timestamps = true;
-  stream.timestamp_resolution_ns = 1000;
-  std::vector<NcclCallRecord> cpu_calls, gpu_calls;
-  for (size_t i = 0; i < events->size(); ++i) {
-    const Json& ev = (*events)[i];
-    auto where = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": traceEvents[", i, "]: ", what));
-    };
-    if (!ev.is_object()) return where(absl::StrCat("expected an event object, got ", ev.type_name()));
-    if (!ev.contains("name") || !ev["name"].is_string()) continue;  // metadata without a name
-    const std::string name = ev["name"].get<std::string>();
-    const bool is_step = absl::StartsWith(name, "ProfilerStep#");
-    const bool is_cpu = absl::StartsWith(name, "nccl:");
-    const bool is_gpu = absl::StartsWith(name, "ncclDevKernel_") || absl::StartsWith(name, "ncclKernel_");
-    if (!is_step && !is_cpu && !is_gpu) continue;
-    if (ev.value("ph", std::string()) != "X") continue;
-    if (!ev.contains("ts") || !ev["ts"].is_number() || !std::isfinite(ev["ts"].get<double>())) {
-      return where(absl::StrCat(Excerpt(name), ": missing or non-numeric \"ts\""));
-    }
-    const int64_t ts_ns = static_cast<int64_t>(std::llround(ev["ts"].get<double>() * 1000.0));
-    if (is_step) {
-      ProfilerStepSpan span;
-      if (!absl::SimpleAtoi(absl::string_view(name).substr(13), &span.step)) {
-        return where(absl::StrCat("step name without a number: ", Excerpt(name)));
-      }
-      if (!ev.contains("dur") || !ev["dur"].is_number() || ev["dur"].get<double>() < 0) {
-        return where(absl::StrCat(Excerpt(name), ": missing or negative \"dur\""));
-      }
-      span.start_ns = ts_ns;
-      span.duration_ns = static_cast<int64_t>(std::llround(ev["dur"].get<double>() * 1000.0));
-      stream.profiler_steps.push_back(span);
-      continue;
-    }
-    NcclCallRecord r;
-    r.enter_ns = ts_ns;
-    const Json empty = Json::object();
-    const Json& args = ev.contains("args") && ev["args"].is_object() ? ev["args"] : empty;
-    if (args.contains("Collective name") && args["Collective name"].is_string()) {
-      r.op = NcclOpFromName(args["Collective name"].get<std::string>());
-    } else if (is_cpu) {
-      r.op = NcclOpFromName(absl::string_view(name).substr(5));
-    } else {
-      absl::string_view rest = absl::string_view(name).substr(name.find('_') + 1);
-      r.op = NcclOpFromName(rest.substr(0, rest.find('_')));
-    }
-    if (args.contains("In msg nelems") && args["In msg nelems"].is_number_integer()) {
-      r.count = static_cast<uint64_t>(std::max<int64_t>(0, args["In msg nelems"].get<int64_t>()));
-    }
-    if (args.contains("dtype") && args["dtype"].is_string()) {
-      r.datatype = DatatypeFromName(args["dtype"].get<std::string>());
-    }
-    if (args.contains("Process Group Name") && args["Process Group Name"].is_string()) {
-      r.comm_id = CommIdFromString(args["Process Group Name"].get<std::string>());
-    }
-    (is_cpu ? cpu_calls : gpu_calls).push_back(r);
-  }
-  if (!cpu_calls.empty()) {
-    stream.calls = std::move(cpu_calls);
-    trace.notes.push_back(absl::StrCat("NCCL calls: ", stream.calls.size(), " CPU-side nccl:* events"));
-  } else {
-    stream.calls = std::move(gpu_calls);
-    trace.notes.push_back(absl::StrCat("NCCL calls: ", stream.calls.size(), " NCCL GPU kernels"));
-  }
-  if (stream.calls.empty() && stream.profiler_steps.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the trace has neither NCCL events (nccl:*, ncclDevKernel_*) nor ProfilerStep#N "
-                "annotations; record it with torch.profiler including CUDA activities"));
-  }
-  SortByTime(stream);
-  std::sort(stream.profiler_steps.begin(), stream.profiler_steps.end(),
-            [](const ProfilerStepSpan& a, const ProfilerStepSpan& b) { return a.start_ns < b.start_ns; });
-  trace.streams.push_back(std::move(stream));
-  return trace;
-}
-
 }  // namespace
 
 const char* NcclTraceFormatName(NcclTraceFormat format) {
@@ -569,11 +334,11 @@ absl::StatusOr<NcclTrace> ParseNcclTrace(absl::string_view text, absl::string_vi
     // A bracket also opens NCCL's timestamped lines ("[2025-03-14 09:26:53] host:...").
     if (absl::StartsWith(trimmed, "[") && text.find("NCCL INFO") != absl::string_view::npos &&
         !Json::accept(text.begin(), text.end())) {
-      return ParseNcclLog(text, source);
+      return nccl_internal::ParseNcclLog(text, source);
     }
-    return ParseKineto(text, source);
+    return nccl_internal::ParseKineto(text, source);
   }
-  if (text.find("NCCL INFO") != absl::string_view::npos) return ParseNcclLog(text, source);
+  if (text.find("NCCL INFO") != absl::string_view::npos) return nccl_internal::ParseNcclLog(text, source);
   const std::vector<TextLine> lines = SplitLines(text);
   int number = 1;
   for (const TextLine& l : lines) {
@@ -586,6 +351,37 @@ absl::StatusOr<NcclTrace> ParseNcclTrace(absl::string_view text, absl::string_vi
                    "not a recognised NCCL call format: expected Peregrine JSON lines "
                    "({\"op\":...,\"time_ns\":...}), NCCL_DEBUG=INFO collective lines ('NCCL INFO "
                    "AllReduce: opCount ...') or a PyTorch profiler trace ({\"traceEvents\":[...]})");
+}
+
+NcclTrace MergeNcclTraces(std::vector<NcclTrace> parts, const std::vector<std::string>& sources) {
+  NcclTrace merged;
+  if (parts.empty()) return merged;
+  merged.format = parts[0].format;
+  std::map<std::string, int> label_uses;
+  for (const NcclTrace& t : parts) {
+    for (const NcclCallStream& s : t.streams) ++label_uses[s.label];
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& source = i < sources.size() ? sources[i] : std::string("?");
+    if (parts[i].format != merged.format) {
+      merged.notes.push_back(absl::StrCat(source, ": ", NcclTraceFormatName(parts[i].format),
+                                          " (the first file is ", NcclTraceFormatName(merged.format), ")"));
+    }
+    for (const std::string& n : parts[i].notes) merged.notes.push_back(absl::StrCat(source, ": ", n));
+    merged.skipped_lines += parts[i].skipped_lines;
+    for (NcclCallStream& s : parts[i].streams) {
+      if (parts.size() > 1 && label_uses[s.label] > 1) s.label = absl::StrCat(source, ": ", s.label);
+      merged.streams.push_back(std::move(s));
+    }
+  }
+  // By rank when every stream knows it (the order of a single file's streams otherwise).
+  const bool all_ranked = std::all_of(merged.streams.begin(), merged.streams.end(),
+                                      [](const NcclCallStream& s) { return s.rank >= 0; });
+  if (all_ranked && parts.size() > 1) {
+    std::stable_sort(merged.streams.begin(), merged.streams.end(),
+                     [](const NcclCallStream& a, const NcclCallStream& b) { return a.rank < b.rank; });
+  }
+  return merged;
 }
 
 }  // namespace peregrine

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "cli/analyze/nccl_trace.h"
 #include "tests/cli/analyze/analyze_test_util.h"
 
@@ -208,7 +210,7 @@ TEST_CASE("analyze nccl: malformed input names the file, line and problem", "[un
   const std::vector<Case> cases = {
       {"empty.log", "", {"empty.log: empty file"}},
       {"junk.bin", std::string("\x1f\x8b\x08\0\0\0\0\0\0\x03\xed\x5d", 12) + std::string(200, '\x01'),
-       {"junk.bin", "binary data"}},
+       {"junk.bin", "corrupt gzip data"}},
       {"truncated.json", kineto.substr(0, kineto.size() / 2),
        {"truncated.json:", "invalid JSON"}},
       {"notrace.json", "{\"schemaVersion\": 1,\n \"events\": []}\n", {"notrace.json", "traceEvents"}},
@@ -248,6 +250,143 @@ TEST_CASE("analyze nccl: malformed input names the file, line and problem", "[un
   }
   CHECK(Analyze({"nccl", Fixture("ring_dump.jsonl"), "--rank", "x"}).code == 2);
   CHECK(Analyze({"nccl"}).code == 2);
+}
+
+TEST_CASE("analyze nccl: a real Kineto trace counts each NCCL op once (GPU-annotation copies dropped) with record_param_comms args", "[unit]") {
+  // HolisticTraceAnalysis' tests/data/nccl_parser_config/nccl_data.json.gz, trimmed (README):
+  // 21 nccl:* CPU ops and their 21 gpu_user_annotation copies, 3 ProfilerSteps of 7 calls.
+  const nlohmann::json j = Analyze({"nccl", Fixture("kineto_hta_nccl_rank0.json.gz"), "--json"}).Json();
+  REQUIRE(j["streams"].size() == 1);
+  const nlohmann::json& s = j["streams"][0];
+  INFO(j.dump(1));
+  CHECK(s["rank"] == 0);
+  CHECK(s["calls"] == 21);
+  CHECK(s["period"] == 7);
+  CHECK(s["callsPerProfilerStep"] == 7);
+  // Counts and dtypes from record_param_comms (the nccl:* ops carry none): 7 signatures.
+  CHECK(s["distinctSignatures"] == 7);
+  CHECK(s["pattern"][2] == "AllReduce comm=0x0 count=2049000 dtype=7");
+  bool copies_noted = false;
+  for (const auto& n : j["notes"]) copies_noted |= n.get<std::string>().find("21 GPU-annotation copies") != std::string::npos;
+  CHECK(copies_noted);
+}
+
+TEST_CASE("analyze nccl: Kineto ops without args take them from their kernels; a trace of GPU annotations alone is read", "[unit]") {
+  auto event = [](const std::string& name, const std::string& cat, double ts, nlohmann::json args) {
+    return nlohmann::json{{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", 1}, {"tid", 1}, {"ts", ts}, {"dur", 5.0},
+                          {"args", std::move(args)}};
+  };
+  nlohmann::json events = nlohmann::json::array();
+  for (int i = 0; i < 12; ++i) {
+    const bool gather = i % 3 == 2;
+    const double t = 1000.0 * i;
+    events.push_back(event(gather ? "nccl:_all_gather_base" : "nccl:all_reduce", "user_annotation", t, nlohmann::json::object()));
+    events.push_back(event(gather ? "nccl:_all_gather_base" : "nccl:all_reduce", "gpu_user_annotation", t + 50, nlohmann::json::object()));
+    events.push_back(event(gather ? "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)" : "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)",
+                           "kernel", t + 60,
+                           {{"Collective name", gather ? "_allgather_base" : "allreduce"},
+                            {"In msg nelems", gather ? 4096 : 1024 + (i % 3)},
+                            {"dtype", "BFloat16"},
+                            {"Group size", 2},
+                            {"Process Group Name", "3"}}));
+  }
+  TempDir dir;
+  WriteFile(dir.Path("k.json"), nlohmann::json{{"traceEvents", events}}.dump());
+  nlohmann::json j = Analyze({"nccl", dir.Path("k.json"), "--json"}).Json();
+  INFO(j.dump(1));
+  CHECK(j["streams"][0]["calls"] == 12);
+  CHECK(j["streams"][0]["period"] == 3);
+  CHECK(j["streams"][0]["pattern"][0] == "AllReduce comm=0x3 count=1024 dtype=9");
+  CHECK(j["streams"][0]["pattern"][2] == "AllGather comm=0x3 count=4096 dtype=9");
+  // Without the CPU ops: the annotation copies are the calls (once each).
+  nlohmann::json gpu_only = nlohmann::json::array();
+  for (const auto& e : events) {
+    if (e["cat"] != "user_annotation") gpu_only.push_back(e);
+  }
+  WriteFile(dir.Path("g.json"), nlohmann::json{{"traceEvents", gpu_only}}.dump());
+  j = Analyze({"nccl", dir.Path("g.json"), "--json"}).Json();
+  CHECK(j["streams"][0]["calls"] == 12);
+  CHECK(j["streams"][0]["period"] == 3);
+}
+
+TEST_CASE("analyze nccl: NCCL_DEBUG lines behind Ray, torchrun and Slurm prefixes; cudaDev separates streams", "[unit]") {
+  // Ray: lines quoted from a public issue (README); 3 processes on 3 hosts.
+  nlohmann::json j = Analyze({"nccl", Fixture("nccl_debug_ray_prefix.log"), "--json"}).Json();
+  REQUIRE(j["streams"].size() == 3);
+  CHECK(j["streams"][1]["label"] == "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-srrss:22754 [5]");
+  CHECK(j["streams"][1]["calls"] == 2);
+  CHECK(j["desync"]["found"] == false);
+  CHECK(j["desync"]["classes"][0]["alignedBy"] == "opCount");
+  // One process driving two GPUs (cudaDev 0 and 1): two streams.
+  j = Analyze({"nccl", Fixture("nccl_debug_two_devices.log"), "--json"}).Json();
+  REQUIRE(j["streams"].size() == 2);
+  CHECK(j["streams"][0]["calls"] == 3);
+  CHECK(j["streams"][1]["calls"] == 4);
+  // torchrun (--tee 3 / --log-dir) and srun --label prefixes, built on the fixture's lines.
+  const std::string base = ReadFile(Fixture("nccl_debug_timestamps.log"));
+  for (const std::string& kind : {"rank", "default", "slurm"}) {
+    INFO(kind);
+    std::string text;
+    for (absl::string_view line : absl::StrSplit(base, '\n')) {
+      if (line.empty()) continue;
+      const int r = absl::StrContains(line, "node-a:") ? 0 : 1;
+      const int shown = r + 6;  // a global rank that only the prefix gives
+      text += kind == "slurm" ? absl::StrCat(shown, ": ", line, "\n") : absl::StrCat("[", kind, shown, "]:", line, "\n");
+    }
+    TempDir dir;
+    WriteFile(dir.Path("p.log"), text);
+    j = Analyze({"nccl", dir.Path("p.log"), "--json"}).Json();
+    REQUIRE(j["streams"].size() == 2);
+    for (int r = 0; r < 2; ++r) {
+      if (kind == "default") {
+        CHECK(j["streams"][r]["rank"] == r);  // the local rank is not a rank: NCCL's Init line gives it
+        CHECK(j["streams"][r]["label"].get<std::string>().rfind("rank ", 0) == 0);
+      } else {
+        CHECK(j["streams"][r]["rank"] == r + 6);
+      }
+      CheckPattern(j["streams"][r]);
+      CheckSlowdown(j["streams"][r], 2);
+    }
+  }
+}
+
+TEST_CASE("analyze nccl: interleaved terminal output and partly bad call lines yield what can be read, counted", "[unit]") {
+  // Real interleaving quoted from a public issue: one line holds two prefixes, one call line
+  // lost its prefix. The call after the last "NCCL INFO" is read; the orphan is skipped.
+  nlohmann::json j = Analyze({"nccl", Fixture("nccl_debug_interleaved.log"), "--json"}).Json();
+  REQUIRE(j["streams"].size() == 4);
+  CHECK(j["streams"][0]["label"] == "learnfair062:32629 [7]");
+  CHECK(j["desync"]["found"] == true);  // what the excerpt shows: cudaDev 0's opCount 0 is the big broadcast
+  // Bad call lines among good ones: skipped, counted, the first named.
+  std::string text = ReadFile(Fixture("nccl_debug_no_timestamps.log"));
+  const std::string bad = "node-a:1:1 [0] NCCL INFO AllReduce: opCount 5 sendbuff 0x1 recvbuff 0x1 count lots datatype 7\n";
+  const size_t cut = text.find('\n', text.size() / 2) + 1;
+  text = text.substr(0, cut) + bad + bad + text.substr(cut);
+  TempDir dir;
+  WriteFile(dir.Path("partly.log"), text);
+  const analyze_test::Result r = Analyze({"nccl", dir.Path("partly.log"), "--json"});
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("warning: 2 unreadable") != std::string::npos);
+  j = nlohmann::json::parse(r.out);
+  bool named = false;
+  for (const auto& n : j["notes"]) {
+    named |= n.get<std::string>().find("2 unreadable NCCL call line(s) skipped; the first: " + dir.Path("partly.log") + ":") != std::string::npos;
+  }
+  CHECK(named);
+  CHECK(j["streams"][0]["period"] == 7);
+  // Mixed formats in one file: JSON lines after NCCL lines are not NCCL lines (skipped, counted).
+  WriteFile(dir.Path("mixed.log"), ReadFile(Fixture("nccl_debug_no_timestamps.log")) + ReadFile(Fixture("ring_dump.jsonl")));
+  j = Analyze({"nccl", dir.Path("mixed.log"), "--json"}).Json();
+  CHECK(j["streams"][0]["period"] == 7);
+  // opCount going back (a restarted process) is noted.
+  WriteFile(dir.Path("reset.log"),
+            "h:1:1 [0] NCCL INFO AllReduce: opCount 7 sendbuff 0x1 recvbuff 0x2 count 4 datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n"
+            "h:1:1 [0] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x2 count 4 datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n"
+            "h:1:1 [0] NCCL INFO AllReduce: opCount 5 sendbuff 0x1 recvbuff 0x2 count 4 datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n");
+  j = Analyze({"nccl", dir.Path("reset.log"), "--json"}).Json();
+  std::string notes = j["notes"].dump();
+  CHECK(notes.find("opCount went back 1 time(s)") != std::string::npos);
+  CHECK(notes.find("2 opCount value(s) skipped") != std::string::npos);
 }
 
 }  // namespace
