@@ -53,6 +53,18 @@
 //    the window can grow no further.
 //    Falcon compares means; also requiring the medians keeps a single slow iteration (a
 //    checkpoint save) from carrying a short "after" window past the threshold;
+//  - drift: a level check alone turns a steady trend (or a slow ramp) into a chain of level
+//    shifts, each "after" window being 10% above the mean of a "before" window that lags
+//    the trend. So when the "before" samples trend, the change must also leave the trend:
+//    Tukey's resistant line is fitted to them (slope through the medians of the first and
+//    last thirds, intercept the median residual; a step or bump inside the window barely
+//    moves it, unlike least squares), and when its slope is significant (trend_min_t
+//    standard errors, from the residuals' MAD) and moves the level by trend_min_rise over
+//    the window, the "after" samples' mean and median deviation from the line's
+//    extrapolation must reach verify_threshold of the level the line reaches at the change
+//    point. On flat iteration times the line is flat and the check changes nothing. The
+//    options were chosen on the tuning part of the real-series benchmark
+//    (bench/failslow/changepoint_real_eval_main.cc) and the generated traces;
 //  - a verified increase while healthy is a kSlowdownStart (severity = mean_after /
 //    mean_before - 1); while slow, a verified decrease whose median_after is back within
 //    verify_threshold of the healthy level (mean before the start) is kSlowdownEnd; any
@@ -402,6 +414,14 @@ absl::StatusOr<FailSlowDetector> FailSlowDetector::Create(const FailSlowDetector
   if (o.min_before < 1) return bad("min_before", o.min_before);
   if (o.max_before < o.min_before) return bad("max_before", o.max_before);
   if (o.max_pending < 1) return bad("max_pending", o.max_pending);
+  if (o.trend_min_samples != 0 && o.trend_min_samples < 6) {
+    return bad("trend_min_samples", o.trend_min_samples);
+  }
+  if (o.trend_window < std::max(3, o.trend_min_samples)) return bad("trend_window", o.trend_window);
+  if (!(o.trend_min_t >= 0.0 && std::isfinite(o.trend_min_t))) return bad("trend_min_t", o.trend_min_t);
+  if (!(o.trend_min_rise >= 0.0 && std::isfinite(o.trend_min_rise))) {
+    return bad("trend_min_rise", o.trend_min_rise);
+  }
   absl::StatusOr<BocdChangePointDetector> bocd = BocdChangePointDetector::Create(o.bocd);
   if (!bocd.ok()) return bocd.status();
   return FailSlowDetector(o, *std::move(bocd));
@@ -418,6 +438,51 @@ double FailSlowDetector::At(int64_t i) const {
   PEREGRINE_CHECK(i >= 0 && i < count_ && count_ - i <= static_cast<int64_t>(history_.size()))
       << "sample " << i << " not in history";
   return history_[static_cast<size_t>(i) % history_.size()];
+}
+
+bool FailSlowDetector::DepartsFromTrend(const std::vector<double>& all_before,
+                                        const std::vector<double>& after) const {
+  const absl::Span<const double> before = absl::MakeConstSpan(all_before).last(
+      std::min(all_before.size(), static_cast<size_t>(options_.trend_window)));
+  const size_t nb = before.size();
+  if (options_.trend_min_samples == 0 || nb < static_cast<size_t>(options_.trend_min_samples)) {
+    return true;
+  }
+  // Tukey's resistant line through the "before" samples (indexed 0..nb-1): the slope joins
+  // the medians of the first and last thirds, so a step or a bump inside the window moves
+  // it far less than least squares would; the intercept is the median residual.
+  const size_t third = nb / 3;
+  std::vector<double> left(before.begin(), before.begin() + static_cast<long>(third));
+  std::vector<double> right(before.end() - static_cast<long>(third), before.end());
+  const double span = static_cast<double>(nb - third);  // distance between the thirds' centres
+  const double slope = (Median(right) - Median(left)) / span;
+  std::vector<double> resid;
+  resid.reserve(nb);
+  for (size_t i = 0; i < nb; ++i) resid.push_back(before[i] - slope * static_cast<double>(i));
+  const double intercept = Median(resid);
+  for (double& r : resid) r = std::fabs(r - intercept);
+  // Significance: the medians of the thirds (n = nb/3 each) have sd ~1.2533 sigma/sqrt(n),
+  // with sigma the residuals' MAD-based scale.
+  const double sigma = 1.4826 * Median(resid);
+  const double se = std::sqrt(2.0) * 1.2533 * sigma / std::sqrt(static_cast<double>(third)) / span;
+  const bool trending = se > 0.0 ? std::fabs(slope) >= options_.trend_min_t * se : slope != 0.0;
+  if (!trending) return true;
+  // The change must also stand out from the line's extrapolation, relative to the level
+  // the line reaches at the change point. A drift that moves the level by less than
+  // trend_min_rise across the window is left to the level check alone.
+  const double level = std::fabs(intercept + slope * static_cast<double>(nb));
+  if (!(level > 0.0)) return true;
+  if (std::fabs(slope) * static_cast<double>(nb) < options_.trend_min_rise * level) return true;
+  std::vector<double> dev;
+  dev.reserve(after.size());
+  for (size_t j = 0; j < after.size(); ++j) {
+    dev.push_back(after[j] - (intercept + slope * static_cast<double>(nb + j)));
+  }
+  const double rel_mean = Mean(dev) / level;
+  const double rel_median = Median(dev) / level;
+  const double th = options_.verify_threshold;
+  return std::fabs(rel_mean) >= th && std::fabs(rel_median) >= th &&
+         (rel_mean > 0) == (rel_median > 0);
 }
 
 bool FailSlowDetector::Verify(const ChangePointCandidate& c, int64_t after_end,
@@ -439,7 +504,7 @@ bool FailSlowDetector::Verify(const ChangePointCandidate& c, int64_t after_end,
   const double th = options_.verify_threshold;
   const bool verified = std::fabs(rel_mean) >= th && std::fabs(rel_median) >= th &&
                         (rel_mean > 0) == (rel_median > 0);
-  if (!verified) return false;
+  if (!verified || !DepartsFromTrend(before, after)) return false;
   ++stats_.verified;
   segment_start_ = c.index;
   FailSlowEvent e;

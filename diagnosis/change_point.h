@@ -135,6 +135,16 @@ struct FailSlowDetectorOptions {
   int min_before = 3;              // fewer samples before: the change cannot be verified
   int max_before = 1024;           // at most this many samples before are compared
   int max_pending = 8;             // change points awaiting their verify_after samples
+  // Drift: when the samples before a change point (the last trend_window of them, at least
+  // trend_min_samples) follow a line (Tukey's resistant line) whose slope is at least
+  // trend_min_t standard errors from zero and moves the level by at least trend_min_rise
+  // across them, the "after" samples are also compared with the line's extrapolation, and
+  // the change is verified only when they depart from it by verify_threshold too (mean and
+  // median): a steady trend is not a chain of level shifts. trend_min_samples: 0 (off) or >= 6.
+  int trend_min_samples = 6;
+  int trend_window = 1024;  // the line is fitted to at most this many samples before
+  double trend_min_t = 2.0;
+  double trend_min_rise = 0.05;  // relative level change along the line over the window
 };
 
 struct FailSlowUpdate {
@@ -168,6 +178,9 @@ class FailSlowDetector {
   // true when verified.
   bool Verify(const ChangePointCandidate& candidate, int64_t after_end,
               std::vector<FailSlowEvent>& events);
+  // False when the "before" samples follow a significant trend whose extrapolation the
+  // "after" samples do not leave by verify_threshold (see trend_min_samples).
+  bool DepartsFromTrend(const std::vector<double>& before, const std::vector<double>& after) const;
 
   FailSlowDetectorOptions options_;
   BocdChangePointDetector bocd_;
