@@ -26,6 +26,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr char kUsage[] =
     "usage: peregrinectl analyze steps FILE [--format auto|long|wide] [--verify R] [--prob P] [--json]\n"
+    "                                       [--straggler-z Z] [--straggler-excess E]\n"
     "       peregrinectl analyze nccl FILE|DIR... [--rank N] [--verify R] [--prob P] [--json]\n"
     "       peregrinectl analyze stacks DIR --tp T --pp P --dp D --gpus-per-machine G\n"
     "                                       [--threads all|main] [--json]\n"
@@ -37,13 +38,19 @@ constexpr char kUsage[] =
     "  wide:  one column per worker (the header names them), one row per step; an optional\n"
     "         step/iteration column numbers the rows (else 0, 1, 2, ...); empty cells are gaps.\n"
     "  auto (default): long when the header has a worker and a time column, else wide.\n"
-    "  Per worker it reports change points (Bayesian online change-point detection, then\n"
-    "  verification: kept only when the mean AND the median after the change differ from\n"
-    "  before by at least --verify, default 0.1 = 10%; --prob, default 0.9, is the posterior\n"
-    "  needed to report a change) as slowdown episodes with onset, end and severity (how much\n"
-    "  slower than the worker's healthy level). A worker is PERSISTENTLY SLOW when its median\n"
-    "  step time exceeds 1.1 x the median of all workers' medians: it was slow from the start,\n"
-    "  so it has no change point of its own, but its peers show it.\n"
+    "  Each step is compared across the workers that logged it (3 or more): its median and\n"
+    "  robust spread (1.4826 x MAD, at least 1% of the median). A change every worker shares\n"
+    "  moves the median: it is reported once, as a JOB-WIDE change with its onset and size.\n"
+    "  Per worker, change points of its time relative to the step median (Bayesian online\n"
+    "  change-point detection, then verification: kept only when the mean AND the median after\n"
+    "  the change differ from before by at least --verify, default 0.1 = 10%; --prob, default\n"
+    "  0.9, is the posterior needed to report a change) give SLOWDOWN episodes relative to the\n"
+    "  peers, with onset, end and severity. A worker is PERSISTENTLY SLOW when, over its compared\n"
+    "  steps, its median z-score (distance from the step median in robust standard deviations)\n"
+    "  exceeds --straggler-z (default 3) AND its median excess over the step median exceeds\n"
+    "  --straggler-excess (default 0.05 = 5%): slow from the start, so it has no change point\n"
+    "  of its own, and far outside its peers' spread. Steps logged by fewer than 3 workers are\n"
+    "  not compared; with fewer than 3 workers at every step, change points are per worker.\n"
     "\n"
     "nccl: NCCL call sequences, format detected from the content; any input may be gzipped\n"
     "  (by content, whatever its name):\n"
@@ -173,7 +180,9 @@ int RunSteps(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
       {"format", ChoiceFlag<StepTableFormat>(
                      &format, {{"auto", StepTableFormat::kAuto}, {"long", StepTableFormat::kLong}, {"wide", StepTableFormat::kWide}})},
       {"verify", NumberFlag(&options.change.verify_threshold)},
-      {"prob", NumberFlag(&options.change.report_threshold)}};
+      {"prob", NumberFlag(&options.change.report_threshold)},
+      {"straggler-z", NumberFlag(&options.persistent_z)},
+      {"straggler-excess", NumberFlag(&options.min_relative_excess)}};
   if (!ApplyAnalysisArgs(args, "steps", "FILE", flags, kUsage, err)) return 2;
   const std::string& path = args.operands[0];
   absl::StatusOr<std::string> text = ReadFile(path);
@@ -299,30 +308,40 @@ void RenderStepsText(const StepsReport& r, const std::string& source, std::ostre
       << " workers" << (r.unit.empty() ? ", times in the file's unit" : absl::StrCat(", times in ", r.unit))
       << "\n";
   out << absl::StrFormat(
-      "peer rule: persistently slow = median step time > %.2f x the median of the workers' medians "
-      "(%s%s)\n\n",
-      r.peer_ratio, Num(r.median_of_medians), unit);
+      "peer rule: each step is compared across the workers that logged it (median and 1.4826 x MAD, "
+      "%d workers or more: %d of %d steps); persistently slow = median z > %.2f and median excess over "
+      "the step median > %s; a change all workers share is job-wide\n\n",
+      r.min_workers, r.steps_compared, r.steps_total, r.persistent_z, Pct(r.min_relative_excess));
   size_t width = 6;
   for (const WorkerAnalysis& w : r.workers) width = std::max(width, w.worker.size());
-  out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7s  %s\n", static_cast<int>(width),
-                         "WORKER", "STEPS", "MEDIAN", "MEAN", "P95", "MAX", "xPEERS", "STATUS");
+  out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7s  %6s  %s\n", static_cast<int>(width),
+                         "WORKER", "STEPS", "MEDIAN", "MEAN", "P95", "MAX", "xPEERS", "Z", "STATUS");
   for (const WorkerAnalysis& w : r.workers) {
     std::vector<std::string> status;
     if (w.persistently_slow) status.push_back("PERSISTENTLY SLOW");
     if (!w.change.episodes.empty()) status.push_back("SLOWDOWN");
     if (status.empty()) status.push_back("ok");
-    out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7.3f  %s\n", static_cast<int>(width),
+    out << absl::StrFormat("%-*s  %-13s  %10s  %10s  %10s  %10s  %7.3f  %6s  %s\n", static_cast<int>(width),
                            w.worker,
                            absl::StrCat(w.first_step, "-", w.last_step, " (", w.stats.count, ")").substr(0, 13),
                            Num(w.stats.median), Num(w.stats.mean), Num(w.stats.p95), Num(w.stats.max),
-                           w.ratio_to_peers, absl::StrJoin(status, ", "));
+                           w.ratio_to_peers,
+                           w.steps_compared > 0 ? absl::StrFormat("%.1f", w.peer_z) : std::string("-"),
+                           absl::StrJoin(status, ", "));
   }
-  out << "\nverified change points:\n";
+  out << "\njob-wide changes (the per-step median; shared by the workers, not stragglers):\n";
+  if (r.job_wide.changes.empty()) {
+    out << "  none\n";
+  } else {
+    PrintChanges("job", r.job_wide, unit, out);
+  }
+  out << "\nverified change points relative to the peers (time / step median):\n";
   bool any = false;
   for (const WorkerAnalysis& w : r.workers) {
     if (w.change.changes.empty()) continue;
     any = true;
-    PrintChanges(w.worker, w.change, unit, out);
+    PrintChanges(absl::StrCat(w.worker, w.changes_relative_to_peers ? "" : " (own times)"), w.change,
+                 w.changes_relative_to_peers ? "" : unit, out);
   }
   if (!any) out << "  none\n";
   out << "\nsummary: "
@@ -331,6 +350,9 @@ void RenderStepsText(const StepsReport& r, const std::string& source, std::ostre
       << "; "
       << (r.with_slowdowns.empty() ? std::string("no slowdown")
                                    : absl::StrCat("slowdowns: ", absl::StrJoin(r.with_slowdowns, ", ")))
+      << "; "
+      << (r.job_wide.changes.empty() ? std::string("no job-wide change")
+                                     : absl::StrCat(r.job_wide.changes.size(), " job-wide change(s)"))
       << "\n";
   for (const std::string& n : r.notes) out << "note: " << n << "\n";
 }
@@ -342,16 +364,25 @@ void RenderStepsJson(const StepsReport& r, const std::string& source, std::ostre
                            {"firstStep", w.first_step},
                            {"lastStep", w.last_step},
                            {"stats", StatsJson(w.stats)},
+                           {"stepsComparedToPeers", w.steps_compared},
                            {"ratioToPeers", w.ratio_to_peers},
+                           {"peerZ", w.peer_z},
                            {"persistentlySlow", w.persistently_slow},
+                           {"changesRelativeToPeers", w.changes_relative_to_peers},
                            {"changes", ChangeJson(w.change)}});
   }
   Json j{{"command", "steps"},
          {"source", source},
          {"format", StepTableFormatName(r.format)},
          {"unit", r.unit},
-         {"peerRatio", r.peer_ratio},
+         {"peerRule", Json{{"minWorkers", r.min_workers},
+                           {"persistentZ", r.persistent_z},
+                           {"minRelativeExcess", r.min_relative_excess},
+                           {"minRelativeScale", r.min_relative_scale},
+                           {"stepsTotal", r.steps_total},
+                           {"stepsCompared", r.steps_compared}}},
          {"medianOfMedians", r.median_of_medians},
+         {"jobWide", ChangeJson(r.job_wide)},
          {"workers", workers},
          {"persistentlySlow", r.persistently_slow},
          {"withSlowdowns", r.with_slowdowns},

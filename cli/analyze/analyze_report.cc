@@ -52,12 +52,9 @@ SummaryStats Summarize(absl::Span<const double> values) {
   return s;
 }
 
-absl::StatusOr<ChangeAnalysis> AnalyzeChanges(absl::Span<const int64_t> steps,
-                                              absl::Span<const double> times,
-                                              const ChangeOptions& options) {
-  if (steps.size() != times.size()) {
-    return absl::InvalidArgumentError("steps and times differ in length");
-  }
+namespace {
+
+absl::StatusOr<FailSlowDetectorOptions> DetectorOptions(const ChangeOptions& options) {
   if (!(options.verify_threshold > 0 && options.verify_threshold < 10)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--verify must be in (0, 10), got ", options.verify_threshold));
@@ -69,66 +66,55 @@ absl::StatusOr<ChangeAnalysis> AnalyzeChanges(absl::Span<const int64_t> steps,
   FailSlowDetectorOptions o;
   o.verify_threshold = options.verify_threshold;
   o.bocd.report_threshold = options.report_threshold;
-  absl::StatusOr<FailSlowDetector> detector = FailSlowDetector::Create(o);
-  if (!detector.ok()) return detector.status();
-  // The detector counts finite samples only; map its indexes back to steps.
-  std::vector<int64_t> index_to_step;
-  std::vector<FailSlowEvent> events;
-  for (size_t i = 0; i < times.size(); ++i) {
-    if (!std::isfinite(times[i])) continue;
-    index_to_step.push_back(steps[i]);
-    FailSlowUpdate u = detector->Update(times[i]);
-    events.insert(events.end(), u.events.begin(), u.events.end());
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<ChangeAnalysis> AnalyzeChanges(absl::Span<const int64_t> steps,
+                                              absl::Span<const double> times,
+                                              const ChangeOptions& options) {
+  if (steps.size() != times.size()) {
+    return absl::InvalidArgumentError("steps and times differ in length");
   }
-  auto step_of = [&](int64_t index) {
-    if (index_to_step.empty()) return int64_t{0};
-    index = std::clamp<int64_t>(index, 0, static_cast<int64_t>(index_to_step.size()) - 1);
-    return index_to_step[static_cast<size_t>(index)];
-  };
-  ChangeAnalysis a;
-  a.rejected_change_points = detector->stats().rejected;
-  std::optional<SlowdownEpisode> open;
-  for (const FailSlowEvent& e : events) {
-    StepChange c;
-    c.kind = e.kind;
-    c.step = step_of(e.index);
-    c.confirmed_step = step_of(e.confirmed_at);
-    c.posterior = e.posterior;
-    c.mean_before = e.mean_before;
-    c.mean_after = e.mean_after;
-    c.relative_change = e.relative_change;
-    c.severity = e.severity;
-    a.changes.push_back(c);
-    switch (e.kind) {
-      case FailSlowEventKind::kSlowdownStart:
-        open = SlowdownEpisode{c.step, std::nullopt, e.severity};
-        break;
-      case FailSlowEventKind::kLevelShift:
-        if (open) open->severity = std::max(open->severity, e.severity);
-        break;
-      case FailSlowEventKind::kSlowdownEnd:
-        if (open) {
-          open->end_step = c.step;
-          a.episodes.push_back(*open);
-          open.reset();
-        }
-        break;
-    }
-  }
-  if (open) a.episodes.push_back(*open);
-  return a;
+  absl::StatusOr<FailSlowDetectorOptions> o = DetectorOptions(options);
+  if (!o.ok()) return o.status();
+  return DetectSeriesChanges(steps, times, *o);
 }
 
 absl::StatusOr<StepsReport> AnalyzeStepTimes(const StepTimesTable& table, const StepsOptions& options) {
-  if (!(options.peer_ratio > 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("peer ratio must be > 1, got ", options.peer_ratio));
+  absl::StatusOr<FailSlowDetectorOptions> detector = DetectorOptions(options.change);
+  if (!detector.ok()) return detector.status();
+  if (!(options.persistent_z > 0 && std::isfinite(options.persistent_z))) {
+    return absl::InvalidArgumentError(absl::StrCat("--straggler-z must be > 0, got ", options.persistent_z));
   }
+  if (!(options.min_relative_excess >= 0 && std::isfinite(options.min_relative_excess))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler-excess must be >= 0, got ", options.min_relative_excess));
+  }
+  PeerStragglerOptions peer_options;
+  peer_options.persistent_z = options.persistent_z;
+  peer_options.min_relative_excess = options.min_relative_excess;
+  peer_options.detector = *detector;
+  std::vector<PeerWorkerSeries> series;
+  for (const WorkerStepTimes& w : table.workers) series.push_back(PeerWorkerSeries{w.worker, w.steps, w.times});
+  absl::StatusOr<PeerStragglerReport> peers = AnalyzePeerStragglers(series, peer_options);
+  if (!peers.ok()) return peers.status();
+
   StepsReport report;
   report.format = table.format;
   report.unit = table.unit;
-  report.peer_ratio = options.peer_ratio;
+  report.min_workers = peer_options.min_workers;
+  report.persistent_z = peer_options.persistent_z;
+  report.min_relative_excess = peer_options.min_relative_excess;
+  report.min_relative_scale = peer_options.min_relative_scale;
+  report.steps_total = peers->steps_total;
+  report.steps_compared = static_cast<int64_t>(peers->steps.size());
+  report.job_wide = std::move(peers->job_wide);
   std::vector<double> medians;
-  for (const WorkerStepTimes& w : table.workers) {
+  for (size_t i = 0; i < table.workers.size(); ++i) {
+    const WorkerStepTimes& w = table.workers[i];
+    WorkerPeerVerdict& v = peers->workers[i];
     WorkerAnalysis a;
     a.worker = w.worker;
     if (!w.steps.empty()) {
@@ -136,9 +122,18 @@ absl::StatusOr<StepsReport> AnalyzeStepTimes(const StepTimesTable& table, const 
       a.last_step = w.steps.back();
     }
     a.stats = Summarize(w.times);
-    absl::StatusOr<ChangeAnalysis> change = AnalyzeChanges(w.steps, w.times, options.change);
-    if (!change.ok()) return change.status();
-    a.change = std::move(*change);
+    a.steps_compared = v.steps_compared;
+    if (v.steps_compared > 0) {
+      a.ratio_to_peers = v.median_ratio;
+      a.peer_z = v.median_z;
+      a.persistently_slow = v.persistently_slow;
+      a.changes_relative_to_peers = true;
+      a.change = std::move(v.changes);
+    } else {
+      absl::StatusOr<ChangeAnalysis> change = AnalyzeChanges(w.steps, w.times, options.change);
+      if (!change.ok()) return change.status();
+      a.change = std::move(*change);
+    }
     if (a.stats.count > 0) medians.push_back(a.stats.median);
     if (a.stats.count < 30) {
       report.notes.push_back(absl::StrCat("worker '", w.worker, "' has only ", a.stats.count,
@@ -147,15 +142,22 @@ absl::StatusOr<StepsReport> AnalyzeStepTimes(const StepTimesTable& table, const 
     report.workers.push_back(std::move(a));
   }
   report.median_of_medians = medians.empty() ? 0.0 : Median(medians);
-  if (medians.size() < 2) {
-    report.notes.push_back("one worker only: the peer comparison needs at least two");
-  }
   for (WorkerAnalysis& a : report.workers) {
-    if (report.median_of_medians > 0) a.ratio_to_peers = a.stats.median / report.median_of_medians;
-    a.persistently_slow = medians.size() >= 2 && a.stats.count > 0 &&
-                          a.stats.median > options.peer_ratio * report.median_of_medians;
+    if (a.steps_compared == 0 && report.median_of_medians > 0) {
+      a.ratio_to_peers = a.stats.median / report.median_of_medians;
+    }
     if (a.persistently_slow) report.persistently_slow.push_back(a.worker);
     if (!a.change.episodes.empty()) report.with_slowdowns.push_back(a.worker);
+  }
+  if (report.steps_compared == 0 && !table.workers.empty()) {
+    report.notes.push_back(absl::StrCat(
+        "no step was logged by ", report.min_workers,
+        " or more workers: no peer comparison (no persistently slow worker, no job-wide changes); change "
+        "points are on each worker's own times, so a change they share shows on each"));
+  } else if (peers->steps_too_few_workers > 0) {
+    report.notes.push_back(absl::StrCat(peers->steps_too_few_workers, " of ", report.steps_total,
+                                        " steps were logged by fewer than ", report.min_workers,
+                                        " workers and are not compared"));
   }
   return report;
 }

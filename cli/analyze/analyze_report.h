@@ -2,11 +2,14 @@
 // (step_times.h, nccl_trace.h, stack_files.h) with the diagnosis/ algorithms. Nothing here
 // prints; analyze_command.h renders the reports as text or JSON.
 //
-//  - steps: per worker, summary statistics, verified change points and slowdown episodes
-//    (FailSlowDetector: BOCD + Falcon's verification, diagnosis/change_point.h), and the
-//    peer rule: a worker is persistently slow when its median step time exceeds
-//    peer_ratio (1.1) x the median of all workers' medians (Falcon's rule for groups,
-//    applied to workers). It needs at least 2 workers.
+//  - steps: per worker, summary statistics; then the peer comparison (AnalyzePeerStragglers,
+//    diagnosis/peer_stragglers.h): each step is normalised by the median and robust spread
+//    of the workers that logged it, so a change every worker shares is one job-wide change
+//    (change points of the per-step median), each worker's change points and slowdown
+//    episodes are relative to its peers (FailSlowDetector on its ratio to the step median),
+//    and a worker is persistently slow when its median z-score exceeds persistent_z and its
+//    median excess exceeds min_relative_excess. Steps logged by fewer than 3 workers are not
+//    compared; a worker with no compared step gets change points on its own times.
 //  - nccl: per stream, the iteration period in calls (IterationTracker / DetectPeriod,
 //    diagnosis/iteration_period.h), one period's call pattern, iteration times (from
 //    ProfilerStep#N annotations when present, else from call timestamps one period
@@ -29,6 +32,7 @@
 #include "cli/analyze/step_times.h"
 #include "diagnosis/change_point.h"
 #include "diagnosis/parallel_layout.h"
+#include "diagnosis/peer_stragglers.h"
 #include "diagnosis/stack_aggregation.h"
 
 namespace peregrine {
@@ -46,29 +50,11 @@ struct ChangeOptions {
   double report_threshold = 0.90;  // --prob: BOCD posterior needed to report a change
 };
 
-// A verified change, in the input's step numbering.
-struct StepChange {
-  FailSlowEventKind kind = FailSlowEventKind::kSlowdownStart;
-  int64_t step = 0;            // first step at the new level
-  int64_t confirmed_step = 0;  // step at which it was verified
-  double posterior = 0;
-  double mean_before = 0, mean_after = 0;
-  double relative_change = 0;  // mean_after / mean_before - 1
-  double severity = 0;         // see FailSlowEvent::severity
-};
-
-// A slowdown from its onset to its end (absent while it lasts to the last step).
-struct SlowdownEpisode {
-  int64_t onset_step = 0;
-  std::optional<int64_t> end_step;
-  double severity = 0;  // the worst slowdown relative to the healthy level during it
-};
-
-struct ChangeAnalysis {
-  std::vector<StepChange> changes;
-  std::vector<SlowdownEpisode> episodes;
-  int64_t rejected_change_points = 0;  // BOCD reports that failed verification
-};
+// A verified change in the input's step numbering, slowdown episodes, and the number of
+// BOCD reports that failed verification (diagnosis/peer_stragglers.h).
+using StepChange = PeerChange;
+using SlowdownEpisode = PeerEpisode;
+using ChangeAnalysis = SeriesChanges;
 
 // Runs a FailSlowDetector over `times` (steps[i] numbers times[i]). Fails with
 // kInvalidArgument for options out of range or spans of different lengths.
@@ -80,26 +66,42 @@ absl::StatusOr<ChangeAnalysis> AnalyzeChanges(absl::Span<const int64_t> steps,
 
 struct StepsOptions {
   ChangeOptions change;
-  double peer_ratio = 1.1;
+  // The persistent-straggler rule (PeerStragglerOptions): --straggler-z, --straggler-excess.
+  double persistent_z = 3.0;
+  double min_relative_excess = 0.05;
 };
 
 struct WorkerAnalysis {
   std::string worker;
   int64_t first_step = 0, last_step = 0;
   SummaryStats stats;
-  double ratio_to_peers = 1.0;  // median / median of the workers' medians
+  // Compared with the peers at steps_compared steps: the median of its time / step median
+  // and of its z-scores. Without a compared step: median / median of the workers' medians,
+  // and peer_z 0.
+  int64_t steps_compared = 0;
+  double ratio_to_peers = 1.0;
+  double peer_z = 0;
   bool persistently_slow = false;
+  // Relative to the peers (the ratio series) when steps_compared > 0, else on its own times.
+  bool changes_relative_to_peers = false;
   ChangeAnalysis change;
 };
 
 struct StepsReport {
   StepTableFormat format = StepTableFormat::kLong;
   std::string unit;
-  double peer_ratio = 1.1;
+  // The rule used.
+  int min_workers = 3;
+  double persistent_z = 3.0;
+  double min_relative_excess = 0.05;
+  double min_relative_scale = 0.01;
+  int64_t steps_total = 0;     // distinct steps in the table
+  int64_t steps_compared = 0;  // of them, logged by at least min_workers workers
   double median_of_medians = 0;
+  ChangeAnalysis job_wide;     // changes of the per-step median: shared by the workers
   std::vector<WorkerAnalysis> workers;
   std::vector<std::string> persistently_slow;  // worker names, in table order
-  std::vector<std::string> with_slowdowns;     // workers with at least one episode
+  std::vector<std::string> with_slowdowns;     // workers with at least one episode (relative to peers)
   std::vector<std::string> notes;
 };
 
