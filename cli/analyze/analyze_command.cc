@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/analyze/analysis_args.h"
+#include "cli/analyze/fr_command.h"
 #include "cli/analyze/input_file.h"
 #include "cli/analyze/nccl_desync.h"
 #include "cli/analyze/ring_file.h"
@@ -30,6 +31,7 @@ constexpr char kUsage[] =
     "       peregrinectl analyze nccl FILE|DIR... [--rank N] [--verify R] [--prob P] [--json]\n"
     "       peregrinectl analyze stacks DIR --tp T --pp P --dp D --gpus-per-machine G\n"
     "                                       [--threads all|main] [--json]\n"
+    "       peregrinectl analyze fr DIR [--prefix P] [--json]\n"
     "\n"
     "steps: iteration/step times as CSV.\n"
     "  long:  one row per worker and step, header naming a worker column (worker, rank, host,\n"
@@ -88,6 +90,15 @@ constexpr char kUsage[] =
     "  grouped; the largest group is healthy, the others are suspects, and the smallest TP/PP/DP\n"
     "  group whose machines cover the suspects' machines is chosen for eviction (rank order:\n"
     "  TP fastest, then DP, then PP; machine m holds ranks m*G .. m*G+G-1).\n"
+    "\n"
+    "fr: PyTorch NCCL flight recorder dumps in DIR, one per rank (TORCH_NCCL_TRACE_BUFFER_SIZE>0\n"
+    "  writes <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>, a pickle of version 2.x; plain or gzip),\n"
+    "  read without Python. The rank: --prefix P, the file name is P + rank; else the digits at\n"
+    "  the end of the name. Per process group it prints the stuck collective (lowest seq id\n"
+    "  unfinished on some rank and completed on none), the ranks waiting in it, the ranks that\n"
+    "  never reached it, calls that differ at one seq id (operation, dtypes, sizes), unmatched\n"
+    "  send/recv, each rank's last collective and a verdict. Unreadable files are listed with\n"
+    "  their reason and the other ranks still analysed.\n"
     "\n"
     "--json prints one JSON object instead of text. Exit status: 0 ok, 1 bad input, 2 usage.\n";
 
@@ -589,9 +600,10 @@ int RunAnalyze(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (p.command == "steps") return RunSteps(p, out, err);
   if (p.command == "nccl") return RunNccl(p, out, err);
   if (p.command == "stacks") return RunStacks(p, out, err);
+  if (p.command == "fr") return RunFlightRecorderAnalysis(p, kUsage, out, err);
   err << "peregrinectl analyze: "
-      << (p.command.empty() ? std::string("missing what to analyze (steps, nccl or stacks)")
-                            : absl::StrCat("unknown analysis '", p.command, "' (steps, nccl or stacks)"))
+      << (p.command.empty() ? std::string("missing what to analyze (steps, nccl, stacks or fr)")
+                            : absl::StrCat("unknown analysis '", p.command, "' (steps, nccl, stacks or fr)"))
       << "\n"
       << kUsage;
   return 2;

@@ -1,7 +1,7 @@
 // A reader of Python pickles that holds only data: None, bools, integers, floats,
 // strings, bytes, lists, tuples, sets and dicts, as Python's pickle module writes them
-// (protocols 0-5) and as libtorch's Pickler writes them (protocol 2, with the
-// torch.jit._pickle list builders and type tags around containers).
+// (protocols 1-5; of protocol 0 all but its quoted-text strings) and as libtorch's Pickler
+// writes them (protocol 2, with the torch.jit._pickle list builders and type tags).
 //
 // It never executes anything: a pickle that names a class or function (GLOBAL,
 // STACK_GLOBAL) may only call the few pure builders listed in the .cc (the libtorch list
