@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "controller/core/failslow_mitigation.h"
+#include "controller/core/failslow_peers.h"
 #include "controller/core/failslow_validation.h"
 #include "controller/core/microbatch_mitigation.h"
 #include "diagnosis/group_comparison.h"
@@ -21,7 +22,9 @@
 //    (AgentObservation::fail_slow). When any rank of the current attempt is slow and no
 //    fail-slow is open, a finding opens (state Profiling, onset = the earliest slow
 //    iteration, severity = the largest reported) and profiling is switched on for every
-//    active agent (set_nccl_mode commands, deterministic ids);
+//    active agent (set_nccl_mode commands, deterministic ids). The peer view
+//    (failslow_peers.h) calls a slowdown most ranks share job-wide, and adds persistent
+//    stragglers (far above the ranks' median iteration time), which open a finding too;
 //  - profiling: once every rank of the layout has sent comm profiles and every TP/PP/DP
 //    communicator has at least min_collectives collectives seen by all its members, the
 //    collectives are joined across ranks by (communicator, sequence) and compared by the
@@ -30,7 +33,8 @@
 //    Communication suspects (a group whose transfer time exceeds suspiciousGroupRatio x
 //    the median of its kind, by at least min_excess_transfer_fraction of a healthy
 //    iteration) and compute suspects (ranks that arrive last in every group they belong
-//    to) are all named: only suspect groups make a "communication" finding (ranks = the
+//    to) are all named (a job-wide slowdown too: one slow rank delays all in synchronous
+//    training; with no suspect it stays job-wide, on no machine): only suspect groups make a "communication" finding (ranks = the
 //    groups' ranks), only suspect ranks a "compute" finding (ranks = every slow rank),
 //    both a "compute+communication" finding (ranks = the slow ranks, group = the
 //    congested groups); machines = the machines of the slow ranks and groups. Without a
@@ -269,6 +273,20 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
       }
     }
   }
+  // The peer view: a slowdown most ranks share is job-wide; persistent stragglers are slow
+  // too (their excess over the ranks' median is their severity).
+  const PeerSlowdownClassification peers =
+      ClassifyAgentSlowdowns(in.agents, in.attempt, in.layout->world_size(), options.peers);
+  const bool only_stragglers = slow_ranks.empty() && !peers.stragglers.empty();
+  for (size_t i = 0; i < peers.stragglers.size(); ++i) {
+    if (std::find(slow_ranks.begin(), slow_ranks.end(), peers.stragglers[i]) != slow_ranks.end()) continue;
+    slow_ranks.push_back(peers.stragglers[i]);
+    if (peers.straggler_excess[i] >= severity) {
+      severity = peers.straggler_excess[i];
+      healthy = peers.median_seconds;
+      slow_level = peers.median_seconds * (1 + peers.straggler_excess[i]);
+    }
+  }
   std::sort(slow_ranks.begin(), slow_ranks.end());
 
   FailSlowFinding* open = nullptr;
@@ -287,11 +305,21 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
     d.findings.push_back(f);
     if (d.findings.size() > kMaxFailSlowFindings) d.findings.erase(d.findings.begin());
     open = &d.findings.back();
+    open->detail = peers.detail;
+    std::string what;
+    if (peers.job_wide) {
+      what = absl::StrCat(peers.detail, ", a change of the job, not of one rank");
+    } else if (only_stragglers) {
+      what = absl::StrCat("persistent straggler(s) by the peer rule: ", peers.detail);
+    } else {
+      what = absl::StrCat("on rank(s) ", FormatRanks(slow_ranks), ", verified change point",
+                          peers.detail.empty() ? "" : "; ", peers.detail);
+    }
     d.events.push_back(JobEvent{
         JobEventType::kWarning, "FailSlowDetected",
-        absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) on rank(s) %s, verified "
-                        "change point; profiling the communication groups",
-                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, ToString(f.tier), FormatRanks(slow_ranks))});
+        absl::StrFormat("fail-slow #%d: iteration time %.1f ms -> %.1f ms (+%.0f%%, tier %s) %s; profiling the "
+                        "communication groups",
+                        f.id, healthy * 1e3, slow_level * 1e3, severity * 100, ToString(f.tier), what)});
   } else if (open != nullptr && !slow_ranks.empty()) {
     if (severity > open->severity) {
       open->severity = severity;
@@ -343,7 +371,16 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
                                   absl::StrFormat("fail-slow #%d is %s: %s; %s (+%.0f%%, tier %s)", open->id, ToString(loc.kind),
                                                   where, loc.detail, open->severity * 100, ToString(open->tier))});
     } else if (loc.ready) {
-      open->detail = loc.detail;
+      // Nothing stands out in the profiles: a job-wide slowdown stays the job's.
+      std::string detail = loc.detail;
+      if (peers.job_wide) {
+        detail = absl::StrCat(peers.detail, "; ", loc.detail, ": job-wide, attributed to no rank or machine");
+        if (open->detail.find("attributed to no rank") == std::string::npos) {
+          d.events.push_back(JobEvent{JobEventType::kNormal, "FailSlowJobWide",
+                                      absl::StrFormat("fail-slow #%d is job-wide: %s", open->id, detail)});
+        }
+      }
+      open->detail = detail;
     }
   }
 

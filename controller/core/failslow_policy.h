@@ -3,7 +3,9 @@
 // report.
 //
 // DecideFailSlow(input, now) opens a finding when a rank of the current attempt reports a
-// verified slowdown (switching NCCL profiling on for every active agent), localizes it
+// verified slowdown or is a persistent straggler relative to its peers (failslow_peers.h;
+// a slowdown most ranks share is reported as job-wide, not as theirs), switching NCCL
+// profiling on for every active agent, localizes it
 // from the agents' comm profiles (CompareGroups: compute and/or communication suspects),
 // and ends it when no rank is slow any more (profiling off). It never fails: unusable
 // inputs are skipped. Level-based: deciding again on the applied result changes nothing.
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/core/failslow_peers.h"
 #include "controller/core/failslow_validation.h"
 #include "controller/core/job_spec.h"
 #include "controller/core/job_state.h"
@@ -37,6 +40,8 @@ struct FailSlowPolicyOptions {
   // A suspicious group is named only when its mean transfer exceeds the median of its kind
   // by at least this fraction of the healthy iteration time.
   double min_excess_transfer_fraction = 0.02;
+  // Job-wide slowdowns and persistent stragglers relative to the peers (failslow_peers.h).
+  PeerSlowdownOptions peers;
 };
 
 // The job's fail-slow inputs: its spec section, layout, persisted findings, the machine of

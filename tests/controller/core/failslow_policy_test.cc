@@ -310,5 +310,91 @@ TEST_CASE("FailSlowPolicy: findings are bounded", "[unit]") {
   CHECK(d.findings.front().id == 2);
 }
 
+// The peer view (failslow_peers.h) in the policy.
+
+TEST_CASE("FailSlowPolicy: a slowdown every rank shares is job-wide, and stays attributed to no machine when the profiles name no one", "[unit]") {
+  const ParallelLayout layout = Layout();
+  std::map<int, double> all;
+  for (int r = 0; r < layout.world_size(); ++r) all[r] = 0.4;
+  FailSlowPolicyInput in = SlowInput(layout, all);
+  const FailSlowDecision opened = DecideFailSlow(in, kNow);
+  REQUIRE(opened.findings.size() == 1);
+  REQUIRE(opened.events.size() == 1);
+  INFO(opened.events[0].message);
+  CHECK(opened.events[0].message.find("job-wide: 8 of 8 ranks slowed together (median +40%), a change of the job") !=
+        std::string::npos);
+  CHECK(opened.events[0].message.find("on rank(s)") == std::string::npos);
+  CHECK(opened.findings[0].detail.find("job-wide") == 0);
+  CHECK(opened.mode_changes.size() == 4);  // profiled all the same: one slow rank delays all
+
+  // Profiles where every member arrives together and no group is congested.
+  in.findings = opened.findings;
+  in.next_finding_id = opened.next_finding_id;
+  for (AgentObservation& a : in.agents) a.nccl_profiling = true;
+  AddProfiles(in.agents, layout, 12, -1, std::nullopt);
+  const FailSlowDecision d = DecideFailSlow(in, kNow + kMs);
+  const FailSlowFinding& f = d.findings.back();
+  CHECK(f.kind == FailSlowKind::kUnlocalized);
+  CHECK(f.machines.empty());
+  CHECK(f.ranks.empty());
+  CHECK(f.detail.find("job-wide, attributed to no rank or machine") != std::string::npos);
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].reason == "FailSlowJobWide");
+  // Level-based: deciding again says nothing new.
+  in.findings = d.findings;
+  CHECK(DecideFailSlow(in, kNow + 2 * kMs).events.empty());
+
+  SECTION("a rank that the profiles show holding the others back is still localized") {
+    FailSlowPolicyInput late = SlowInput(layout, all);
+    late.findings = opened.findings;
+    late.next_finding_id = opened.next_finding_id;
+    AddProfiles(late.agents, layout, 12, 6, std::nullopt);
+    const FailSlowDecision l = DecideFailSlow(late, kNow + kMs);
+    CHECK(l.findings.back().kind == FailSlowKind::kCompute);
+    CHECK(l.findings.back().ranks == std::vector<int>{6});
+  }
+}
+
+TEST_CASE("FailSlowPolicy: a minority of slow ranks is not job-wide", "[unit]") {
+  const ParallelLayout layout = Layout();
+  const FailSlowDecision d = DecideFailSlow(SlowInput(layout, {{2, 0.3}, {3, 0.3}}), kNow);
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].message.find("on rank(s) 2,3, verified change point") != std::string::npos);
+  CHECK(d.events[0].message.find("job-wide") == std::string::npos);
+}
+
+TEST_CASE("FailSlowPolicy: a persistent straggler by the peer rule opens a finding without a change point", "[unit]") {
+  const ParallelLayout layout = Layout();
+  std::vector<AgentObservation> agents = Agents(layout);
+  auto set_times = [&](double rank5_seconds) {
+    for (int r = 0; r < layout.world_size(); ++r) {
+      agents[static_cast<size_t>(layout.MachineOf(r))].rank_iterations[r] =
+          RankIterationObservation{100, r == 5 ? rank5_seconds : 0.100 + 0.0005 * (r % 3), 0};
+    }
+  };
+  set_times(0.150);
+  FailSlowPolicyInput in = Input(layout, agents);
+  const FailSlowDecision d = DecideFailSlow(in, kNow);
+  REQUIRE(d.findings.size() == 1);
+  const FailSlowFinding& f = d.findings[0];
+  CHECK(f.onset == kNow);
+  CHECK(f.severity == Approx(0.5).margin(0.02));
+  CHECK(f.healthy_iteration_seconds == Approx(0.1005).margin(0.001));
+  CHECK(f.detail.find("rank 5: iteration 150.0 ms") == 0);
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].message.find("persistent straggler(s) by the peer rule: rank 5") != std::string::npos);
+  CHECK(d.mode_changes.size() == 4);
+
+  // 1.04x is within the rule's minimum excess: no finding; and when rank 5 is back with its
+  // peers the open finding ends.
+  set_times(0.104);
+  CHECK(DecideFailSlow(Input(layout, agents), kNow).findings.empty());
+  FailSlowPolicyInput back = Input(layout, agents);
+  back.findings = d.findings;
+  back.next_finding_id = d.next_finding_id;
+  const FailSlowDecision ended = DecideFailSlow(back, kNow + 1000 * kMs);
+  CHECK(ended.findings[0].state == FailSlowState::kRecovered);
+}
+
 }  // namespace
 }  // namespace peregrine
