@@ -26,20 +26,35 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr char kUsage[] =
-    "usage: peregrinectl analyze steps FILE [--format auto|long|wide] [--verify R] [--prob P] [--json]\n"
+    "usage: peregrinectl analyze steps FILE [--format auto|long|wide] [--worker-col C] [--step-col C]\n"
+    "                                       [--time-col C] [--unit s|ms|us|ns|min] [--strict]\n"
+    "                                       [--verify R] [--prob P] [--json]\n"
     "                                       [--straggler-z Z] [--straggler-excess E]\n"
     "       peregrinectl analyze nccl FILE|DIR... [--rank N] [--verify R] [--prob P] [--json]\n"
     "       peregrinectl analyze stacks DIR --tp T --pp P --dp D --gpus-per-machine G\n"
     "                                       [--threads all|main] [--json]\n"
     "       peregrinectl analyze fr DIR [--prefix P] [--json]\n"
     "\n"
-    "steps: iteration/step times as CSV.\n"
+    "steps: iteration/step times as CSV (',', tab or ';'; a UTF-8 BOM and CRLF are fine) or\n"
+    "  JSON lines ({\"rank\":0,\"step\":12,\"time\":0.31} per line).\n"
     "  long:  one row per worker and step, header naming a worker column (worker, rank, host,\n"
     "         node, pod, ...), a step column (step, iteration, iter) and a time column\n"
-    "         (seconds, time, duration: seconds; iter_ms, duration_ms, time_ms, ms: milliseconds).\n"
+    "         (seconds, time, duration: seconds; iter_ms, duration_ms, time_ms, ms: milliseconds);\n"
+    "         other columns are ignored. --worker-col, --step-col, --time-col name the columns\n"
+    "         (header name, any case, or 1-based index: needed when the file has no header).\n"
+    "         Without a worker column the file is one series; without a step column each\n"
+    "         worker's rows are numbered 0, 1, 2, ... in file order.\n"
     "  wide:  one column per worker (the header names them), one row per step; an optional\n"
-    "         step/iteration column numbers the rows (else 0, 1, 2, ...); empty cells are gaps.\n"
-    "  auto (default): long when the header has a worker and a time column, else wide.\n"
+    "         step/iteration column (or --step-col) numbers the rows (else 0, 1, 2, ...); empty\n"
+    "         cells are gaps; '__MIN'/'__MAX' columns (a W&B chart export's envelope) are ignored.\n"
+    "  auto (default): long when a time column is named or found, else wide.\n"
+    "  --unit: the unit of the times, overriding the time column's name (wide tables name\n"
+    "  none). Times are converted to seconds, and reported in s, ms or us, whichever reads\n"
+    "  best (the output names it). Steps are reported as written: when every k-th step is\n"
+    "  logged the stride k is reported, and gaps are counted. Unreadable rows (bad number,\n"
+    "  missing cell, negative or non-finite time) are skipped and duplicate rows dropped\n"
+    "  (conflicting ones keep the first), each counted with the first lines and reasons in\n"
+    "  the notes; --strict makes the first such row an error instead.\n"
     "  Each step is compared across the workers that logged it (3 or more): its median and\n"
     "  robust spread (1.4826 x MAD, at least 1% of the median). A change every worker shares\n"
     "  moves the median: it is reported once, as a JOB-WIDE change with its onset and size.\n"
@@ -184,27 +199,55 @@ int Render(const AnalyzeArgs& args, const Report& report, const std::string& sou
   return 0;
 }
 
+// A non-empty text, stored in *target; else "--<flag>: needs a value".
+FlagSetter TextFlag(std::string* target) {
+  return [target](const std::string& flag, const std::string& value) -> std::optional<std::string> {
+    if (value.empty()) return absl::StrCat("--", flag, ": needs a value");
+    *target = value;
+    return std::nullopt;
+  };
+}
+
 int RunSteps(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
-  StepTableFormat format = StepTableFormat::kAuto;
+  StepTableOptions table_options;
   StepsOptions options;
+  bool strict = false;
+  std::vector<std::pair<std::string, std::string>> units;
+  for (const char* u : kStepTimeUnits) units.emplace_back(u, u);
   const FlagTable flags = {
-      {"format", ChoiceFlag<StepTableFormat>(
-                     &format, {{"auto", StepTableFormat::kAuto}, {"long", StepTableFormat::kLong}, {"wide", StepTableFormat::kWide}})},
+      {"format", ChoiceFlag<StepTableFormat>(&table_options.format, {{"auto", StepTableFormat::kAuto},
+                                                                     {"long", StepTableFormat::kLong},
+                                                                     {"wide", StepTableFormat::kWide}})},
+      {"worker-col", TextFlag(&table_options.worker_column)},
+      {"step-col", TextFlag(&table_options.step_column)},
+      {"time-col", TextFlag(&table_options.time_column)},
+      {"unit", ChoiceFlag<std::string>(&table_options.unit, units)},
+      {"strict", ChoiceFlag<bool>(&strict, {{"true", true}, {"false", false}})},
       {"verify", NumberFlag(&options.change.verify_threshold)},
       {"prob", NumberFlag(&options.change.report_threshold)},
       {"straggler-z", NumberFlag(&options.persistent_z)},
       {"straggler-excess", NumberFlag(&options.min_relative_excess)}};
   if (!ApplyAnalysisArgs(args, "steps", "FILE", flags, kUsage, err)) return 2;
+  table_options.strict = strict;
   const std::string& path = args.operands[0];
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return InputError(text.status(), err);
-  absl::StatusOr<StepTimesTable> table = ParseStepTimesCsv(*text, path, format);
+  absl::StatusOr<StepTimesTable> table = ParseStepTimesCsv(*text, path, table_options);
   if (!table.ok()) return InputError(table.status(), err);
+  // Seconds internally; the report in the unit that reads best, named in the output.
+  if (const std::string unit = ReadableStepTimeUnit(*table); unit != table->unit) {
+    ConvertStepTimes(*table, unit);
+  }
   absl::StatusOr<StepsReport> report = AnalyzeStepTimes(*table, options);
   if (!report.ok()) {
     err << "peregrinectl analyze steps: " << report.status().message() << "\n";
     return 2;
   }
+  if (!table->source_unit.empty() && table->source_unit != table->unit) {
+    report->notes.insert(report->notes.begin(),
+                         absl::StrCat("times converted from ", table->source_unit, " to ", table->unit));
+  }
+  report->notes.insert(report->notes.begin(), table->warnings.begin(), table->warnings.end());
   return Render(args, *report, path, out, RenderStepsJson, RenderStepsText);
 }
 
@@ -588,8 +631,13 @@ void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostrea
 }
 
 int RunAnalyze(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  // --strict (steps) takes no value: as --strict=true it cannot take the next word as one.
+  std::vector<std::string> words = args;
+  for (std::string& w : words) {
+    if (w == "--strict") w = "--strict=true";
+  }
   AnalyzeArgs p;
-  if (auto e = ParseAnalyzeArgs(args, &p)) {
+  if (auto e = ParseAnalyzeArgs(words, &p)) {
     err << "peregrinectl analyze: " << *e << "\n" << kUsage;
     return 2;
   }
