@@ -1,9 +1,11 @@
 // The chart's alert rules (helm/peregrine/files/alerts.yaml) with the real promtool
 // (Debian package `prometheus`): `promtool check rules`, `promtool test rules` on
 // tests/deploy/testdata/alerts_test.yaml, a mutated copy that the tests must catch,
-// and the metric names against the controller's exported set.
+// the metric names against the names a real ControllerMetrics exports (exported_metrics.h)
+// and each new alert's runbook against docs/operations.md.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -13,36 +15,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include "tests/deploy/deploy_tools.h"
+#include "tests/deploy/exported_metrics.h"
 
 namespace peregrine {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The metric names peregrine-controller exports (Prometheus naming: peregrine_ prefix,
-// base units, _total counters; a histogram adds _bucket/_sum/_count).
-const std::set<std::string> kExportedMetrics = {
-    "peregrine_jobs",
-    "peregrine_job_machines",
-    "peregrine_standby_desired",
-    "peregrine_standby_ready",
-    "peregrine_incidents_total",
-    "peregrine_evictions_total",
-    "peregrine_restarts_total",
-    "peregrine_training_time_lost_seconds_total",
-    "peregrine_job_last_completed_step",
-    "peregrine_job_ettr_ratio",
-    "peregrine_reconcile_duration_seconds_bucket",
-    "peregrine_reconcile_duration_seconds_sum",
-    "peregrine_reconcile_duration_seconds_count",
-    "peregrine_reconcile_errors_total",
-    "peregrine_kube_api_request_duration_seconds_bucket",
-    "peregrine_kube_api_request_duration_seconds_sum",
-    "peregrine_kube_api_request_duration_seconds_count",
-    "peregrine_kube_api_request_errors_total",
-    "peregrine_workqueue_depth",
-    "peregrine_controller_is_leader",
-};
 
 fs::path AlertsFile() { return SourceDir() / "helm/peregrine/files/alerts.yaml"; }
 fs::path AlertsTestFile() { return SourceDir() / "tests/deploy/testdata/alerts_test.yaml"; }
@@ -60,7 +38,7 @@ TEST_CASE("promtool check rules accepts the alert rules", "[integration]") {
   const ProcessResult r = Run({"promtool", "check", "rules", AlertsFile().string()});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("SUCCESS: 6 rules found"));
+  CHECK_THAT(r.out, Catch::Contains("SUCCESS: 10 rules found"));
 }
 
 TEST_CASE("promtool test rules: alerts fire and stay silent as intended", "[integration]") {
@@ -84,6 +62,13 @@ TEST_CASE("the rule tests catch a changed threshold and a dropped guard", "[inte
        "PeregrineJobNotProgressing"},
       {"peregrine_standby_desired > 0", "peregrine_standby_desired >= 0", "PeregrineStandbyPoolEmpty"},
       {" or absent(peregrine_controller_is_leader)", "", "PeregrineControllerNoLeader"},
+      {"peregrine_job_ettr_ratio < 0.90", "peregrine_job_ettr_ratio < 0.80", "PeregrineJobEttrLow"},
+      {"peregrine_failslow_open{strategy=\"ignore\"} > 0", "peregrine_failslow_open > 0", "PeregrineFailSlowUnmitigated"},
+      {"(peregrine_node_health_machines)), 1) > 0.05", "(peregrine_node_health_machines)), 1) > 0.04",
+       "PeregrineNodesOutOfService"},
+      {"sum(max by (state) (peregrine_node_health_machines{state=~\"quarantined|retired\"}))",
+       "sum(peregrine_node_health_machines{state=~\"quarantined|retired\"})", "PeregrineNodesOutOfService"},
+      {"peregrine_job_agents{state=\"disconnected\"} > 0", "peregrine_job_agents > 0", "PeregrineAgentsDisconnected"},
   };
   for (const Mutation& m : mutations) {
     INFO("mutation: " << m.from << " -> " << m.to);
@@ -106,10 +91,13 @@ TEST_CASE("the rule tests catch a changed threshold and a dropped guard", "[inte
 }
 
 TEST_CASE("alerts use only exported metric names and carry severity and text", "[unit]") {
+  const std::set<std::string> exported = ExportedMetricNames();
+  const std::string runbooks = ReadText(SourceDir() / "docs/operations.md");
   const YAML::Node file = YAML::LoadFile(AlertsFile().string());
   const std::regex metric(R"(\bperegrine_[a-z_]+)");
   std::set<std::string> used;
   std::set<std::string> alerts;
+  std::set<std::string> runbooked;
   for (const YAML::Node& group : file["groups"]) {
     for (const YAML::Node& rule : group["rules"]) {
       const std::string name = rule["alert"].Scalar();
@@ -123,17 +111,35 @@ TEST_CASE("alerts use only exported metric names and carry severity and text", "
       CHECK((severity == "critical" || severity == "warning"));
       CHECK(!rule["annotations"]["summary"].Scalar().empty());
       CHECK(!rule["annotations"]["description"].Scalar().empty());
+      // A runbook link points at the alert's own section of docs/operations.md.
+      if (rule["annotations"]["runbook_url"]) {
+        std::string anchor = name;
+        for (char& c : anchor) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        CHECK_THAT(rule["annotations"]["runbook_url"].Scalar(), Catch::EndsWith("docs/operations.md#" + anchor));
+        CHECK_THAT(runbooks, Catch::Contains("\n### " + name + "\n"));
+        runbooked.insert(name);
+      }
     }
   }
   for (const std::string& m : used) {
     INFO(m);
-    CHECK(kExportedMetrics.count(m) == 1);
+    CHECK(exported.count(m) == 1);
   }
   CHECK(alerts == std::set<std::string>{"PeregrineJobNotProgressing", "PeregrineStandbyPoolEmpty",
                                         "PeregrineRepeatedEvictions", "PeregrineControllerNoLeader",
-                                        "PeregrineControllerMultipleLeaders", "PeregrineReconcileErrors"});
-  // Conventions of the exported names themselves.
-  for (const std::string& m : kExportedMetrics) {
+                                        "PeregrineControllerMultipleLeaders", "PeregrineReconcileErrors",
+                                        "PeregrineJobEttrLow", "PeregrineFailSlowUnmitigated",
+                                        "PeregrineNodesOutOfService", "PeregrineAgentsDisconnected"});
+  CHECK(runbooked == std::set<std::string>{"PeregrineStandbyPoolEmpty", "PeregrineJobEttrLow",
+                                           "PeregrineFailSlowUnmitigated", "PeregrineNodesOutOfService",
+                                           "PeregrineAgentsDisconnected"});
+  // Conventions of the exported names themselves; the new series are among them.
+  for (const char* m : {"peregrine_time_lost_seconds_total", "peregrine_failslow_mitigations_total",
+                        "peregrine_failslow_open", "peregrine_job_agents", "peregrine_machine_inspection_problems",
+                        "peregrine_kube_api_request_duration_seconds_bucket", "peregrine_job_ettr_ratio"}) {
+    CHECK(exported.count(m) == 1);
+  }
+  for (const std::string& m : exported) {
     INFO(m);
     CHECK(m.rfind("peregrine_", 0) == 0);
     CHECK(m.find("_milliseconds") == std::string::npos);
