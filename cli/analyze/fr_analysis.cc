@@ -173,7 +173,9 @@ FrReport AnalyzeFlightRecorder(const std::vector<FrRankDump>& dumps) {
     }
   }
 
-  for (const auto& [name, data] : groups) {
+  for (const auto& group : groups) {
+    const std::string& name = group.first;
+    const GroupData& data = group.second;  // (a plain reference: lambdas below capture it)
     if (data.ranks_with_entries.empty()) continue;  // configured but never used here
     FrGroupReport g;
     g.name = name;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -564,8 +565,8 @@ class Machine {
     }
     out->entries.resize(n.entries.size());
     for (size_t i = 0; i < n.entries.size(); ++i) {
-      if (absl::Status s = Build(n.entries[i].first, depth + 1, count, &out->entries[i].first); !s.ok()) return s;
-      if (absl::Status s = Build(n.entries[i].second, depth + 1, count, &out->entries[i].second); !s.ok()) return s;
+      if (absl::Status s = Build(n.entries[i].first, depth + 1, count, &out->entries[i].key); !s.ok()) return s;
+      if (absl::Status s = Build(n.entries[i].second, depth + 1, count, &out->entries[i].value); !s.ok()) return s;
     }
     return absl::OkStatus();
   }

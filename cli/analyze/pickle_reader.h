@@ -18,13 +18,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace peregrine {
+
+struct PickleEntry;
 
 // One value of the pickled data, a plain tree (a value shared in the pickle through its
 // memo appears once per reference).
@@ -37,13 +38,19 @@ struct PickleValue {
   double float_value = 0;
   std::string string_value;                                // kString (UTF-8) and kBytes
   std::vector<PickleValue> items;                          // kList, kTuple, kSet
-  std::vector<std::pair<PickleValue, PickleValue>> entries;  // kDict, in insertion order
+  std::vector<PickleEntry> entries;                         // kDict, in insertion order
 
   bool IsString() const { return kind == Kind::kString; }
   bool IsInt() const { return kind == Kind::kInt; }
   // The value of the dict entry whose key is the string `key`; nullptr when this is not a
   // dict or has no such key.
   const PickleValue* Find(absl::string_view key) const;
+};
+
+// One key/value pair of a dict.
+struct PickleEntry {
+  PickleValue key;
+  PickleValue value;
 };
 
 // "None", "bool", "int", "float", "str", "bytes", "list", "tuple", "set", "dict".
