@@ -294,9 +294,13 @@ int RunNccl(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
                            {"verify", NumberFlag(&options.verify_threshold)},
                            {"prob", NumberFlag(&options.report_threshold)}};
   // One or more FILEs / DIRs: the flags are checked with the first operand alone.
+  if (args.operands.empty()) {
+    err << "peregrinectl analyze nccl: needs at least one FILE or DIR\n" << kUsage;
+    return 2;
+  }
   AnalyzeArgs first = args;
-  if (first.operands.size() > 1) first.operands.resize(1);
-  if (!ApplyAnalysisArgs(first, "nccl", "FILE|DIR...", flags, kUsage, err)) return 2;
+  first.operands.resize(1);
+  if (!ApplyAnalysisArgs(first, "nccl", "FILE", flags, kUsage, err)) return 2;
   absl::StatusOr<std::vector<std::string>> files = NcclInputFiles(args.operands);
   if (!files.ok()) return InputError(files.status(), err);
   std::vector<NcclTrace> traces;

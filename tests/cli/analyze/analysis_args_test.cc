@@ -100,7 +100,7 @@ TEST_CASE("analyze: each analysis' usage errors, exit code 2", "[unit]") {
       {{"steps", "x.csv", "--rank", "1"}, "peregrinectl analyze steps: unknown flag --rank"},
       {{"nccl", "x.log", "--rank", "-2"}, "peregrinectl analyze nccl: --rank: not a rank: -2"},
       {{"nccl", "x.log", "--format", "long"}, "peregrinectl analyze nccl: unknown flag --format"},
-      {{"nccl"}, "peregrinectl analyze nccl: needs exactly one FILE"},
+      {{"nccl"}, "peregrinectl analyze nccl: needs at least one FILE or DIR"},
       {{"stacks", "d"}, "peregrinectl analyze stacks: --dp is required"},
       {{"stacks", "d", "--tp", "0"}, "peregrinectl analyze stacks: --tp: not a positive integer: 0"},
       {{"stacks", "d", "--threads", "some"}, "peregrinectl analyze stacks: --threads must be all or main, got 'some'"},
