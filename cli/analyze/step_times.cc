@@ -64,7 +64,7 @@ absl::StatusOr<int> ResolveColumn(const Header& h, const std::string& spec, absl
     int index = 0;
     if (!absl::SimpleAtoi(spec, &index) || index < 1 || index > static_cast<int>(h.names.size())) {
       return StepLineError(source, h.line,
-                           absl::StrCat(flag, " ", spec, ": no such column; there are ", h.names.size(),
+                           absl::StrCat(flag, " ", Excerpt(spec), ": no such column; there are ", h.names.size(),
                                         " (1-based): ", columns));
     }
     return index - 1;
