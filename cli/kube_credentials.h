@@ -6,8 +6,13 @@
 // (kUnimplemented, naming the user: pass --token or --token-file); a user with neither
 // is kNotFound (client certificates are not sent to the controller).
 //
-// KubeconfigUserToken is pure; KubeconfigToken runs kubectl (kUnavailable when it cannot,
-// with its stderr) and reads the token file. Thread-compatible.
+// The same view also gives everything needed to talk to the API server itself
+// (KubeEndpoint: server, CA, client certificate and key, token, insecure-skip-tls-verify,
+// the context's namespace), read with --flatten so certificate files come embedded.
+//
+// KubeconfigUserToken and KubeEndpointFromView are pure; KubeconfigToken and
+// LoadKubeEndpoint run kubectl (kUnavailable when it cannot, with its stderr) and read
+// the token file. Thread-compatible.
 #ifndef PEREGRINE_CLI_KUBE_CREDENTIALS_H_
 #define PEREGRINE_CLI_KUBE_CREDENTIALS_H_
 
@@ -30,6 +35,31 @@ absl::StatusOr<KubeTokenSource> KubeconfigUserToken(const nlohmann::json& minifi
 
 // kubeconfig "" = kubectl's default ($KUBECONFIG, ~/.kube/config); context "" = current.
 absl::StatusOr<std::string> KubeconfigToken(const std::string& kubeconfig, const std::string& context);
+
+// How to reach the API server as the kubeconfig's user (the minified context).
+struct KubeEndpoint {
+  std::string server;          // "https://10.0.0.1:6443" (may carry a path prefix)
+  std::string ca_pem;          // empty: the system trust store
+  bool insecure_skip_tls_verify = false;
+  std::string client_certificate_pem;  // with client_key_pem: client TLS authentication
+  std::string client_key_pem;
+  std::string token;       // bearer token (from token, or tokenFile's first line)
+  std::string namespace_;  // the context's namespace, "default" when it names none
+  std::string context;     // the context's name, for messages
+  std::string user;        // the user's name, for messages
+};
+
+// From the JSON of `kubectl config view --raw --minify --flatten -o json`. Errors
+// (kInvalidArgument) name the context, cluster or user and the field: no server, base64
+// that does not decode, a certificate without its key. Credential plugins are
+// kUnimplemented (as KubeconfigUserToken); a user with no credentials at all is allowed
+// (anonymous requests). A tokenFile is returned as `token_file` for the caller to read.
+absl::StatusOr<KubeEndpoint> KubeEndpointFromView(const nlohmann::json& minified, std::string* token_file);
+
+// Runs kubectl config view (kubeconfig "" = $KUBECONFIG or ~/.kube/config; context "" =
+// current) and reads the tokenFile, if any. kUnavailable with kubectl's message when the
+// kubeconfig cannot be read (missing file, no current context, unknown context).
+absl::StatusOr<KubeEndpoint> LoadKubeEndpoint(const std::string& kubeconfig, const std::string& context);
 
 }  // namespace peregrine
 

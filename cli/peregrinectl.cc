@@ -3,11 +3,13 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -17,6 +19,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/analyze/analyze_command.h"
+#include "cli/code_update_flags.h"
+#include "cli/job_text.h"
+#include "cli/kube_commands.h"
 #include "cli/kube_credentials.h"
 #include "proto/api/code_update_request.h"
 #include "proto/api/fault_request.h"
@@ -26,15 +31,19 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: peregrinectl [--controller URL | --state-dir DIR] [--token T | --token-file F]\n"
-    "                    [--kubeconfig FILE] [--context NAME] COMMAND ...\n"
+    "                    [--kubeconfig FILE] [--context NAME] [-n NAMESPACE] COMMAND ...\n"
     "  status [NAMESPACE/]NAME\n"
-    "      phase, attempt, step, ETTR, standbys, machines and incidents of a job\n"
+    "      phase, attempt, step, ETTR, standbys, machines, conditions and the latest incidents\n"
+    "  incidents [NAMESPACE/]NAME\n"
+    "      every incident: kind, signal, decision, actions, time lost, detected/decided/resumed\n"
+    "  timeline [NAMESPACE/]NAME\n"
+    "      the job's Kubernetes Events and its incidents' times, oldest first (Kubernetes only)\n"
     "  inject KIND [NAMESPACE/]NAME (--slot N | --machine ID) [--local-rank R]\n"
     "         [--factor F] [--fraction J] [--peer-slot N | --peer-machine ID] [--delay-us D] [--bandwidth B]\n"
-    "      KIND: kill (the machine dies), crash, hang, slow (--factor), jitter (--fraction: each\n"
-    "      iteration's compute stretched by a random factor in [1-J, 1+J]), nan, corrupt (silent\n"
-    "      wrong values in every NCCL payload), sdc (silently corrupted gradients in the\n"
-    "      training step only), nvlink (payloads to GPUs of the same machine corrupted),\n"
+    "      (local jobs only) KIND: kill (the machine dies), crash, hang, slow (--factor), jitter\n"
+    "      (--fraction: each iteration's compute stretched by a random factor in [1-J, 1+J]), nan,\n"
+    "      corrupt (silent wrong values in every NCCL payload), sdc (silently corrupted gradients\n"
+    "      in the training step only), nvlink (payloads to GPUs of the same machine corrupted),\n"
     "      link (--delay-us and/or --bandwidth bytes/s), link-corrupt (payloads between\n"
     "      machines corrupted); link kinds act on the link to --peer-*, or without a peer on\n"
     "      every link of the machine (its NIC); clear (every fault, or only the faults of\n"
@@ -47,15 +56,20 @@ constexpr char kUsage[] =
     "  analyze steps FILE | nccl FILE | stacks DIR ...\n"
     "      offline analysis of your step-time CSVs, NCCL logs/traces and stack dumps\n"
     "      (peregrinectl analyze --help)\n"
-    "The controller is found with --controller (http://HOST:PORT), or DIR/controller.json of\n"
-    "--state-dir, or .peregrine/<namespace>-<name>/controller.json.\n"
-    "A Kubernetes-mode controller needs a Kubernetes bearer token allowed on the TrainingJob:\n"
-    "--token T, or --token-file F (its first line), else the token or tokenFile of the\n"
-    "kubeconfig's user (kubectl config view --minify, with --kubeconfig and --context);\n"
-    "exec and auth-provider plugins are not run: pass --token-file <(kubectl create token SA).\n";
+    "Where the job is:\n"
+    "- the controller's HTTP API: --controller http://HOST:PORT, or DIR/controller.json of\n"
+    "  --state-dir, or .peregrine/<namespace>-<name>/controller.json when it exists (local mode);\n"
+    "- else the Kubernetes API server, as the kubeconfig's user (what kubectl uses: --kubeconfig\n"
+    "  or $KUBECONFIG or ~/.kube/config, --context or the current context; kubectl must be on\n"
+    "  PATH to read it). The namespace is NAMESPACE/, else -n, else the context's namespace.\n"
+    "  Installed as kubectl-peregrine on PATH, this is `kubectl peregrine COMMAND ...`.\n"
+    "A Kubernetes-mode controller's HTTP API needs a Kubernetes bearer token allowed on the\n"
+    "TrainingJob: --token T, or --token-file F (its first line), else the token or tokenFile of\n"
+    "the kubeconfig's user; exec and auth-provider plugins are not run: pass\n"
+    "--token-file <(kubectl create token SA). Exit codes: 0 done, 1 refused or failed, 2 usage.\n";
 
 struct Args {
-  std::string controller, state_dir, command, job, token, token_file, kubeconfig, context;
+  std::string controller, state_dir, command, job, token, token_file, kubeconfig, context, namespace_;
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
 };
@@ -63,7 +77,10 @@ struct Args {
 std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a) {
   for (size_t i = 0; i < in.size(); ++i) {
     const std::string& s = in[i];
-    if (s.rfind("--", 0) == 0) {
+    if (s == "-n") {
+      if (i + 1 >= in.size()) return std::string("-n: needs a value");
+      a->namespace_ = in[++i];
+    } else if (s.rfind("--", 0) == 0) {
       std::string name = s.substr(2), value;
       if (auto eq = name.find('='); eq != std::string::npos) {
         value = name.substr(eq + 1);
@@ -86,6 +103,8 @@ std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a
         a->kubeconfig = value;
       } else if (name == "context") {
         a->context = value;
+      } else if (name == "namespace") {
+        a->namespace_ = value;
       } else {
         a->flags[name] = value;
       }
@@ -98,10 +117,19 @@ std::optional<std::string> ParseArgs(const std::vector<std::string>& in, Args* a
   return std::nullopt;
 }
 
-std::pair<std::string, std::string> SplitJob(const std::string& job) {
+std::pair<std::string, std::string> SplitJob(const std::string& job, const std::string& namespace_flag) {
   std::vector<std::string> parts = absl::StrSplit(job, '/');
   if (parts.size() == 2) return {parts[0], parts[1]};
-  return {"default", job};
+  return {namespace_flag.empty() ? "default" : namespace_flag, job};
+}
+
+// Whether a kubeconfig is there to use: named, or $KUBECONFIG, or ~/.kube/config.
+bool KubeconfigAvailable(const Args& a) {
+  if (!a.kubeconfig.empty() || !a.context.empty()) return true;
+  const char* env = std::getenv("KUBECONFIG");
+  if (env != nullptr && *env != '\0') return true;
+  const char* home = std::getenv("HOME");
+  return home != nullptr && *home != '\0' && std::ifstream(std::string(home) + "/.kube/config").good();
 }
 
 std::optional<std::string> ControllerUrl(const Args& a, const std::string& ns, const std::string& name,
@@ -110,7 +138,8 @@ std::optional<std::string> ControllerUrl(const Args& a, const std::string& ns, c
   const std::string dir = a.state_dir.empty() ? absl::StrCat(".peregrine/", ns, "-", name) : a.state_dir;
   std::ifstream in(dir + "/controller.json");
   if (!in) {
-    *error = absl::StrCat("cannot find the controller: no ", dir, "/controller.json (use --controller URL or --state-dir DIR)");
+    *error = absl::StrCat("cannot find the controller: no ", dir, "/controller.json (use --controller URL or --state-dir DIR, or a kubeconfig for the cluster: "
+                          "--kubeconfig FILE, $KUBECONFIG or ~/.kube/config)");
     return std::nullopt;
   }
   try {
@@ -118,51 +147,6 @@ std::optional<std::string> ControllerUrl(const Args& a, const std::string& ns, c
   } catch (const std::exception& e) {
     *error = absl::StrCat(dir, "/controller.json: ", e.what());
     return std::nullopt;
-  }
-}
-
-std::string Fixed(double v, int digits) { return absl::StrFormat("%.*f", digits, v); }
-
-void PrintStatus(const nlohmann::json& j, std::ostream& out) {
-  const auto& st = j.at("status");
-  const auto& spec = j.at("spec");
-  out << "job " << j.value("namespace", "") << "/" << j.value("name", "") << ": " << spec.at("machines") << " machines x "
-      << spec.at("gpusPerMachine") << " GPUs, TP=" << spec["parallelism"]["tensor"] << " PP="
-      << spec["parallelism"]["pipeline"] << " DP=" << spec["parallelism"]["data"] << "\n";
-  out << "phase " << st.value("phase", "?") << "  attempt " << st.value("attempt", 0) << "  step "
-      << st.value("lastCompletedStep", 0) << "  ETTR " << Fixed(st.value("ettr", 1.0), 3) << "  lost "
-      << Fixed(st.value("trainingTimeLostSeconds", 0.0), 2) << " s  standby " << st["standby"].value("ready", 0) << "/"
-      << st["standby"].value("desired", 0) << "\n";
-  if (st.contains("codeVersion") && st["codeVersion"].is_object()) {
-    out << "code revision " << st["codeVersion"].value("revision", "-");
-    if (st.contains("pendingCode") && st["pendingCode"].is_object()) {
-      out << "  (waiting: revision " << st["pendingCode"].value("revision", "-") << ")";
-    }
-    out << "\n";
-  }
-  const int gpus = spec.at("gpusPerMachine").get<int>();
-  out << "SLOT  POD              MACHINE  RANKS\n";
-  for (const auto& m : st.value("machines", nlohmann::json::array())) {
-    const int idx = m.value("index", 0);
-    out << absl::StrFormat("%-5d %-16s %-8s %d-%d\n", idx, m.value("pod", ""), m.value("machineId", ""), idx * gpus,
-                           (idx + 1) * gpus - 1);
-  }
-  for (const auto& m : st["standby"].value("pods", nlohmann::json::array())) {
-    out << absl::StrFormat("%-5s %-16s %-8s\n", "-", m.value("pod", ""), m.value("machineId", ""));
-  }
-  const auto incidents = st.value("incidents", nlohmann::json::array());
-  out << "incidents: " << incidents.size() << "\n";
-  for (const auto& inc : incidents) {
-    out << "  #" << inc.value("id", 0) << " " << inc.value("kind", "") << " at " << inc.value("detectedAt", "")
-        << ": " << inc.value("signal", "") << "\n    decision: " << inc.value("decision", "(triaging)")
-        << "  lost " << Fixed(inc.value("trainingTimeLostSeconds", 0.0), 2) << " s\n";
-    for (const auto& a : inc.value("actions", nlohmann::json::array())) out << "    - " << a.get<std::string>() << "\n";
-  }
-  const auto evicted = st.value("evictedMachines", nlohmann::json::array());
-  if (!evicted.empty()) {
-    out << "evicted machines:";
-    for (const auto& e : evicted) out << " " << e.value("machineId", "");
-    out << "\n";
   }
 }
 
@@ -192,42 +176,12 @@ std::optional<nlohmann::json> JsonAnswer(const httplib::Result& res, const std::
 int Update(const Args& a, const std::function<httplib::Result(const std::function<httplib::Result()>&)>& send,
            httplib::Client& client, const std::string& url, const std::string& path,
            std::ostream& out, std::ostream& err) {
-  CodeUpdateRequest r;
-  for (const auto& [flag, value] : a.flags) {
-    if (flag == "revision") {
-      r.revision = value;
-    } else if (flag == "image") {
-      r.image = value;
-    } else if (flag == "command") {
-      std::vector<std::string> argv = absl::StrSplit(value, ' ', absl::SkipWhitespace());
-      r.command = std::move(argv);
-    } else if (flag == "command-json") {
-      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_array() || !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); })) {
-        err << "peregrinectl: --command-json: expected a JSON list of strings\n";
-        return 2;
-      }
-      r.command = j.get<std::vector<std::string>>();
-    } else if (flag == "urgent") {
-      if (value != "true" && value != "false") {
-        err << "peregrinectl: --urgent: expected true or false, got " << value << "\n";
-        return 2;
-      }
-      r.urgent = value == "true";
-    } else {
-      err << "peregrinectl: unknown flag --" << flag << " for update\n" << kUsage;
-      return 2;
-    }
-  }
-  if (a.flags.count("command") && a.flags.count("command-json")) {
-    err << "peregrinectl: give --command or --command-json, not both\n";
+  absl::StatusOr<CodeUpdateRequest> r = CodeUpdateFromFlags(a.flags);
+  if (!r.ok()) {
+    err << "peregrinectl: " << r.status().message() << "\n";
     return 2;
   }
-  const std::string body = CodeUpdateRequestToJson(r);
-  if (auto parsed = ParseCodeUpdateRequest(body); !parsed.ok()) {  // the controller's own check
-    err << "peregrinectl: " << parsed.status().message() << "\n";
-    return 2;
-  }
+  const std::string body = CodeUpdateRequestToJson(*r);
   auto res = send([&] { return client.Post(absl::StrCat(path, "/code").c_str(), body, "application/json"); });
   if (!res) {
     err << "peregrinectl: cannot reach the controller at " << url << ": " << httplib::to_string(res.error()) << "\n";
@@ -262,7 +216,8 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
     return 2;
   }
   const size_t job_index = a.command == "inject" ? 2 : 1;
-  if (a.command != "status" && a.command != "inject" && a.command != "update") {
+  if (a.command != "status" && a.command != "incidents" && a.command != "timeline" && a.command != "inject" &&
+      a.command != "update") {
     err << "peregrinectl: unknown command '" << a.command << "'\n" << kUsage;
     return 2;
   }
@@ -271,13 +226,7 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
         << "[NAMESPACE/]NAME\n" << kUsage;
     return 2;
   }
-  auto [ns, name] = SplitJob(a.positional[job_index]);
-  std::string error;
-  auto url = ControllerUrl(a, ns, name, &error);
-  if (!url) {
-    err << "peregrinectl: " << error << "\n";
-    return 1;
-  }
+  auto [ns, name] = SplitJob(a.positional[job_index], a.namespace_);
   std::string token = a.token;
   if (!a.token.empty() && !a.token_file.empty()) {
     err << "peregrinectl: give --token or --token-file, not both\n";
@@ -290,6 +239,33 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
       return 2;
     }
     token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  // Which backend: the controller's API when it is named or a local state dir of the job
+  // exists (and no kubeconfig or context is named), else the API server when there is a
+  // kubeconfig.
+  bool use_api = !a.controller.empty() || !a.state_dir.empty();
+  if (!use_api && a.kubeconfig.empty() && a.context.empty()) {
+    use_api = std::ifstream(absl::StrCat(".peregrine/", ns, "-", name, "/controller.json")).good();
+  }
+  if (!use_api && KubeconfigAvailable(a)) {
+    if (a.command == "inject") {
+      err << "peregrinectl: inject works on local jobs only: name their controller with --controller or "
+             "--state-dir\n";
+      return 2;
+    }
+    KubeCommandArgs k{a.kubeconfig, a.context, a.namespace_, token, a.command, a.positional[job_index], a.flags};
+    return RunKubeCommand(k, out, err);
+  }
+  if (a.command == "timeline") {
+    err << "peregrinectl: timeline reads the job's Kubernetes Events: run it against the cluster with a kubeconfig "
+           "(without --controller or --state-dir)\n";
+    return 2;
+  }
+  std::string error;
+  auto url = ControllerUrl(a, ns, name, &error);
+  if (!url) {
+    err << "peregrinectl: " << error << "\n";
+    return 1;
   }
   httplib::Client client(*url);
   if (!token.empty()) client.set_bearer_token_auth(token);
@@ -315,12 +291,19 @@ int RunPeregrinectl(const std::vector<std::string>& argv, std::ostream& out, std
   client.set_read_timeout(30);
   const std::string path = absl::StrCat("/api/v1/jobs/", ns, "/", name);
 
-  if (a.command == "status") {
+  if (a.command == "status" || a.command == "incidents") {
     constexpr char kNotStatus[] = "the controller answered something that is not a job status";
     const std::optional<nlohmann::json> j = JsonAnswer(send([&] { return client.Get(path.c_str()); }), *url, kNotStatus, err);
     if (!j) return 1;
     try {
-      PrintStatus(*j, out);
+      if (!j->is_object() || !j->contains("status") || !(*j)["status"].is_object()) {
+        throw std::runtime_error("no status object");
+      }
+      if (a.command == "status") {
+        PrintJobStatus(*j, out);
+      } else {
+        PrintJobIncidents(*j, out);
+      }
     } catch (const std::exception& e) {
       err << "peregrinectl: " << kNotStatus << ": " << e.what() << "\n";
       return 1;

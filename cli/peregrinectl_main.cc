@@ -1,4 +1,6 @@
-// peregrinectl: see controller/peregrinectl.h.
+// peregrinectl: see cli/peregrinectl.h. The same binary is installed as kubectl-peregrine
+// (a symlink the build makes next to it): kubectl runs it with the words after
+// `kubectl peregrine`, so it needs nothing of argv[0].
 #include <iostream>
 #include <string>
 #include <vector>
