@@ -31,6 +31,12 @@ struct PeerSlowdownOptions {
   double job_wide_fraction = 0.5;
   // min_workers, min_relative_scale, persistent_z, min_relative_excess are used.
   PeerStragglerOptions peer;
+  // Whether DecideFailSlow counts persistent stragglers as slow ranks (opening a finding
+  // without a change point and keeping it open). Off by default: each agent's iteration
+  // mean covers its own heartbeat window, so one round's cross-section is not aligned by
+  // step (a checkpoint step inside one agent's window makes its ranks look slow for one
+  // round); when off, stragglers are named in the events and the finding's detail only.
+  bool stragglers_are_slow = false;
 };
 
 // What the controller knows of one rank of the current attempt this round.

@@ -23,8 +23,9 @@
 //    fail-slow is open, a finding opens (state Profiling, onset = the earliest slow
 //    iteration, severity = the largest reported) and profiling is switched on for every
 //    active agent (set_nccl_mode commands, deterministic ids). The peer view
-//    (failslow_peers.h) calls a slowdown most ranks share job-wide, and adds persistent
-//    stragglers (far above the ranks' median iteration time), which open a finding too;
+//    (failslow_peers.h) calls a slowdown most ranks share job-wide, and names persistent
+//    stragglers (far above the ranks' median iteration time; with stragglers_are_slow
+//    they open and hold a finding too);
 //  - profiling: once every rank of the layout has sent comm profiles and every TP/PP/DP
 //    communicator has at least min_collectives collectives seen by all its members, the
 //    collectives are joined across ranks by (communicator, sequence) and compared by the
@@ -274,11 +275,12 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
     }
   }
   // The peer view: a slowdown most ranks share is job-wide; persistent stragglers are slow
-  // too (their excess over the ranks' median is their severity).
+  // too when counted (their excess over the ranks' median is their severity).
   const PeerSlowdownClassification peers =
       ClassifyAgentSlowdowns(in.agents, in.attempt, in.layout->world_size(), options.peers);
-  const bool only_stragglers = slow_ranks.empty() && !peers.stragglers.empty();
-  for (size_t i = 0; i < peers.stragglers.size(); ++i) {
+  const bool counted = options.peers.stragglers_are_slow;
+  const bool only_stragglers = counted && slow_ranks.empty() && !peers.stragglers.empty();
+  for (size_t i = 0; counted && i < peers.stragglers.size(); ++i) {
     if (std::find(slow_ranks.begin(), slow_ranks.end(), peers.stragglers[i]) != slow_ranks.end()) continue;
     slow_ranks.push_back(peers.stragglers[i]);
     if (peers.straggler_excess[i] >= severity) {

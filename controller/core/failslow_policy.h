@@ -3,8 +3,9 @@
 // report.
 //
 // DecideFailSlow(input, now) opens a finding when a rank of the current attempt reports a
-// verified slowdown or is a persistent straggler relative to its peers (failslow_peers.h;
-// a slowdown most ranks share is reported as job-wide, not as theirs), switching NCCL
+// verified slowdown (failslow_peers.h: a slowdown most ranks share is reported as job-wide,
+// not as theirs; persistent stragglers relative to their peers are named, and open a
+// finding with options.peers.stragglers_are_slow), switching NCCL
 // profiling on for every active agent, localizes it
 // from the agents' comm profiles (CompareGroups: compute and/or communication suspects),
 // and ends it when no rank is slow any more (profiling off). It never fails: unusable

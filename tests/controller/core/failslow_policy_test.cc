@@ -363,7 +363,7 @@ TEST_CASE("FailSlowPolicy: a minority of slow ranks is not job-wide", "[unit]") 
   CHECK(d.events[0].message.find("job-wide") == std::string::npos);
 }
 
-TEST_CASE("FailSlowPolicy: a persistent straggler by the peer rule opens a finding without a change point", "[unit]") {
+TEST_CASE("FailSlowPolicy: a persistent straggler by the peer rule opens a finding without a change point when counted", "[unit]") {
   const ParallelLayout layout = Layout();
   std::vector<AgentObservation> agents = Agents(layout);
   auto set_times = [&](double rank5_seconds) {
@@ -374,7 +374,17 @@ TEST_CASE("FailSlowPolicy: a persistent straggler by the peer rule opens a findi
   };
   set_times(0.150);
   FailSlowPolicyInput in = Input(layout, agents);
-  const FailSlowDecision d = DecideFailSlow(in, kNow);
+  // By default stragglers are named only (one round's heartbeat means are not aligned by step).
+  CHECK(DecideFailSlow(in, kNow).findings.empty());
+  FailSlowPolicyInput with_change = in;
+  MarkSlow(with_change.agents, layout, 2, 0.3);
+  const FailSlowDecision named = DecideFailSlow(with_change, kNow);
+  REQUIRE(named.events.size() == 1);
+  CHECK(named.events[0].message.find("on rank(s) 2, verified change point; rank 5: iteration 150.0 ms") !=
+        std::string::npos);
+  FailSlowPolicyOptions counted;
+  counted.peers.stragglers_are_slow = true;
+  const FailSlowDecision d = DecideFailSlow(in, kNow, counted);
   REQUIRE(d.findings.size() == 1);
   const FailSlowFinding& f = d.findings[0];
   CHECK(f.onset == kNow);
@@ -388,11 +398,11 @@ TEST_CASE("FailSlowPolicy: a persistent straggler by the peer rule opens a findi
   // 1.04x is within the rule's minimum excess: no finding; and when rank 5 is back with its
   // peers the open finding ends.
   set_times(0.104);
-  CHECK(DecideFailSlow(Input(layout, agents), kNow).findings.empty());
+  CHECK(DecideFailSlow(Input(layout, agents), kNow, counted).findings.empty());
   FailSlowPolicyInput back = Input(layout, agents);
   back.findings = d.findings;
   back.next_finding_id = d.next_finding_id;
-  const FailSlowDecision ended = DecideFailSlow(back, kNow + 1000 * kMs);
+  const FailSlowDecision ended = DecideFailSlow(back, kNow + 1000 * kMs, counted);
   CHECK(ended.findings[0].state == FailSlowState::kRecovered);
 }
 
