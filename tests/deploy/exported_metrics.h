@@ -49,8 +49,8 @@ inline std::string FedControllerMetrics() {
   FailSlowFinding f;
   f.id = 1;
   f.kind = FailSlowKind::kCompute;
-  before.fail_slows = {f};
   JobStatus after = before;
+  after.fail_slows = {f};  // new and localized: counted as detected
   after.attempt = 2;
   after.next_incident_id = 1;
   Incident inc;
