@@ -208,5 +208,21 @@ TEST_CASE("analyze steps: --straggler-z and --straggler-excess set the persisten
   CHECK(run({"--straggler-z", "abc"}).code == 2);
 }
 
+TEST_CASE("analyze steps on the real PAI file as published: the columns named, worker 6 the only straggler", "[unit]") {
+  const std::vector<std::string> args = {"steps", Fixture("alibaba_pai/job_1_norm.csv"), "--worker-col", "worker",
+                                         "--step-col", "time", "--time-col", "batch_time_norm"};
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  const nlohmann::json j = Analyze(json_args).Json();
+  CHECK(j["peerRule"]["stepsCompared"] == 300);
+  CHECK(j["jobWide"]["changePoints"].empty());
+  CHECK(j["persistentlySlow"].empty());
+  CHECK(j["withSlowdowns"] == nlohmann::json::array({"6"}));
+  const analyze_test::Result text = Analyze(args);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("6: SLOWDOWN from step 1811 to step 1951") != std::string::npos);
+  CHECK(text.out.find("summary: no persistently slow worker; slowdowns: 6; no job-wide change") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace peregrine
