@@ -41,8 +41,8 @@
 // Choosing the group: eviction is per machine, so a group "contains" the outliers when
 // its machines include every outlier rank's machine (rank-level containment would fail
 // whenever a hung machine hosts several TP ranks). Among TP, PP and DP groups that do,
-// the one with the fewest machines wins (ties: fewer ranks, then TP < PP < DP, then the
-// lower index). If none does, the union of the outliers' machines is evicted and the
+// the one with the fewest machines wins (ties: the one holding more of the suspect ranks,
+// then fewer ranks, then TP < PP < DP, then the lower index). If none does, the union of the outliers' machines is evicted and the
 // explanation says so.
 //
 // Ties. Size alone cannot name the healthy group when the two largest groups tie, or
@@ -241,8 +241,9 @@ OverEvictionChoice ChooseOverEviction(const ParallelLayout& layout,
     suspect_machines.insert(layout.MachineOf(rank));
   }
   const int first_machine = *suspect_machines.begin();
-  // (machines, ranks, kind order, index) of the best group so far.
-  std::optional<std::tuple<size_t, size_t, int, int>> best_key;
+  const std::set<int> suspects(suspect_ranks.begin(), suspect_ranks.end());
+  // (machines, suspects outside it, ranks, kind order, index) of the best group so far.
+  std::optional<std::tuple<size_t, size_t, size_t, int, int>> best_key;
   for (int k = 0; k < 3; ++k) {
     const GroupKind kind = kKindOrder[k];
     std::set<int> indices;  // groups touching the first suspect machine
@@ -257,7 +258,9 @@ OverEvictionChoice ChooseOverEviction(const ParallelLayout& layout,
                          suspect_machines.end())) {
         continue;
       }
-      auto key = std::make_tuple(machines.size(), group.ranks.size(), k, index);
+      size_t outside = suspects.size();
+      for (int rank : group.ranks) outside -= suspects.count(rank);
+      auto key = std::make_tuple(machines.size(), outside, group.ranks.size(), k, index);
       if (!best_key || key < *best_key) {
         best_key = key;
         choice.group = std::move(group);

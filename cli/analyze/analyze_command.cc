@@ -104,7 +104,12 @@ constexpr char kUsage[] =
     "  a rank without a file counts as '<no stack captured>'. Ranks with identical stacks are\n"
     "  grouped; the largest group is healthy, the others are suspects, and the smallest TP/PP/DP\n"
     "  group whose machines cover the suspects' machines is chosen for eviction (rank order:\n"
-    "  TP fastest, then DP, then PP; machine m holds ranks m*G .. m*G+G-1).\n"
+    "  TP fastest, then DP, then PP; machine m holds ranks m*G .. m*G+G-1). Each group's main\n"
+    "  thread is classified (collective wait, data loading, queue/lock, idle, compute); when the\n"
+    "  largest groups tie or nearly tie, groups idling (data loader, queue, lock, sleep, read)\n"
+    "  while their TP/PP/DP peers wait in collectives are the suspects; an exact tie nothing\n"
+    "  separates evicts nothing. The verdict says its confidence (high, medium, low) and why.\n"
+    "  Bad lines (a truncated frame) and unreadable files are skipped with a warning, counted.\n"
     "\n"
     "fr: PyTorch NCCL flight recorder dumps in DIR, one per rank (TORCH_NCCL_TRACE_BUFFER_SIZE>0\n"
     "  writes <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>, a pickle of version 2.x; plain or gzip),\n"
@@ -351,11 +356,13 @@ int RunStacks(const AnalyzeArgs& args, std::ostream& out, std::ostream& err) {
     return 2;
   }
   const std::string& dir = args.operands[0];
-  absl::StatusOr<std::vector<RankStackFile>> files = LoadStackDirectory(dir);
-  if (!files.ok()) return InputError(files.status(), err);
-  absl::StatusOr<StacksReport> report = AnalyzeStacks(*layout, *files, options);
+  absl::StatusOr<StackDirectory> input = LoadStackDirectory(dir);
+  if (!input.ok()) return InputError(input.status(), err);
+  for (const std::string& w : input->warnings) err << "peregrinectl analyze stacks: warning: " << w << "\n";
+  absl::StatusOr<StacksReport> report = AnalyzeStacks(*layout, input->files, options);
   if (!report.ok()) return InputError(report.status(), err);
-  return Render(args, *report, dir, out, RenderStacksJson, RenderStacksText);
+  (args.json ? RenderStacksJson : RenderStacksText)(*report, dir, out, &*input);
+  return 0;
 }
 
 }  // namespace
@@ -564,8 +571,12 @@ void RenderNcclJson(const NcclReport& r, const std::string& source, std::ostream
   out << j.dump(2) << "\n";
 }
 
-void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostream& out) {
+void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostream& out, const StackDirectory* input) {
   out << dir << ": " << r.files.size() << " stack file(s), layout " << r.layout << "\n";
+  if (input != nullptr && (input->skipped_files > 0 || input->skipped_lines > 0)) {
+    out << "skipped: " << input->skipped_files << " unreadable file(s), " << input->skipped_lines
+        << " bad line(s) in the files kept (warnings on stderr)\n";
+  }
   for (const StackFileSummary& f : r.files) {
     out << absl::StrFormat("  rank %-5d %-9s %d process(es), %d thread(s)  %s  [rank from %s]\n", f.rank,
                            f.tool, f.processes, f.threads, f.path, f.rank_rule);
@@ -577,10 +588,18 @@ void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostrea
   out << "\n" << a.groups.size() << " stack group(s), largest first:\n";
   for (size_t i = 0; i < a.groups.size(); ++i) {
     const StackGroup& g = a.groups[i];
-    out << absl::StrFormat("  group %d%s: %d rank(s) [%s] on machine(s) [%s]\n", i,
-                           static_cast<int>(i) == a.dominant_group ? " (dominant: healthy)" : "", g.ranks.size(),
-                           Ranges(g.ranks), Ranges(r.machines_of_groups[i]));
+    const bool suspect = std::find(a.suspect_groups.begin(), a.suspect_groups.end(), static_cast<int>(i)) !=
+                         a.suspect_groups.end();
+    out << absl::StrFormat("  group %d%s: %d rank(s) [%s] on machine(s) [%s], %s%s\n", i,
+                           static_cast<int>(i) == a.dominant_group ? " (dominant: healthy)"
+                           : suspect                               ? " (suspect)"
+                                                                   : "",
+                           g.ranks.size(), Ranges(g.ranks), Ranges(r.machines_of_groups[i]), FrameKindName(g.kind),
+                           g.kind_frame.empty() ? "" : absl::StrCat(" in ", g.kind_frame));
     out << "      " << g.summary << "\n";
+    if (!g.distinguishing_frames.empty()) {
+      out << "      only here: " << absl::StrJoin(g.distinguishing_frames, " <- ") << "\n";
+    }
   }
   out << "\nsuspect ranks: " << (a.suspect_ranks.empty() ? std::string("none") : Ranges(a.suspect_ranks)) << "\n";
   if (a.chosen_group) {
@@ -591,10 +610,11 @@ void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostrea
   }
   out << "machines to evict: "
       << (a.machines_to_evict.empty() ? std::string("none") : Ranges(a.machines_to_evict)) << "\n";
+  out << "confidence: " << VerdictConfidenceName(a.confidence) << " (" << a.confidence_reason << ")\n";
   out << "explanation: " << a.explanation << "\n";
 }
 
-void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostream& out) {
+void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostream& out, const StackDirectory* input) {
   Json files = Json::array();
   for (const StackFileSummary& f : r.files) {
     files.push_back(Json{{"path", f.path},
@@ -610,6 +630,11 @@ void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostrea
     groups.push_back(Json{{"ranks", a.groups[i].ranks},
                           {"machines", r.machines_of_groups[i]},
                           {"dominant", static_cast<int>(i) == a.dominant_group},
+                          {"suspect", std::find(a.suspect_groups.begin(), a.suspect_groups.end(),
+                                                static_cast<int>(i)) != a.suspect_groups.end()},
+                          {"kind", FrameKindName(a.groups[i].kind)},
+                          {"kindFrame", a.groups[i].kind_frame},
+                          {"distinguishingFrames", a.groups[i].distinguishing_frames},
                           {"summary", a.groups[i].summary},
                           {"signature", a.groups[i].signature}});
   }
@@ -630,6 +655,11 @@ void RenderStacksJson(const StacksReport& r, const std::string& dir, std::ostrea
          {"suspectRanks", a.suspect_ranks},
          {"chosenGroup", chosen},
          {"machinesToEvict", a.machines_to_evict},
+         {"confidence", VerdictConfidenceName(a.confidence)},
+         {"confidenceReason", a.confidence_reason},
+         {"skippedFiles", input != nullptr ? input->skipped_files : 0},
+         {"skippedLines", input != nullptr ? input->skipped_lines : 0},
+         {"warnings", input != nullptr ? input->warnings : std::vector<std::string>{}},
          {"explanation", a.explanation}};
   out << j.dump(2) << "\n";
 }

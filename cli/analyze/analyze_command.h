@@ -17,6 +17,7 @@
 
 #include "cli/analyze/analyze_report.h"
 #include "cli/analyze/nccl_desync.h"
+#include "cli/analyze/stack_files.h"
 
 namespace peregrine {
 
@@ -33,8 +34,11 @@ void RenderNcclText(const NcclReport& report, const std::string& source, std::os
                     const NcclDesyncReport* desync = nullptr);
 void RenderNcclJson(const NcclReport& report, const std::string& source, std::ostream& out,
                     const NcclDesyncReport* desync = nullptr);
-void RenderStacksText(const StacksReport& report, const std::string& dir, std::ostream& out);
-void RenderStacksJson(const StacksReport& report, const std::string& dir, std::ostream& out);
+// `input` (optional): the skipped files and lines of the directory, reported with the verdict.
+void RenderStacksText(const StacksReport& report, const std::string& dir, std::ostream& out,
+                      const StackDirectory* input = nullptr);
+void RenderStacksJson(const StacksReport& report, const std::string& dir, std::ostream& out,
+                      const StackDirectory* input = nullptr);
 
 }  // namespace peregrine
 

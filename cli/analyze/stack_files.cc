@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "cli/analyze/input_file.h"
 #include "cli/analyze/text_input.h"
 
 namespace peregrine {
@@ -51,6 +53,39 @@ absl::Status WithPath(const absl::Status& status, absl::string_view path) {
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", status.message()));
+}
+
+// The line number of a stack_parse error ("line 12: ..."), if it names one.
+std::optional<int> ErrorLine(const absl::Status& status) {
+  absl::string_view m = status.message();
+  if (!absl::ConsumePrefix(&m, "line ")) return std::nullopt;
+  const size_t colon = m.find(':');
+  int line = 0;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(m.substr(0, colon), &line) || line < 1) {
+    return std::nullopt;
+  }
+  return line;
+}
+
+// Replaces the 1-based line `line_no` of `text` by spaces; false when there is no such line
+// or it is already blank.
+bool BlankLine(std::string* text, int line_no) {
+  size_t start = 0;
+  for (int i = 1; i < line_no; ++i) {
+    start = text->find('\n', start);
+    if (start == std::string::npos) return false;
+    ++start;
+  }
+  size_t end = text->find('\n', start);
+  if (end == std::string::npos) end = text->size();
+  bool changed = false;
+  for (size_t i = start; i < end; ++i) {
+    if ((*text)[i] != ' ' && (*text)[i] != '\r') {
+      (*text)[i] = ' ';
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 }  // namespace
@@ -111,6 +146,7 @@ std::optional<int> RankFromFileName(absl::string_view file_name) {
 }
 
 absl::StatusOr<RankStackFile> ParseRankStackText(absl::string_view text, absl::string_view path) {
+  constexpr size_t kMaxWarnings = 5;
   if (absl::Status s = analyze_internal::CheckText(text, path); !s.ok()) return s;
   RankStackFile file;
   file.path = std::string(path);
@@ -145,13 +181,34 @@ absl::StatusOr<RankStackFile> ParseRankStackText(absl::string_view text, absl::s
   absl::StatusOr<StackTool> tool = DetectStackTool(body, path);
   if (!tool.ok()) return tool.status();
   file.tool = *tool;
-  absl::StatusOr<std::vector<ProcessStack>> processes = ParseStackText(*tool, body);
-  if (!processes.ok()) return WithPath(processes.status(), path);
-  file.processes = std::move(*processes);
-  return file;
+  // Skip the lines the parser rejects (blanked, so later line numbers hold), one at a
+  // time, while they stay a small part of the file.
+  int non_blank = 0;
+  for (const TextLine& l : SplitLines(body)) non_blank += !absl::StripAsciiWhitespace(l.text).empty();
+  std::optional<absl::Status> first_error;
+  while (true) {
+    absl::StatusOr<std::vector<ProcessStack>> processes = ParseStackText(*tool, body);
+    if (processes.ok()) {
+      int frames = 0;
+      for (const ProcessStack& p : *processes) {
+        for (const ThreadStack& t : p.threads) frames += static_cast<int>(t.frames.size());
+      }
+      if (first_error && frames == 0) return *first_error;
+      file.processes = std::move(*processes);
+      return file;
+    }
+    const absl::Status error = WithPath(processes.status(), path);
+    if (!first_error) first_error = error;
+    std::optional<int> line_no = ErrorLine(processes.status());
+    if (!line_no || 4 * (file.skipped_lines + 1) > non_blank) return *first_error;
+    if (!BlankLine(&body, *line_no)) return *first_error;
+    ++file.skipped_lines;
+    if (file.warnings.size() < kMaxWarnings) file.warnings.push_back(absl::StrCat(error.message(), " (line skipped)"));
+  }
 }
 
-absl::StatusOr<std::vector<RankStackFile>> LoadStackDirectory(const std::string& dir) {
+absl::StatusOr<StackDirectory> LoadStackDirectory(const std::string& dir) {
+  constexpr size_t kMaxWarnings = 20;
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -170,26 +227,45 @@ absl::StatusOr<std::vector<RankStackFile>> LoadStackDirectory(const std::string&
     return absl::InvalidArgumentError(absl::StrCat(dir, ": no stack files (one per rank expected)"));
   }
   std::sort(paths.begin(), paths.end());
-  std::vector<RankStackFile> files;
+  StackDirectory out;
+  std::optional<absl::Status> first_error;
+  auto warn = [&](std::string w) {
+    if (out.warnings.size() < kMaxWarnings) out.warnings.push_back(std::move(w));
+  };
   for (const std::string& path : paths) {
-    std::error_code size_ec;
-    const auto size = fs::file_size(path, size_ec);
-    if (size_ec) return absl::InvalidArgumentError(absl::StrCat(path, ": ", size_ec.message()));
-    if (size > kMaxFileBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", size, " bytes is too large for a stack dump (limit ", kMaxFileBytes, ")"));
+    absl::StatusOr<RankStackFile> file = [&]() -> absl::StatusOr<RankStackFile> {
+      std::error_code size_ec;
+      const auto size = fs::file_size(path, size_ec);
+      if (size_ec) return absl::InvalidArgumentError(absl::StrCat(path, ": ", size_ec.message()));
+      if (size > kMaxFileBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": ", size, " bytes is too large for a stack dump (limit ", kMaxFileBytes, ")"));
+      }
+      absl::StatusOr<std::string> text = ReadAnalysisInput(path, kMaxFileBytes);  // gzip inflated
+      if (!text.ok()) return text.status();
+      return ParseRankStackText(*text, path);
+    }();
+    if (!file.ok()) {
+      if (!first_error) first_error = file.status();
+      ++out.skipped_files;
+      warn(absl::StrCat(file.status().message(), " (file skipped)"));
+      continue;
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    absl::StatusOr<RankStackFile> file = ParseRankStackText(ss.str(), path);
-    if (!file.ok()) return file.status();
-    files.push_back(std::move(*file));
+    out.skipped_lines += file->skipped_lines;
+    for (const std::string& w : file->warnings) warn(w);
+    if (file->skipped_lines > static_cast<int>(file->warnings.size())) {
+      warn(absl::StrCat(path, ": ", file->skipped_lines, " line(s) skipped in all"));
+    }
+    out.files.push_back(std::move(*file));
   }
-  std::stable_sort(files.begin(), files.end(),
+  if (out.files.empty()) {
+    if (paths.size() == 1) return *first_error;
+    return absl::InvalidArgumentError(absl::StrCat("no readable stack file among ", paths.size(), " in ", dir,
+                                                   "; the first: ", first_error->message()));
+  }
+  std::stable_sort(out.files.begin(), out.files.end(),
                    [](const RankStackFile& a, const RankStackFile& b) { return a.rank < b.rank; });
-  return files;
+  return out;
 }
 
 }  // namespace peregrine
