@@ -67,9 +67,20 @@ absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& optio
       AddNcclHookEnvironment(options.nccl_hook, failslow->ring_dir(), failslow->profiling(), failslow->trap(),
                              &spec.env);
     }
-    failslow->Reset();
+    // A launch starts new series: every rank's detector is built with the job's settings.
+    if (absl::Status s = failslow->SetDetectorOptions(DetectorOptionsFor(assignment)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.failSlow settings from the assignment: ", s.message()));
+    }
   }
   return plan;
+}
+
+FailSlowDetectorOptions DetectorOptionsFor(const TrainingAssignment& assignment, FailSlowDetectorOptions base) {
+  if (assignment.failslow_change_point_probability != 0) {
+    base.bocd.report_threshold = assignment.failslow_change_point_probability;
+  }
+  if (assignment.failslow_verify_threshold != 0) base.verify_threshold = assignment.failslow_verify_threshold;
+  return base;
 }
 
 checkpoint::AgentCheckpointsOptions CheckpointOptionsFor(const AgentOptions& options) {

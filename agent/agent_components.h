@@ -26,12 +26,19 @@ namespace peregrine {
 // Null when options.nccl_hook is empty (no hook, nothing to monitor).
 absl::StatusOr<std::unique_ptr<FailSlowMonitor>> CreateFailSlowMonitor(const AgentOptions& options);
 // The processes of `assignment` (agent/launch_plan.h) with the agent's environment,
-// the NCCL hook's when `failslow` is set (whose rings it resets for the new run), and the
-// checkpoint store's directories and allowance when `store` is set.
+// the NCCL hook's when `failslow` is set (whose rings it resets for the new run, with
+// detectors built from the assignment's spec.failSlow settings: DetectorOptionsFor), and
+// the checkpoint store's directories and allowance when `store` is set. Fails with
+// kInvalidArgument when those settings are out of range.
 absl::StatusOr<std::vector<ProcessSpec>> PrepareLaunch(const AgentOptions& options,
                                                        const TrainingAssignment& assignment,
                                                        FailSlowMonitor* failslow,
                                                        const checkpoint::ShardStore* store = nullptr);
+
+// The fail-slow detector settings of a launch: `base` with the assignment's
+// changePointProbability (the BOCPD posterior to report) and verifyThreshold where set.
+FailSlowDetectorOptions DetectorOptionsFor(const TrainingAssignment& assignment,
+                                           FailSlowDetectorOptions base = {});
 
 // The in-memory checkpoints' options (agent/checkpoint/agent_checkpoints.h) from the
 // agent's: its root, job and pod, token file, data channel and clock.

@@ -264,6 +264,13 @@ void FailSlowMonitor::Reset() {
   }
 }
 
+absl::Status FailSlowMonitor::SetDetectorOptions(const FailSlowDetectorOptions& detector) {
+  if (auto d = FailSlowDetector::Create(detector); !d.ok()) return d.status();
+  options_.detector = detector;
+  Reset();
+  return absl::OkStatus();
+}
+
 void FailSlowMonitor::SetMode(bool profiling, bool trap) {
   if (trap != trap_) {
     for (auto& [path, r] : rings_) r->pause_checked = false;

@@ -152,6 +152,14 @@ class FailSlowMonitor {
   // open but their series restart, warm-up included.
   void Reset();
 
+  // Replaces the detector settings (the job's spec.failSlow, from the assignment) and
+  // restarts every rank's series as Reset() does, so each rank gets a new detector built
+  // with them (a detector is never reconfigured in place: its calibration and pending
+  // change points belong to the old settings). kInvalidArgument, naming the field, for
+  // settings out of range (nothing changes then).
+  absl::Status SetDetectorOptions(const FailSlowDetectorOptions& detector);
+  const FailSlowDetectorOptions& detector_options() const { return options_.detector; }
+
   // Switches profiling / trap in every ring, now and for rings opened later. Turning
   // profiling on clears the profile windows, so profiles only hold calls made under it.
   void SetMode(bool profiling, bool trap);

@@ -46,6 +46,8 @@ TrainingAssignment AssignmentFromProto(const v1::Assignment& assignment) {
   out.attempt = assignment.attempt();
   out.code = CodeFromProto(assignment.code());
   if (assignment.has_checkpoint()) out.checkpoint_plan = assignment.checkpoint().SerializeAsString();
+  out.failslow_change_point_probability = assignment.fail_slow().change_point_probability();
+  out.failslow_verify_threshold = assignment.fail_slow().verify_threshold();
   return out;
 }
 
@@ -72,6 +74,11 @@ v1::Assignment AssignmentToProto(const TrainingAssignment& assignment) {
   out.set_attempt(assignment.attempt);
   *out.mutable_code() = CodeToProto(assignment.code);
   if (!assignment.checkpoint_plan.empty()) out.mutable_checkpoint()->ParseFromString(assignment.checkpoint_plan);
+  if (assignment.failslow_change_point_probability != 0 || assignment.failslow_verify_threshold != 0) {
+    v1::FailSlowSettings* f = out.mutable_fail_slow();
+    f->set_change_point_probability(assignment.failslow_change_point_probability);
+    f->set_verify_threshold(assignment.failslow_verify_threshold);
+  }
   return out;
 }
 

@@ -55,6 +55,10 @@ struct TrainingAssignment {
   // The in-memory checkpoint plan (peregrine.v1.CheckpointPlan) as the controller sent it,
   // serialized; empty: checkpoints off. The agent's checkpoint store reads it.
   std::string checkpoint_plan;
+  // spec.failSlow's detector settings (peregrine.v1.FailSlowSettings); 0: the agent's default.
+  // Each training launch builds its ranks' fail-slow detectors with them.
+  double failslow_change_point_probability = 0;
+  double failslow_verify_threshold = 0;
 
   bool operator==(const TrainingAssignment&) const = default;
 };

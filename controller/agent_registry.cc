@@ -114,6 +114,9 @@ v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec,
   w.set_resume_step(a.resume_step);
   w.set_attempt(a.attempt);
   *w.mutable_code() = ToWire(a.code);
+  v1::FailSlowSettings* fail_slow = w.mutable_fail_slow();
+  fail_slow->set_change_point_probability(spec.fail_slow.change_point_probability);
+  fail_slow->set_verify_threshold(spec.fail_slow.verify_threshold);
   const CheckpointPlanSpec& c = a.checkpoint;
   if (c.interval_steps > 0) {
     v1::CheckpointPlan* p = w.mutable_checkpoint();

@@ -2,6 +2,7 @@
 // real ring files (written the way libperegrine_nccl.so writes them, with synthetic call
 // times) so that a warm-up shift is not reported while a later slowdown is, with its onset.
 #include "agent/failslow_monitor.h"
+#include "agent/agent_components.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -498,6 +499,47 @@ TEST_CASE("a process without RANK is tracked but never reported as a rank", "[un
   google::protobuf::RepeatedPtrField<v1::CommProfile> profiles;
   monitor->FillCommProfiles(&profiles);
   CHECK(profiles.empty());
+}
+
+TEST_CASE("FailSlowMonitor: the assignment's spec.failSlow settings reach every rank's detector", "[unit]") {
+  // A 14% slowdown after warm-up: over a verifyThreshold of 0.1, under one of 0.2.
+  std::vector<double> d;
+  for (int i = 0; i < 160; ++i) d.push_back((i < 110 ? 100.0 : 114.0) * Noise(i));
+  auto run = [&](double verify_threshold, double probability) {
+    TrainingAssignment assignment;
+    assignment.failslow_verify_threshold = verify_threshold;
+    assignment.failslow_change_point_probability = probability;
+    TempDir dir;
+    const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir.path());
+    REQUIRE(monitor->SetDetectorOptions(DetectorOptionsFor(assignment)).ok());
+    CHECK(monitor->detector_options().verify_threshold == (verify_threshold == 0 ? 0.10 : verify_threshold));
+    CHECK(monitor->detector_options().bocd.report_threshold == (probability == 0 ? 0.9 : probability));
+    TrainerRing r(dir.path(), 3);
+    std::vector<v1::FailSlowEvent> events;
+    int64_t t = 5'000 * kMs;
+    for (size_t i = 0; i < d.size(); ++i) {
+      r.Iteration(t);
+      t += static_cast<int64_t>(d[i] * kMs);
+      if (i % 10 == 9) {
+        for (auto& e : monitor->Poll(t + kUnixOffset, t)) events.push_back(e);
+      }
+    }
+    r.Iteration(t);
+    for (auto& e : monitor->Poll(t + kUnixOffset, t)) events.push_back(e);
+    return events;
+  };
+  CHECK(run(0, 0).size() == 1);       // the defaults (0.10, 0.9) report it
+  CHECK(run(0.2, 0).empty());         // verifyThreshold 0.2 rejects it
+  CHECK(run(0.05, 0.95).size() == 1);
+  // Out of range: named, nothing changes.
+  TempDir dir;
+  const std::unique_ptr<FailSlowMonitor> monitor = MonitorOf(dir.path());
+  TrainingAssignment bad;
+  bad.failslow_change_point_probability = 1.5;
+  const absl::Status s = monitor->SetDetectorOptions(DetectorOptionsFor(bad));
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("report_threshold") != std::string::npos);
+  CHECK(monitor->detector_options().bocd.report_threshold == 0.9);
 }
 
 }  // namespace

@@ -55,6 +55,18 @@ TEST_CASE("an assignment survives the round trip through the agent's form", "[un
   CHECK(AssignmentFromProto(AssignmentToProto(plain)) == plain);
 }
 
+TEST_CASE("the spec's fail-slow settings travel in the assignment", "[unit]") {
+  v1::Assignment wire = WireAssignment();
+  CHECK(AssignmentFromProto(wire).failslow_verify_threshold == 0);  // absent: agent defaults
+  CHECK(!AssignmentToProto(AssignmentFromProto(wire)).has_fail_slow());
+  wire.mutable_fail_slow()->set_change_point_probability(0.97);
+  wire.mutable_fail_slow()->set_verify_threshold(0.25);
+  const TrainingAssignment plain = AssignmentFromProto(wire);
+  CHECK(plain.failslow_change_point_probability == 0.97);
+  CHECK(plain.failslow_verify_threshold == 0.25);
+  CHECK(MessageDifferencer::Equals(AssignmentToProto(plain), wire));
+}
+
 TEST_CASE("every command kind is read from the wire", "[unit]") {
   using Kind = AgentCommand::Kind;
   struct Case {
