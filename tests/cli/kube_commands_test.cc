@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/code_update_flags.h"
+#include "cli/job_text.h"
 #include "cli/peregrinectl.h"
 #include "controller/status_json.h"
 #include "tests/fakes/fake_kube_api_server.h"
@@ -317,6 +319,35 @@ TEST_CASE("kubectl runs build/bin/kubectl-peregrine as its plugin: kubectl plugi
   const auto [missing_code, missing] = run({"peregrine", "-n", "prod", "status", "llm"}, "missing");
   CHECK(missing_code == 1);
   CHECK_THAT(missing, Catch::Contains("TrainingJob llm not found in namespace prod"));
+}
+
+TEST_CASE("job text: a status of the wrong shape prints what it can and never throws", "[unit]") {
+  const json hostile = {{"namespace", 1},
+                        {"name", "x"},
+                        {"spec", {{"machines", "four"}, {"parallelism", 3}}},
+                        {"status",
+                         {{"phase", 7},
+                          {"incidents", {{{"id", "one"}, {"actions", {1, "Evict"}}}, 5}},
+                          {"machines", "none"},
+                          {"conditions", {1, {{"type", "Ready"}, {"status", "False"}}}},
+                          {"standby", nullptr}}}};
+  std::ostringstream out;
+  CHECK_NOTHROW(PrintJobStatus(hostile, out));
+  CHECK_NOTHROW(PrintJobIncidents(hostile, out));
+  const json events = {1, {{"firstTimestamp", "yesterday"}, {"reason", "Late"}},
+                       {{"firstTimestamp", "2025-01-02T03:04:05Z"}, {"reason", "Early"}}};
+  CHECK_NOTHROW(PrintJobTimeline(hostile, events, out));
+  const std::string text = out.str();
+  CHECK_THAT(text, Catch::Contains("phase ?"));
+  CHECK_THAT(text, Catch::Contains("Ready=False"));
+  CHECK_THAT(text, Catch::Contains("    - Evict\n"));
+  // A time that does not parse goes after those that do.
+  CHECK(text.find("Early") < text.find("Late"));
+  CHECK(JobViewFromObject(json{{"metadata", {{"name", "a"}}}, {"spec", json::object()}}).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(JobViewFromObject(json{{"metadata", {{"name", "a"}}}, {"status", {{"phase", "Running"}}}}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(JobViewFromObject(json::array()).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("update flags become the controller's merge patch", "[unit]") {
