@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/analyze/analysis_args.h"
+#include "cli/analyze/rank_ranges.h"
 #include "cli/analyze/fr_command.h"
 #include "cli/analyze/input_file.h"
 #include "cli/analyze/nccl_desync.h"
@@ -133,17 +134,6 @@ std::string Num(double v) {
   if (a >= 1000) return absl::StrFormat("%.1f", v);
   if (a >= 1) return absl::StrFormat("%.4g", v);
   return absl::StrFormat("%.4g", v);
-}
-
-std::string Ranges(const std::vector<int>& v) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < v.size();) {
-    size_t j = i;
-    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
-    parts.push_back(j == i ? absl::StrCat(v[i]) : absl::StrCat(v[i], "-", v[j]));
-    i = j + 1;
-  }
-  return absl::StrJoin(parts, ",");
 }
 
 Json StatsJson(const SummaryStats& s) {
@@ -582,7 +572,7 @@ void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostrea
                            f.tool, f.processes, f.threads, f.path, f.rank_rule);
   }
   if (!r.missing_ranks.empty()) {
-    out << "ranks without a stack file: " << Ranges(r.missing_ranks) << "\n";
+    out << "ranks without a stack file: " << RankRanges(r.missing_ranks) << "\n";
   }
   const StackAggregation& a = r.aggregation;
   out << "\n" << a.groups.size() << " stack group(s), largest first:\n";
@@ -594,22 +584,22 @@ void RenderStacksText(const StacksReport& r, const std::string& dir, std::ostrea
                            static_cast<int>(i) == a.dominant_group ? " (dominant: healthy)"
                            : suspect                               ? " (suspect)"
                                                                    : "",
-                           g.ranks.size(), Ranges(g.ranks), Ranges(r.machines_of_groups[i]), FrameKindName(g.kind),
+                           g.ranks.size(), RankRanges(g.ranks), RankRanges(r.machines_of_groups[i]), FrameKindName(g.kind),
                            g.kind_frame.empty() ? "" : absl::StrCat(" in ", g.kind_frame));
     out << "      " << g.summary << "\n";
     if (!g.distinguishing_frames.empty()) {
       out << "      only here: " << absl::StrJoin(g.distinguishing_frames, " <- ") << "\n";
     }
   }
-  out << "\nsuspect ranks: " << (a.suspect_ranks.empty() ? std::string("none") : Ranges(a.suspect_ranks)) << "\n";
+  out << "\nsuspect ranks: " << (a.suspect_ranks.empty() ? std::string("none") : RankRanges(a.suspect_ranks)) << "\n";
   if (a.chosen_group) {
     out << "chosen group: " << GroupKindName(a.chosen_group->kind) << " group " << a.chosen_group->index
-        << " (ranks " << Ranges(a.chosen_group->ranks) << ")\n";
+        << " (ranks " << RankRanges(a.chosen_group->ranks) << ")\n";
   } else {
     out << "chosen group: none\n";
   }
   out << "machines to evict: "
-      << (a.machines_to_evict.empty() ? std::string("none") : Ranges(a.machines_to_evict)) << "\n";
+      << (a.machines_to_evict.empty() ? std::string("none") : RankRanges(a.machines_to_evict)) << "\n";
   out << "confidence: " << VerdictConfidenceName(a.confidence) << " (" << a.confidence_reason << ")\n";
   out << "explanation: " << a.explanation << "\n";
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/analyze/rank_ranges.h"
 
 // Per process group (entries grouped by the group's name, which is the same on every rank;
 // pg_id is a per-process counter):
@@ -125,17 +126,6 @@ absl::string_view FrVerdictName(FrVerdict verdict) {
     case FrVerdict::kP2pPending: return "p2p-pending";
   }
   return "?";
-}
-
-std::string FrRankList(const std::vector<int>& v) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < v.size();) {
-    size_t j = i;
-    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
-    parts.push_back(j == i ? absl::StrCat(v[i]) : absl::StrCat(v[i], "-", v[j]));
-    i = j + 1;
-  }
-  return absl::StrJoin(parts, ",");
 }
 
 FrReport AnalyzeFlightRecorder(const std::vector<FrRankDump>& dumps) {
@@ -288,23 +278,23 @@ FrReport AnalyzeFlightRecorder(const std::vector<FrRankDump>& dumps) {
     if (!g.mismatches.empty()) {
       const FrMismatch& m = g.mismatches.front();
       g.verdict = FrVerdict::kMismatch;
-      why.push_back(absl::StrCat("desync at collective seq ", m.seq, ": ranks ", FrRankList(m.ranks), " have ",
-                                 m.field, " ", m.found, " where ranks ", FrRankList(m.expected_ranks), " have ",
+      why.push_back(absl::StrCat("desync at collective seq ", m.seq, ": ranks ", RankRanges(m.ranks), " have ",
+                                 m.field, " ", m.found, " where ranks ", RankRanges(m.expected_ranks), " have ",
                                  m.expected));
     }
     if (stuck && !g.missing_ranks.empty()) {
       if (g.mismatches.empty()) g.verdict = FrVerdict::kMissingRanks;
-      why.push_back(absl::StrCat("ranks ", FrRankList(g.missing_ranks), " never reached ", g.stuck_op,
-                                 " (collective seq ", *stuck, ") that ranks ", FrRankList(g.waiting_ranks),
+      why.push_back(absl::StrCat("ranks ", RankRanges(g.missing_ranks), " never reached ", g.stuck_op,
+                                 " (collective seq ", *stuck, ") that ranks ", RankRanges(g.waiting_ranks),
                                  " are waiting in"));
     } else if (stuck && g.mismatches.empty() && !g.no_dump_ranks.empty()) {
       g.verdict = FrVerdict::kMissingDumps;
-      why.push_back(absl::StrCat("ranks ", FrRankList(g.waiting_ranks), " wait in ", g.stuck_op, " (collective seq ",
-                                 *stuck, "); ranks ", FrRankList(g.no_dump_ranks),
+      why.push_back(absl::StrCat("ranks ", RankRanges(g.waiting_ranks), " wait in ", g.stuck_op, " (collective seq ",
+                                 *stuck, "); ranks ", RankRanges(g.no_dump_ranks),
                                  " left no readable dump and may be the ones that never reached it"));
     } else if (stuck && g.mismatches.empty()) {
       g.verdict = FrVerdict::kAllStuck;
-      why.push_back(absl::StrCat("ranks ", FrRankList(g.waiting_ranks), " are all in ", g.stuck_op,
+      why.push_back(absl::StrCat("ranks ", RankRanges(g.waiting_ranks), " are all in ", g.stuck_op,
                                  " (collective seq ", *stuck,
                                  ") and none completed it: no rank is missing; suspect the collective itself "
                                  "(network, NCCL or a GPU)"));
@@ -316,7 +306,7 @@ FrReport AnalyzeFlightRecorder(const std::vector<FrRankDump>& dumps) {
                                   : "no collective pending");
     }
     if (!g.no_dump_ranks.empty() && g.verdict != FrVerdict::kMissingDumps) {
-      why.push_back(absl::StrCat("no dump from ranks ", FrRankList(g.no_dump_ranks), ": nothing known about them"));
+      why.push_back(absl::StrCat("no dump from ranks ", RankRanges(g.no_dump_ranks), ": nothing known about them"));
     }
     g.explanation = absl::StrJoin(why, "; ");
     report.groups.push_back(std::move(g));

@@ -78,9 +78,6 @@ struct FrReport {
 
 FrReport AnalyzeFlightRecorder(const std::vector<FrRankDump>& dumps);
 
-// "[0-3,5]"-style list of ranks, for messages.
-std::string FrRankList(const std::vector<int>& ranks);
-
 }  // namespace peregrine
 
 #endif  // PEREGRINE_CLI_ANALYZE_FR_ANALYSIS_H_

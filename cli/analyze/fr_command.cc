@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "cli/analyze/input_file.h"
+#include "cli/analyze/rank_ranges.h"
 
 namespace peregrine {
 namespace {
@@ -99,7 +100,7 @@ absl::StatusOr<FrDirectory> LoadFlightRecorderDirectory(const std::string& dir, 
 
 void RenderFrText(const FrDirectory& files, const FrReport& r, const std::string& dir, std::ostream& out) {
   out << dir << ": " << files.dumps.size() << " flight recorder dump(s)";
-  if (!r.ranks.empty()) out << ", ranks " << FrRankList(r.ranks);
+  if (!r.ranks.empty()) out << ", ranks " << RankRanges(r.ranks);
   if (!r.versions.empty()) out << ", version " << absl::StrJoin(r.versions, ", ");
   out << "\n";
   for (const FrSkippedFile& s : files.skipped) out << "skipped " << s.path << ": " << s.reason << "\n";
@@ -111,20 +112,20 @@ void RenderFrText(const FrDirectory& files, const FrReport& r, const std::string
   for (const FrGroupReport& g : r.groups) {
     out << "\nprocess group " << g.name;
     if (!g.desc.empty()) out << " (" << g.desc << ")";
-    out << ", ranks " << FrRankList(g.ranks) << "\n";
+    out << ", ranks " << RankRanges(g.ranks) << "\n";
     if (g.stuck_seq) {
       out << "  stuck collective: " << g.stuck_op << " (collective seq " << *g.stuck_seq << "), " << g.stuck_detail
           << "\n";
-      out << "  waiting ranks: " << (g.waiting_ranks.empty() ? "none" : FrRankList(g.waiting_ranks)) << "\n";
-      out << "  missing ranks: " << (g.missing_ranks.empty() ? "none" : FrRankList(g.missing_ranks)) << "\n";
+      out << "  waiting ranks: " << (g.waiting_ranks.empty() ? "none" : RankRanges(g.waiting_ranks)) << "\n";
+      out << "  missing ranks: " << (g.missing_ranks.empty() ? "none" : RankRanges(g.missing_ranks)) << "\n";
     } else {
       out << "  stuck collective: none\n";
     }
-    if (!g.no_dump_ranks.empty()) out << "  ranks without a dump: " << FrRankList(g.no_dump_ranks) << "\n";
+    if (!g.no_dump_ranks.empty()) out << "  ranks without a dump: " << RankRanges(g.no_dump_ranks) << "\n";
     out << "  mismatches: " << (g.mismatches.empty() ? "none" : "") << "\n";
     for (const FrMismatch& m : g.mismatches) {
-      out << "    collective seq " << m.seq << ": " << m.field << " " << m.found << " on ranks " << FrRankList(m.ranks)
-          << ", " << m.expected << " on ranks " << FrRankList(m.expected_ranks) << "\n";
+      out << "    collective seq " << m.seq << ": " << m.field << " " << m.found << " on ranks " << RankRanges(m.ranks)
+          << ", " << m.expected << " on ranks " << RankRanges(m.expected_ranks) << "\n";
     }
     if (!g.p2p_findings.empty()) {
       out << "  p2p:\n";
