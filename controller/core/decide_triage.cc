@@ -443,6 +443,8 @@ void Decider::DetectAndTriage() {
     inc->decision = "signal not confirmed: no action";
     inc->resumed_at = now_;
     st.phase = JobPhase::kRunning;
+    Event(JobEventType::kNormal, "SignalNotConfirmed",
+          absl::StrFormat("incident %d: %s; training continues", inc->id, inc->decision));
     return;
   }
   FinishRecovery(inc, rolled_back, counted);

@@ -1,6 +1,7 @@
 // Every TrainingJob phase transition the decision engine makes is announced by one
 // Kubernetes Event with a CamelCase reason: Pending -> Running ("Started"), Running ->
-// Recovering (the incident kind, Warning), Recovering -> Running ("Recovered"), Running ->
+// Recovering (the incident kind, Warning), Recovering -> Running ("Recovered", or
+// "SignalNotConfirmed" when the triage found nothing to act on), Running ->
 // Succeeded ("Succeeded"), and -> Failed ("Failed", Warning), whether a FailJob exit rule
 // or maxRecoveries ends it. A job is walked through them with PlanWorld; each round that
 // changes the phase must carry exactly one event with the transition's reason.
@@ -33,7 +34,10 @@ std::string ExpectedReason(JobPhase from, JobPhase to, const JobStatus& st) {
   if (from == JobPhase::kRunning && to == JobPhase::kRecovering) {
     return st.incidents.empty() ? "" : ToString(st.incidents.back().kind);
   }
-  if (from == JobPhase::kRecovering && to == JobPhase::kRunning) return "Recovered";
+  if (from == JobPhase::kRecovering && to == JobPhase::kRunning) {
+    const bool unconfirmed = !st.incidents.empty() && st.incidents.back().decision == "signal not confirmed: no action";
+    return unconfirmed ? "SignalNotConfirmed" : "Recovered";
+  }
   if (to == JobPhase::kSucceeded) return "Succeeded";
   if (to == JobPhase::kFailed) return "Failed";
   return "";
@@ -153,6 +157,24 @@ TEST_CASE("Past maxRecoveries: Recovering -> Failed is announced once", "[unit]"
   CHECK(w.status.recoveries == 1);
   CHECK(w.Path() == std::vector<std::pair<JobPhase, JobPhase>>{
                         {P::kPending, P::kRunning}, {P::kRunning, P::kRecovering}, {P::kRecovering, P::kFailed}});
+}
+
+TEST_CASE("A signal gone by the end of the triage window: Recovering -> Running is announced once", "[unit]") {
+  PhaseWorld w({});
+  w.RunUntil(P::kRunning);
+  w.Progress(10);
+  w.Round();
+  w.Exits(1, 1);
+  w.RunUntil(P::kRecovering);
+  // Within the window the agent reports its training running again (the exit was stale).
+  AgentObservation* a = w.Agent(w.status.slots[1].pod);
+  a->phase = AgentTrainingPhase::kRunning;
+  a->exits.clear();
+  w.now += 2 * kSecond;
+  w.RunUntil(P::kRunning);
+  CHECK(w.status.incidents.back().decision == "signal not confirmed: no action");
+  CHECK(w.Path() == std::vector<std::pair<JobPhase, JobPhase>>{
+                        {P::kPending, P::kRunning}, {P::kRunning, P::kRecovering}, {P::kRecovering, P::kRunning}});
 }
 
 }  // namespace
