@@ -324,7 +324,7 @@ TEST_CASE("analyze nccl: NCCL_DEBUG lines behind Ray, torchrun and Slurm prefixe
   CHECK(j["streams"][1]["calls"] == 4);
   // torchrun (--tee 3 / --log-dir) and srun --label prefixes, built on the fixture's lines.
   const std::string base = ReadFile(Fixture("nccl_debug_timestamps.log"));
-  for (const std::string& kind : {"rank", "default", "slurm"}) {
+  for (const std::string kind : {"rank", "default", "slurm"}) {
     INFO(kind);
     std::string text;
     for (absl::string_view line : absl::StrSplit(base, '\n')) {
