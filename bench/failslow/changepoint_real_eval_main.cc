@@ -12,11 +12,14 @@
 // Rows: one per series, then the mean of each part (tuning, held-out).
 //
 //   changepoint-real-eval [--data=DIR] [--part=tuning|held-out|all] [--json]
-//                         [--verify=F] [--prob=P]
+//                         [--verify=F] [--prob=P] [--set=OPTION=VALUE ...]
+// --set: a FailSlowDetectorOptions field by name (hazard, verify_after, max_before, ...;
+// repeatable, applied after --verify and --prob), for sweeps on the tuning part only.
 // DIR holds annotations.json, split.txt ("name part" lines) and <name>.json per series;
 // the default is the source tree's bench/data/tcpd. Exit status 1 on bad flags or data.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -40,6 +43,7 @@ struct Flags {
   bool json = false;
   double verify = 0.10;
   double prob = 0.90;
+  std::vector<std::pair<std::string, double>> sets;  // --set=NAME=VALUE, in order
 };
 
 struct Series {
@@ -150,10 +154,19 @@ bool ParseFlags(int argc, char** argv, Flags& flags) {
       flags.verify = std::atof(v);
     } else if (const char* v = value("--prob=")) {
       flags.prob = std::atof(v);
+    } else if (const char* v = value("--set=")) {
+      const char* eq = std::strchr(v, '=');
+      char* end = nullptr;
+      const double number = eq == nullptr ? 0.0 : std::strtod(eq + 1, &end);
+      if (eq == nullptr || end == eq + 1 || *end != '\0' || !std::isfinite(number)) {
+        std::fprintf(stderr, "--set expects OPTION=NUMBER, got %s\n", v);
+        return false;
+      }
+      flags.sets.emplace_back(std::string(v, eq), number);
     } else {
       std::fprintf(stderr,
                    "unknown flag %s\nusage: changepoint-real-eval [--data=DIR] "
-                   "[--part=tuning|held-out|all] [--json] [--verify=F] [--prob=P]\n",
+                   "[--part=tuning|held-out|all] [--json] [--verify=F] [--prob=P] [--set=OPTION=VALUE ...]\n",
                    arg.c_str());
       return false;
     }
@@ -162,6 +175,28 @@ bool ParseFlags(int argc, char** argv, Flags& flags) {
     std::fprintf(stderr, "--part must be tuning, held-out or all, got %s\n", flags.part.c_str());
     return false;
   }
+  return true;
+}
+
+// --set=NAME=VALUE: a FailSlowDetectorOptions field by name (for sweeps on the tuning part).
+bool SetOption(peregrine::FailSlowDetectorOptions& o, const std::string& name, double v) {
+  const int i = static_cast<int>(v);
+  if (name == "hazard") o.bocd.hazard = v;
+  else if (name == "outlier_probability") o.bocd.outlier_probability = v;
+  else if (name == "calibration_samples") o.bocd.calibration_samples = i;
+  else if (name == "min_run_length") o.bocd.min_run_length = i;
+  else if (name == "kappa0") o.bocd.kappa0 = v;
+  else if (name == "alpha0") o.bocd.alpha0 = v;
+  else if (name == "beta0") o.bocd.beta0 = v;
+  else if (name == "verify_after") o.verify_after = i;
+  else if (name == "verify_window") o.verify_window = i;
+  else if (name == "min_before") o.min_before = i;
+  else if (name == "max_before") o.max_before = i;
+  else if (name == "trend_min_samples") o.trend_min_samples = i;
+  else if (name == "trend_window") o.trend_window = i;
+  else if (name == "trend_min_t") o.trend_min_t = v;
+  else if (name == "trend_min_rise") o.trend_min_rise = v;
+  else return false;
   return true;
 }
 
@@ -181,6 +216,12 @@ int main(int argc, char** argv) {
   peregrine::FailSlowDetectorOptions options;
   options.verify_threshold = flags.verify;
   options.bocd.report_threshold = flags.prob;
+  for (const auto& [name, v] : flags.sets) {
+    if (!SetOption(options, name, v)) {
+      std::fprintf(stderr, "changepoint-real-eval: unknown option %s for --set\n", name.c_str());
+      return 1;
+    }
+  }
   // part -> method -> sums; per-series rows.
   std::map<std::string, std::map<std::string, ChangePointScore>> sums;
   std::map<std::string, int> counts;
