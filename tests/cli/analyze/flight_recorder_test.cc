@@ -239,7 +239,7 @@ TEST_CASE("analyze fr: --prefix, no readable dump, not a directory, usage", "[un
   CHECK(absl::StrContains(Analyze({"--help"}).out, "peregrinectl analyze fr DIR [--prefix P] [--json]"));
 }
 
-TEST_CASE("flight recorder: an entry without optional fields is read; a dump that is not a dict is refused", "[unit]") {
+TEST_CASE("flight recorder: an entry without optional fields is read - a dump that is not a dict is refused", "[unit]") {
   // Only the fields the analysis needs: {version, entries: [{profiling_name, collective_seq_id, pg_id, state}]}
   // written the libtorch way by hand.
   using namespace std::string_literals;

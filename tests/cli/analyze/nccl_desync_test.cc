@@ -74,7 +74,7 @@ TEST_CASE("nccl desync: one rank calls AllGather where its peers call AllReduce,
   CHECK(c.behind.empty());
 }
 
-TEST_CASE("nccl desync: without opCount the call index aligns; a count or datatype mismatch is a desync too", "[unit]") {
+TEST_CASE("nccl desync: without opCount the call index aligns - a count or datatype mismatch is a desync too", "[unit]") {
   std::vector<NcclCallStream> streams = {Stream(0, {{kAR, 8}, {kAR, 16}, {kAR, 32}}),
                                          Stream(1, {{kAR, 8}, {kAR, 16, 6}, {kAR, 32}})};
   NcclDesyncReport report = FindNcclDesync(streams);

@@ -271,7 +271,7 @@ TEST_CASE("analyze nccl: a real Kineto trace counts each NCCL op once (GPU-annot
   CHECK(copies_noted);
 }
 
-TEST_CASE("analyze nccl: Kineto ops without args take them from their kernels; a trace of GPU annotations alone is read", "[unit]") {
+TEST_CASE("analyze nccl: Kineto ops without args take them from their kernels - a trace of GPU annotations alone is read", "[unit]") {
   auto event = [](const std::string& name, const std::string& cat, double ts, nlohmann::json args) {
     return nlohmann::json{{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", 1}, {"tid", 1}, {"ts", ts}, {"dur", 5.0},
                           {"args", std::move(args)}};
@@ -309,7 +309,7 @@ TEST_CASE("analyze nccl: Kineto ops without args take them from their kernels; a
   CHECK(j["streams"][0]["period"] == 3);
 }
 
-TEST_CASE("analyze nccl: NCCL_DEBUG lines behind Ray, torchrun and Slurm prefixes; cudaDev separates streams", "[unit]") {
+TEST_CASE("analyze nccl: NCCL_DEBUG lines behind Ray, torchrun and Slurm prefixes - cudaDev separates streams", "[unit]") {
   // Ray: lines quoted from a public issue (README); 3 processes on 3 hosts.
   nlohmann::json j = Analyze({"nccl", Fixture("nccl_debug_ray_prefix.log"), "--json"}).Json();
   REQUIRE(j["streams"].size() == 3);

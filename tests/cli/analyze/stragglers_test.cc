@@ -66,7 +66,7 @@ StepsReport Report(const StepTimesTable& table) {
   return *r;
 }
 
-TEST_CASE("stragglers on real PAI job 1: worker 6, labelled, is the only straggler; worker 0 at 1.1x is within the spread", "[unit]") {
+TEST_CASE("stragglers on real PAI job 1: worker 6, labelled, is the only straggler - worker 0 at 1.1x is within the spread", "[unit]") {
   const StepsReport r = Report(ReadPai("job_1_norm.csv"));
   REQUIRE(r.workers.size() == 10);
   CHECK(r.steps_compared == 300);
@@ -104,7 +104,7 @@ TEST_CASE("stragglers on real PAI job 1 with a 30% slowdown shared by all worker
   }
 }
 
-TEST_CASE("stragglers on real PAI jobs 2 and 3: stable per-worker differences are not stragglers; late stragglers are", "[unit]") {
+TEST_CASE("stragglers on real PAI jobs 2 and 3: stable per-worker differences are not stragglers - late stragglers are", "[unit]") {
   // Job 2: "the variation seems stable, different workers have different mini-batch times".
   const StepsReport two = Report(ReadPai("job_2_norm.csv"));
   CHECK(two.persistently_slow.empty());
