@@ -162,8 +162,9 @@ void PrintJobTimeline(const json& j, const json& events, std::ostream& out) {
     if (const int64_t count = Int(e, "count", 1); count > 1) {
       absl::StrAppend(&text, " (x", count, ", last ", Str(e, "lastTimestamp", "-"), ")");
     }
-    if (when.empty()) when = "-";
-    add(when, std::move(text));
+    // (The "-" goes in as a string: GCC 12's -Wrestrict misfires on assigning a short
+    // literal to a std::string here.)
+    add(when.empty() ? std::string(1, '-') : std::move(when), std::move(text));
     ++event_count;
   }
   const json incidents = Arr(Field(j, "status"), "incidents");

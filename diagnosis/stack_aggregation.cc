@@ -407,7 +407,9 @@ absl::StatusOr<StackAggregation> AggregateStacks(const ParallelLayout& layout,
     std::string signature = RankSignature(r, options);
     auto [it, inserted] = index_of.emplace(signature, result.groups.size());
     if (inserted) {
-      StackGroup g{std::move(signature), {}, Summary(r, options)};
+      StackGroup g;
+      g.signature = std::move(signature);
+      g.summary = Summary(r, options);
       std::vector<std::string> frames;
       if (const ThreadStack* main = MainThreadOf(r)) {
         const ThreadActivity activity = ClassifyThread(*main);
