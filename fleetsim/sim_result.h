@@ -42,6 +42,11 @@ struct SimResult {
   int64_t false_evictions = 0;  // ... of which were healthy
   int64_t restarts = 0;         // job-wide process restarts
   int64_t standby_exhaustions = 0;  // a replacement was needed and no standby was ready
+  // Recoveries from fail-stops: how many, and the summed time from each fault to training
+  // running again (mean recovery = recovery_s / recoveries; ByteRobust compares policies
+  // on this).
+  int64_t recoveries = 0;
+  double recovery_s = 0;
   int64_t decisions = 0;        // DecideJob calls (Peregrine only)
   double sim_cpu_s = 0;         // CPU time the simulation took (filled by the runner)
 };
