@@ -362,8 +362,9 @@ class FakeKubeApiServer::Impl {
                            absl::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<json> Create(absl::string_view resource, absl::string_view ns, json object)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // `whole`: mutate edits the whole object (its server metadata kept), else its .status.
   absl::Status MutateStatus(absl::string_view resource, absl::string_view ns, absl::string_view name,
-                            const std::function<void(json&)>& mutate) ABSL_LOCKS_EXCLUDED(mu_);
+                            const std::function<void(json&)>& mutate, bool whole = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The simple test hooks below lock mu_ themselves, so the rest is public to the
   // FakeKubeApiServer methods in this file (Impl itself is private to it).
@@ -459,6 +460,7 @@ class FakeKubeApiServer::Impl {
   std::map<std::pair<std::string, std::string>, int> request_counts_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
   FakeKubeApiServer::WriteHook write_hook_ ABSL_GUARDED_BY(mu_);
+  FakeKubeApiServer::WriteObserver write_observer_ ABSL_GUARDED_BY(mu_);
   FakeKubeAuth auth_;  // thread-safe on its own
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
@@ -632,6 +634,10 @@ void FakeKubeApiServer::Impl::Serve(const httplib::Request& req, httplib::Respon
   CollectGarbageLocked();
   if (write_hook_ && verb != "get" && verb != "list") {
     write_hook_(verb, resource, t->name, req.get_header_value("User-Agent"));
+  }
+  if (write_observer_ && verb != "get" && verb != "list") {
+    write_observer_(FakeKubeApiServer::WriteRecord{verb, resource, t->name, req.get_header_value("User-Agent"),
+                                                   reply.code, &reply.body});
   }
   write(reply);
 }
@@ -1359,7 +1365,7 @@ absl::StatusOr<json> FakeKubeApiServer::Impl::Create(absl::string_view resource,
 
 absl::Status FakeKubeApiServer::Impl::MutateStatus(absl::string_view resource,
                                                    absl::string_view ns, absl::string_view name,
-                                                   const std::function<void(json&)>& mutate) {
+                                                   const std::function<void(json&)>& mutate, bool whole) {
   absl::MutexLock lock(&mu_);
   const KubeResourceType* type = TypeByNameLocked(resource);
   auto store = objects_.find(std::string(resource));
@@ -1368,8 +1374,13 @@ absl::Status FakeKubeApiServer::Impl::MutateStatus(absl::string_view resource,
     return absl::NotFoundError(absl::StrFormat("%s \"%s/%s\" not found", resource, ns, name));
   }
   json prev = store->second[key], obj = prev;
-  if (!obj["status"].is_object()) obj["status"] = json::object();
-  mutate(obj["status"]);
+  if (whole) {
+    mutate(obj);
+    obj["metadata"] = prev["metadata"];  // the server's fields are the server's
+  } else {
+    if (!obj["status"].is_object()) obj["status"] = json::object();
+    mutate(obj["status"]);
+  }
   if (obj != prev) CommitLocked(*type, key, "MODIFIED", std::move(obj), std::move(prev));
   return absl::OkStatus();
 }
@@ -1450,6 +1461,16 @@ void FakeKubeApiServer::SetWriteHookForTest(WriteHook hook) {
   impl_->write_hook_ = std::move(hook);
 }
 
+void FakeKubeApiServer::SetWriteObserverForTest(WriteObserver observer) {
+  absl::MutexLock lock(&impl_->mu_);
+  impl_->write_observer_ = std::move(observer);
+}
+
+std::map<std::pair<std::string, std::string>, int> FakeKubeApiServer::RequestCountsForTest() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->request_counts_;
+}
+
 int FakeKubeApiServer::RequestCountForTest(absl::string_view verb,
                                            absl::string_view resource) const {
   absl::MutexLock lock(&impl_->mu_);
@@ -1479,6 +1500,11 @@ absl::Status FakeKubeApiServer::MutateStatusForTest(absl::string_view resource,
                                                     absl::string_view ns, absl::string_view name,
                                                     const std::function<void(json&)>& mutate) {
   return impl_->MutateStatus(resource, ns, name, mutate);
+}
+absl::Status FakeKubeApiServer::MutateObjectForTest(absl::string_view resource,
+                                                    absl::string_view ns, absl::string_view name,
+                                                    const std::function<void(json&)>& mutate) {
+  return impl_->MutateStatus(resource, ns, name, mutate, /*whole=*/true);
 }
 absl::Status FakeKubeApiServer::SetPodPhaseForTest(absl::string_view ns, absl::string_view name,
                                                    absl::string_view phase) {

@@ -38,8 +38,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -147,6 +149,21 @@ class FakeKubeApiServer {
   using WriteHook = std::function<void(const std::string& verb, const std::string& resource, const std::string& name,
                                        const std::string& user_agent)>;
   void SetWriteHookForTest(WriteHook hook);
+  // Like the write hook, with what the server answered: after each write request (also
+  // ones it refused) and before its response is sent, `observer` gets the verb, the
+  // resource, the name, the User-Agent, the HTTP code and the response body (for a
+  // successful create, update or patch: the object as stored). Runs with the server's
+  // lock held and must not call the server. An empty observer removes it.
+  struct WriteRecord {
+    std::string verb, resource, name, user_agent;
+    int code = 0;
+    const nlohmann::json* response = nullptr;  // valid during the call only
+  };
+  using WriteObserver = std::function<void(const WriteRecord& write)>;
+  void SetWriteObserverForTest(WriteObserver observer);
+  // Every request received so far, counted by (verb, resource) as RequestCountForTest
+  // names them.
+  std::map<std::pair<std::string, std::string>, int> RequestCountsForTest() const;
   // The Authorization header of the last request ("" when it had none).
   std::string LastAuthorizationForTest() const;
   // Reads an object as stored ("" namespace for cluster-scoped). NotFound if absent.
@@ -160,6 +177,12 @@ class FakeKubeApiServer {
   absl::Status MutateStatusForTest(absl::string_view resource, absl::string_view ns,
                                    absl::string_view name,
                                    const std::function<void(nlohmann::json& status)>& mutate);
+  // Changes a whole object as another component would (the scheduler binding a pod and
+  // its kubelet reporting it running, in one write): `mutate` edits the object in place;
+  // the server's metadata (uid, resourceVersion, generation) is kept. One MODIFIED event.
+  absl::Status MutateObjectForTest(absl::string_view resource, absl::string_view ns,
+                                   absl::string_view name,
+                                   const std::function<void(nlohmann::json& object)>& mutate);
   // Sets pod status.phase (e.g. "Failed", "Running").
   absl::Status SetPodPhaseForTest(absl::string_view ns, absl::string_view name,
                                   absl::string_view phase);

@@ -706,6 +706,43 @@ TEST_CASE("fault hooks: injected failures, request counts, kubelet status change
         absl::StatusCode::kAlreadyExists);
 }
 
+TEST_CASE("write observer, request counts by verb and resource, whole-object changes", "[unit]") {
+  Env env;
+  std::vector<std::string> seen;
+  env.server.SetWriteObserverForTest([&seen](const FakeKubeApiServer::WriteRecord& w) {
+    const json* status = w.response != nullptr && w.response->contains("status") ? &(*w.response)["status"] : nullptr;
+    const std::string phase = status != nullptr && status->is_object() ? status->value("phase", "") : "";
+    seen.push_back(absl::StrCat(w.verb, " ", w.resource, " ", w.name, " ", w.code, " ", phase));
+  });
+  REQUIRE(env.api->Post(kPods, Pod("a")).code == 201);
+  CHECK(env.api->Post(kPods, Pod("a")).code == 409);
+  REQUIRE(env.api->Get(absl::StrCat(kPods, "/a")).code == 200);  // reads are not writes
+  REQUIRE(env.api->Delete(absl::StrCat(kPods, "/a")).code == 200);
+  CHECK(seen == std::vector<std::string>{"create pods  201 Pending", "create pods  409 ", "delete pods a 200 Pending"});
+  const auto counts = env.server.RequestCountsForTest();
+  CHECK(counts.at({"create", "pods"}) == 2);
+  CHECK(counts.at({"get", "pods"}) == 1);
+  CHECK(counts.at({"delete", "pods"}) == 1);
+  CHECK(counts.size() == 3);
+
+  REQUIRE(env.api->Post(kPods, Pod("b")).code == 201);
+  json before = *env.server.GetForTest("pods", "ns", "b");
+  REQUIRE(env.server
+              .MutateObjectForTest("pods", "ns", "b",
+                                   [](json& pod) {
+                                     pod["spec"]["nodeName"] = "node-1";
+                                     pod["status"]["phase"] = "Running";
+                                     pod["metadata"]["uid"] = "forged";  // the server's field: kept
+                                   })
+              .ok());
+  json after = *env.server.GetForTest("pods", "ns", "b");
+  CHECK(after["spec"]["nodeName"] == "node-1");
+  CHECK(after["status"]["phase"] == "Running");
+  CHECK(after["metadata"]["uid"] == before["metadata"]["uid"]);
+  CHECK(Rv(after) > Rv(before));
+  CHECK(env.server.MutateObjectForTest("pods", "ns", "missing", [](json&) {}).code() == absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("dropped watches break the stream, timeoutSeconds ends it cleanly", "[integration]") {
   Env env;
   auto dropped = env.Watch(absl::StrCat(kPods, "?watch=true"));
