@@ -52,6 +52,10 @@ struct AgentOptions {
   // (created at start; kmsg_path and sysfs_root point there). Empty: a real machine.
   std::string sim_machine_root;
   bool inspections = true;  // run the machine inspections and report them
+  // The node inspector (a DaemonSet, helm value nodeInspector.enabled) runs the kernel-log,
+  // NIC/RDMA and GPU/DCGM inspections of this node: the agent then runs only the job's
+  // volume (host) inspection (--host-inspections node).
+  bool host_inspections_on_node = false;
   // Stop-time diagnostics (agent/diagnostics/README.md): the peregrine-diagnose helper
   // (default: next to this binary) and the machine's GPU count when no assignment says it
   // (standbys; 0: the param "gpus", else 1).

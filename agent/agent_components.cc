@@ -124,6 +124,7 @@ absl::StatusOr<std::unique_ptr<InspectionRunner>> CreateInspectionRunner(const A
   inspect.kmsg_path = options.kmsg_path;
   inspect.sysfs_root = options.sysfs_root;
   inspect.use_dmesg_fallback = sim_dir.empty();
+  inspect.host_checks_on_node = options.host_inspections_on_node;
   // The kernel log counts from this agent's start on (the kernel's clock).
   timespec started{};
   clock_gettime(CLOCK_MONOTONIC, &started);

@@ -22,6 +22,7 @@ constexpr FlagDef kFlags[] = {
     {"heartbeat-ms", "PEREGRINE_HEARTBEAT_MS"}, {"grace-ms", "PEREGRINE_GRACE_MS"},
     {"nccl-hook", "PEREGRINE_NCCL_HOOK"},
     {"kmsg-path", "PEREGRINE_KMSG_PATH"},   {"sysfs-root", "PEREGRINE_SYSFS_ROOT"},
+    {"host-inspections", "PEREGRINE_HOST_INSPECTIONS"},
     {"sim-machine-root", "PEREGRINE_SIM_MACHINE_ROOT"},
     {"diagnose-bin", "PEREGRINE_DIAGNOSE_BIN"}, {"gpus-per-machine", "PEREGRINE_GPUS_PER_MACHINE"},
     {"checkpoint-root", "PEREGRINE_CHECKPOINT_ROOT"}, {"data-port", "PEREGRINE_DATA_PORT"},
@@ -132,6 +133,14 @@ absl::StatusOr<ParsedAgentFlags> ParseAgentFlags(const std::vector<std::string>&
   }
   if (values.contains("kmsg-path")) o.kmsg_path = get("kmsg-path");
   if (values.contains("sysfs-root")) o.sysfs_root = get("sysfs-root");
+  if (values.contains("host-inspections")) {
+    const std::string where = get("host-inspections");
+    if (where != "pod" && where != "node") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source("host-inspections"), ": expected \"pod\" or \"node\", got \"", where, "\""));
+    }
+    o.host_inspections_on_node = where == "node";
+  }
   o.diagnose_binary = get("diagnose-bin");
   if (values.contains("gpus-per-machine")) {
     if (!absl::SimpleAtoi(get("gpus-per-machine"), &o.gpus_per_machine) || o.gpus_per_machine < 1 ||

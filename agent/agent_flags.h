@@ -17,6 +17,10 @@
 //   --grace-ms N           [PEREGRINE_GRACE_MS]     default 10000
 //   --kmsg-path PATH       [PEREGRINE_KMSG_PATH]    default /dev/kmsg
 //   --sysfs-root DIR       [PEREGRINE_SYSFS_ROOT]   default /sys
+//   --host-inspections pod|node [PEREGRINE_HOST_INSPECTIONS] default pod: the agent runs
+//                          every machine inspection; node: the node inspector DaemonSet
+//                          runs the kernel-log, NIC/RDMA and GPU/DCGM ones, the agent only
+//                          the volume (host) inspection
 //   --sim-machine-root DIR [PEREGRINE_SIM_MACHINE_ROOT] local mode: the stand-in machine's
 //                          kmsg and sysfs are DIR/<machine-id>/{kmsg,sys} unless given
 //   --diagnose-bin PATH    [PEREGRINE_DIAGNOSE_BIN] peregrine-diagnose (default: next to the agent)

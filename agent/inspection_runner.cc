@@ -20,6 +20,7 @@ v1::InspectionStatus ToWireStatus(InspectionOutcome s) {
     case InspectionOutcome::kWarning: return v1::INSPECTION_STATUS_WARNING;
     case InspectionOutcome::kFault: return v1::INSPECTION_STATUS_FAULT;
     case InspectionOutcome::kError: return v1::INSPECTION_STATUS_ERROR;
+    case InspectionOutcome::kCannotSee: return v1::INSPECTION_STATUS_CANNOT_SEE;
   }
   return v1::INSPECTION_STATUS_UNSPECIFIED;
 }
@@ -62,6 +63,11 @@ v1::InspectionResult ToWire(const InspectionResult& r) {
 }
 
 InspectionRunner::InspectionRunner(InspectionRunnerOptions options) {
+  HostInspectionOptions host;
+  host.volumes = options.volumes;
+  inspector_.Add(std::make_unique<HostInspection>(host), InspectionSchedule{options.host_interval, 1});
+  if (options.host_checks_on_node) return;  // the node inspector runs the others
+
   GpuInspectionOptions gpu;
   gpu.expected_gpus = options.expected_gpus;
   inspector_.Add(std::make_unique<GpuInspection>(gpu), InspectionSchedule{options.gpu_interval, 1});
@@ -77,10 +83,6 @@ InspectionRunner::InspectionRunner(InspectionRunnerOptions options) {
   net.thresholds.flap_window = options.flap_window;
   net.thresholds.flaps_warn = 1;  // every flap episode is one alarm; the controller counts them
   inspector_.Add(std::make_unique<NetworkInspection>(net), InspectionSchedule{options.network_interval, 1});
-
-  HostInspectionOptions host;
-  host.volumes = options.volumes;
-  inspector_.Add(std::make_unique<HostInspection>(host), InspectionSchedule{options.host_interval, 1});
 }
 
 InspectionRunner::Outcome InspectionRunner::Poll(absl::Time now) {

@@ -45,6 +45,9 @@ struct InspectionRunnerOptions {
   absl::Duration network_interval = absl::Seconds(1);
   absl::Duration host_interval = absl::Seconds(30);
   absl::Duration flap_window = absl::Seconds(3);
+  // The node inspector DaemonSet covers this node's kernel log, NICs/RDMA and GPUs/DCGM:
+  // only the host (volume) inspection runs here.
+  bool host_checks_on_node = false;
 };
 
 // Creates the stand-in machine's files under `dir` (idempotent: existing files are kept).

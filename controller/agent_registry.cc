@@ -25,6 +25,7 @@ InspectionObservation ToObservation(const v1::InspectionResult& r, int64_t at) {
     case v1::INSPECTION_STATUS_WARNING: o.status = InspectionStatus::kWarning; break;
     case v1::INSPECTION_STATUS_FAULT: o.status = InspectionStatus::kFault; break;
     case v1::INSPECTION_STATUS_ERROR: o.status = InspectionStatus::kError; break;
+    case v1::INSPECTION_STATUS_CANNOT_SEE: o.status = InspectionStatus::kCannotSee; break;
     default: o.status = InspectionStatus::kUnknown; break;
   }
   o.summary = r.summary();

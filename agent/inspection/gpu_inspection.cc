@@ -301,6 +301,15 @@ InspectionResult EvaluateDcgmHealth(const DcgmHealth& health, absl::Time now) {
 
 namespace {
 
+// The first non-empty line of `text`, whitespace-trimmed.
+std::string FirstLine(absl::string_view text) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty()) return std::string(line);
+  }
+  return "";
+}
+
 // The subset of nvml.h this file uses (NVML's C ABI is stable across driver releases).
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
@@ -596,7 +605,15 @@ std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
   if (!options_.dcgmi.empty() && report && !report->gpus.empty()) {
     absl::StatusOr<CommandResult> out =
         runner_({options_.dcgmi, "health", "-c"}, options_.command_timeout);
-    if (out.ok()) {
+    if (out.ok() && DcgmHostEngineUnreachable(absl::StrCat(out->stdout_text, "\n", out->stderr_text))) {
+      InspectionResult r = Single(
+          InspectionOutcome::kCannotSee, "dcgm",
+          absl::StrCat("cannot see DCGM health from here (DCGM's host engine is unreachable): ",
+                       FirstLine(out->stdout_text.empty() ? out->stderr_text : out->stdout_text)),
+          now);
+      r.details["reason"] = "host engine unreachable";
+      results.push_back(std::move(r));
+    } else if (out.ok()) {
       absl::StatusOr<DcgmHealth> health = ParseDcgmHealth(out->stdout_text);
       if (health.ok()) {
         results.push_back(EvaluateDcgmHealth(*health, now));
@@ -610,6 +627,16 @@ std::vector<InspectionResult> GpuInspection::Run(absl::Time now) {
     }
   }
   return results;
+}
+
+bool DcgmHostEngineUnreachable(absl::string_view output) {
+  // dcgmi prints, without a running nv-hostengine (or one it may not reach):
+  //   Error: unable to establish a connection to the specified host: localhost
+  //   Error: Unable to connect to host engine. Host engine connection invalid/disconnected.
+  const std::string lower = absl::AsciiStrToLower(output);
+  return absl::StrContains(lower, "unable to connect to host engine") ||
+         absl::StrContains(lower, "unable to establish a connection to the specified host") ||
+         absl::StrContains(lower, "host engine connection invalid");
 }
 
 }  // namespace peregrine

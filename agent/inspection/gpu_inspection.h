@@ -5,7 +5,9 @@
 // header or library is needed to build), else `nvidia-smi --query-gpu=<kNvidiaSmiQuery>
 // --format=csv,noheader,nounits`; plus `dcgmi health -c` when dcgmi is installed. With
 // neither NVML nor nvidia-smi (a machine without GPUs) the inspection reports NOT_PRESENT,
-// never a fault, unless GPUs are expected (expected_gpus > 0).
+// never a fault, unless GPUs are expected (expected_gpus > 0). When dcgmi is installed but
+// DCGM's host engine is unreachable (a pod that cannot reach the node's nv-hostengine)
+// the "dcgm" result is CANNOT_SEE, neither a pass nor a fault.
 //
 // Parsing (ParseNvidiaSmiCsv, ParseDcgmHealth) and judging (EvaluateGpus) are pure and
 // separately tested; GpuInspection only gathers and calls them. GpuInspection is
@@ -116,6 +118,10 @@ struct GpuThresholds {
 // "gpus" result when fewer GPUs than expected are visible. Pure.
 std::vector<InspectionResult> EvaluateGpus(const GpuReport& report, int expected_gpus,
                                            const GpuThresholds& thresholds, absl::Time now);
+
+// True when `dcgmi` output (stdout and stderr) says DCGM's host engine cannot be reached
+// (no nv-hostengine on the node, or not reachable from this network namespace). Pure.
+bool DcgmHostEngineUnreachable(absl::string_view output);
 
 // Judges DCGM health: component "dcgm"; Failure -> FAULT (machine), Warning -> WARNING.
 InspectionResult EvaluateDcgmHealth(const DcgmHealth& health, absl::Time now);

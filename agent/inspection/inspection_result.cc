@@ -11,6 +11,7 @@ const char* InspectionOutcomeName(InspectionOutcome status) {
     case InspectionOutcome::kWarning: return "WARNING";
     case InspectionOutcome::kFault: return "FAULT";
     case InspectionOutcome::kError: return "ERROR";
+    case InspectionOutcome::kCannotSee: return "CANNOT_SEE";
   }
   return "UNKNOWN";
 }

@@ -19,12 +19,16 @@ enum class InspectionOutcome {
   kWarning,
   kFault,
   kError,  // the inspection itself failed (unreadable file, unparseable output)
+  // The inspection cannot see what it inspects from where it runs (a pod without
+  // CAP_SYSLOG cannot read /dev/kmsg, DCGM's host engine is unreachable, only the pod's
+  // network namespace is visible): neither a pass nor a fault; the summary says why.
+  kCannotSee,
 };
 
-// "OK", "NOT_PRESENT", "WARNING", "FAULT", "ERROR".
+// "OK", "NOT_PRESENT", "WARNING", "FAULT", "ERROR", "CANNOT_SEE".
 const char* InspectionOutcomeName(InspectionOutcome status);
 
-// Severity order for alarms: kOk = kNotPresent = kError < kWarning < kFault.
+// Severity order for alarms: kOk = kNotPresent = kError = kCannotSee < kWarning < kFault.
 int InspectionSeverity(InspectionOutcome status);
 
 struct InspectionResult {

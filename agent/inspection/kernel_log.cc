@@ -295,6 +295,9 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
     }
   }
   std::string read_error;
+  // Set when the kernel log cannot be opened at all and the dmesg fallback cannot read it
+  // either (a pod without CAP_SYSLOG, or with no /dev/kmsg): the inspection cannot see.
+  std::string cannot_see;
   if (fd_ >= 0 && is_char_device_) {
     // One record per read(); EAGAIN: caught up; EPIPE: records were overwritten.
     char buf[16384];
@@ -348,7 +351,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
   } else if (use_dmesg_) {
     absl::StatusOr<CommandResult> out = runner_({options_.dmesg}, options_.command_timeout);
     if (!out.ok() || out->exit_code != 0) {
-      read_error = absl::StrCat(open_error_, "; dmesg: ",
+      cannot_see = absl::StrCat(open_error_, "; dmesg: ",
                                 out.ok() ? absl::StrCat("exit ", out->exit_code, " ",
                                                         absl::StripAsciiWhitespace(out->stderr_text))
                                          : std::string(out.status().message()));
@@ -367,7 +370,7 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
       last_dmesg_us_ = newest;
     }
   } else {
-    read_error = open_error_;
+    cannot_see = open_error_;
   }
 
   std::map<std::string, std::vector<XidEvent>> this_run;  // non-fatal, by PCI id
@@ -441,7 +444,14 @@ std::vector<InspectionResult> KernelLogInspection::Run(absl::Time now) {
     res.details["io_errors"] = absl::StrCat(count);
     results.push_back(std::move(res));
   }
-  if (!read_error.empty()) {
+  if (!cannot_see.empty()) {
+    InspectionResult res = base("xid", "kernel-log");
+    res.status = InspectionOutcome::kCannotSee;
+    res.summary = absl::StrCat(
+        "cannot see the kernel log from here (Xids and block I/O errors are not checked): ", cannot_see);
+    res.details["reason"] = cannot_see;
+    results.push_back(std::move(res));
+  } else if (!read_error.empty()) {
     InspectionResult res = base("xid", "kernel-log");
     res.status = InspectionOutcome::kError;
     res.summary = absl::StrCat("cannot read the kernel log: ", read_error);

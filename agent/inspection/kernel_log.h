@@ -98,7 +98,10 @@ class KernelLogInspection : public Inspection {
   // Results: one "xid" result per GPU of this pod that logged an Xid (FAULT +
   // machine_attributed while a machine-fatal Xid has been seen, WARNING for others in this
   // run), one "host" result per block device with I/O errors (FAULT, machine), or a single
-  // OK "kernel-log" result (its details count the other GPUs' Xids skipped).
+  // OK "kernel-log" result (its details count the other GPUs' Xids skipped). When the log
+  // cannot be opened (EPERM without CAP_SYSLOG, no /dev/kmsg in the container) and the
+  // dmesg fallback fails or is disabled, one CANNOT_SEE "kernel-log" result whose summary
+  // and details["reason"] say why; a read or parse failure after opening is ERROR.
   std::vector<InspectionResult> Run(absl::Time now) override;
 
  private:

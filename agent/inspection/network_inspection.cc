@@ -239,6 +239,11 @@ InspectionResult NetworkInspection::InspectIbPort(const std::string& device,
 std::vector<InspectionResult> NetworkInspection::Run(absl::Time now) {
   std::vector<InspectionResult> results;
   std::vector<std::string> nics = options_.interfaces;
+  // Virtual interfaces other than loopback (veth, bridges, tunnels): all a pod's own
+  // network namespace holds. /sys/class/net shows the interfaces of the namespace of the
+  // process that mounted sysfs, so in a pod without hostNetwork there is no physical NIC,
+  // only the pod's veth end: the inspection cannot see the host's NICs there.
+  std::vector<std::string> virtual_only;
   if (nics.empty()) {
     absl::StatusOr<std::vector<std::string>> all =
         ListDirectory(options_.sysfs_root + "/class/net");
@@ -246,12 +251,26 @@ std::vector<InspectionResult> NetworkInspection::Run(absl::Time now) {
       for (const std::string& n : *all) {
         if (PathExists(absl::StrCat(options_.sysfs_root, "/class/net/", n, "/device"))) {
           nics.push_back(n);
+        } else if (n != "lo") {
+          virtual_only.push_back(n);
         }
       }
     }
   }
   for (const std::string& n : nics) results.push_back(InspectNic(n, now));
-  if (nics.empty()) {
+  if (nics.empty() && !virtual_only.empty()) {
+    InspectionResult r;
+    r.kind = "network";
+    r.component = "nic";
+    r.status = InspectionOutcome::kCannotSee;
+    r.summary = absl::StrCat("sees only this pod's network namespace (virtual interfaces: ",
+                             absl::StrJoin(virtual_only, ", "),
+                             "): the host's NICs are not visible from here");
+    r.details["reason"] = "pod network namespace only";
+    r.details["interfaces"] = absl::StrJoin(virtual_only, ",");
+    r.observed_at = now;
+    results.push_back(std::move(r));
+  } else if (nics.empty()) {
     InspectionResult r;
     r.kind = "network";
     r.component = "nic";

@@ -72,8 +72,10 @@ class NetworkInspection : public Inspection {
  public:
   explicit NetworkInspection(NetworkInspectionOptions options) : options_(std::move(options)) {}
   std::string kind() const override { return "network"; }
-  // One "network" result per NIC (or one NOT_PRESENT "nic" result) and one "rdma" result
-  // per IB port (or one NOT_PRESENT "rdma" result).
+  // One "network" result per NIC and one "rdma" result per IB port (or one NOT_PRESENT
+  // "rdma" result). Without a physical NIC: one CANNOT_SEE "nic" result when the
+  // namespace holds virtual interfaces other than lo (a pod's own network namespace: the
+  // host's NICs are invisible), else one NOT_PRESENT "nic" result.
   std::vector<InspectionResult> Run(absl::Time now) override;
 
  private:

@@ -85,7 +85,7 @@ constexpr Names<InvestigationState> kInvestigationState[] = {
 constexpr Names<InspectionStatus> kInspectionStatus[] = {
     {InspectionStatus::kUnknown, "UNKNOWN"}, {InspectionStatus::kOk, "OK"},       {InspectionStatus::kNotPresent, "NOT_PRESENT"},
     {InspectionStatus::kWarning, "WARNING"}, {InspectionStatus::kFault, "FAULT"},
-    {InspectionStatus::kError, "ERROR"}};
+    {InspectionStatus::kError, "ERROR"},     {InspectionStatus::kCannotSee, "CANNOT_SEE"}};
 constexpr Names<JobEventType> kJobEventType[] = {{JobEventType::kNormal, "Normal"}, {JobEventType::kWarning, "Warning"}};
 constexpr Names<CheckpointEventKind> kCheckpointEventKind[] = {
     {CheckpointEventKind::kSkipped, "Skipped"},           {CheckpointEventKind::kMemoryShort, "MemoryShort"},

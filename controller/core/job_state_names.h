@@ -113,8 +113,9 @@ const char* ToString(InvestigationState value);
 std::optional<InvestigationState> ParseInvestigationState(std::string_view name);
 
 // InspectionObservation::status, as on the wire: "OK", "NOT_PRESENT", "WARNING", "FAULT",
-// "ERROR"; "UNKNOWN" for a status this controller does not know.
-enum class InspectionStatus { kUnknown, kOk, kNotPresent, kWarning, kFault, kError };
+// "ERROR", "CANNOT_SEE" (the inspection cannot see from where it runs: neither a pass nor
+// a fault); "UNKNOWN" for a status this controller does not know.
+enum class InspectionStatus { kUnknown, kOk, kNotPresent, kWarning, kFault, kError, kCannotSee };
 const char* ToString(InspectionStatus value);
 std::optional<InspectionStatus> ParseInspectionStatus(std::string_view name);
 

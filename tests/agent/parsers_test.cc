@@ -197,6 +197,18 @@ TEST_CASE("bad flags are refused with the flag's name", "[unit]") {
   CHECK(contains(Parse({"--job", "a/b", "--pod", "p"}).status(), "--controller"));
   CHECK(contains(Parse({"--controller", "c:1", "--job", "a/b"}, {{"PEREGRINE_ROLE", "x"}}).status(), "--pod"));
   CHECK(contains(Parse(base, {{"PEREGRINE_ROLE", "x"}}).status(), "PEREGRINE_ROLE"));
+  CHECK(contains(with({"--host-inspections", "both"}).status(), "--host-inspections"));
+}
+
+TEST_CASE("host-inspections flag: pod by default, node from the flag or the variable the pod builder sets", "[unit]") {
+  const std::vector<std::string> base = {"--controller", "c:1", "--job", "a/b", "--pod", "p"};
+  CHECK(!Parse(base)->options.host_inspections_on_node);
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--host-inspections", "node"});
+  CHECK(Parse(args)->options.host_inspections_on_node);
+  CHECK(Parse(base, {{"PEREGRINE_HOST_INSPECTIONS", "node"}})->options.host_inspections_on_node);
+  CHECK(!Parse(base, {{"PEREGRINE_HOST_INSPECTIONS", "pod"}})->options.host_inspections_on_node);
+  CHECK(!Parse(base, {{"PEREGRINE_HOST_INSPECTIONS", "nodes"}}).ok());
 }
 
 TEST_CASE("reconnect backoff doubles to the cap with jitter", "[unit]") {

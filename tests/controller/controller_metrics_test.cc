@@ -221,7 +221,14 @@ TEST_CASE("ObserveAgents counts the held pods' agents by state and their inspect
   CHECK(Has(m, "peregrine_machine_inspection_problems{job=\"j\",kind=\"xid\",namespace=\"ml\",status=\"fault\"} 1\n"));
   CHECK(Has(m, "peregrine_machine_inspection_problems{job=\"j\",kind=\"rdma\",namespace=\"ml\",status=\"warning\"} 1\n"));
   CHECK_FALSE(Has(m, "kind=\"host\""));       // OK is no problem
+  CHECK_FALSE(Has(m, "status=\"cannot_see\""));
   CHECK_FALSE(Has(m, "status=\"error\""));    // not a held pod's
+
+  // An inspection that cannot see from the pod is its own status, never a pass.
+  obs.agents[0].inspections.push_back(Inspection("network", InspectionStatus::kCannotSee));
+  m.ObserveAgents("ml", "j", st, obs);
+  CHECK(Has(m, "peregrine_machine_inspection_problems{job=\"j\",kind=\"network\",namespace=\"ml\",status=\"cannot_see\"} 1\n"));
+  obs.agents[0].inspections.pop_back();
 
   // The agent reconnects and its problems clear: the gone series go, the states stay.
   obs.agents[1] = AgentOf("j-m1", true);

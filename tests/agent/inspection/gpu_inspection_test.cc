@@ -218,6 +218,33 @@ TEST_CASE("gpu: nvidia-smi and dcgmi fallbacks run as real commands", "[integrat
   CHECK(g[0].summary.find("line 1") != std::string::npos);
 }
 
+TEST_CASE("gpu: DCGM's host engine unreachable is CANNOT_SEE, not a pass, a fault or an error", "[integration]") {
+  CHECK(DcgmHostEngineUnreachable(Fixture("dcgmi_no_host_engine.txt")));
+  CHECK(!DcgmHostEngineUnreachable(Fixture("dcgmi_health_healthy.txt")));
+  CHECK(!DcgmHostEngineUnreachable(Fixture("dcgmi_health_failure.txt")));
+  CHECK(!DcgmHostEngineUnreachable(""));
+  TempDir dir;
+  const std::string smi = dir.Write(
+      "nvidia-smi", "#!/bin/sh\ncat '" + testing::FixturePath("nvidia_smi_h100.csv") + "'\n", true);
+  // dcgmi prints its connection error and exits non-zero when nv-hostengine is not reachable.
+  const std::string dcgmi = dir.Write(
+      "dcgmi", "#!/bin/sh\ncat '" + testing::FixturePath("dcgmi_no_host_engine.txt") + "'\nexit 255\n", true);
+  GpuInspectionOptions options;
+  options.nvml_library = "";
+  options.nvidia_smi = smi;
+  options.dcgmi = dcgmi;
+  GpuInspection inspection(options);
+  const std::vector<InspectionResult> rs = inspection.Run(kNow);
+  const InspectionResult* dcgm = Find(rs, "dcgm");
+  REQUIRE(dcgm != nullptr);
+  CHECK(dcgm->status == InspectionOutcome::kCannotSee);
+  CHECK(!dcgm->machine_attributed);
+  CHECK(dcgm->summary.find("host engine is unreachable") != std::string::npos);
+  CHECK(dcgm->details.at("reason") == "host engine unreachable");
+  // The per-GPU results from nvidia-smi are still there.
+  CHECK(Find(rs, "gpu3") != nullptr);
+}
+
 TEST_CASE("gpu: NVML on a GPU machine", "[gpu]") {
   absl::StatusOr<std::unique_ptr<NvmlGpuSource>> nvml = NvmlGpuSource::Load();
   if (!nvml.ok()) {

@@ -1,5 +1,8 @@
 #include "agent/inspection/kernel_log.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include <catch2/catch.hpp>
@@ -247,8 +250,40 @@ TEST_CASE("kernel log: dmesg fallback when /dev/kmsg cannot be opened", "[integr
   KernelLogInspection unreadable(options);
   rs = unreadable.Run(kNow);
   REQUIRE(rs.size() == 1);
-  CHECK(rs[0].status == InspectionOutcome::kError);
+  CHECK(rs[0].status == InspectionOutcome::kCannotSee);
   CHECK(rs[0].summary.find("no-such-kmsg") != std::string::npos);
+}
+
+TEST_CASE("kernel log: a pod without CAP_SYSLOG cannot see the log and says so, never a silent pass", "[integration]") {
+  TempDir dir;
+  // What util-linux dmesg prints when kernel.dmesg_restrict=1 and CAP_SYSLOG is missing.
+  const std::string fake_dmesg = dir.Write(
+      "dmesg", "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n", true);
+  KernelLogOptions options;
+  options.kmsg_path = dir.path() + "/no-such-kmsg";
+  options.dmesg = fake_dmesg;
+  KernelLogInspection inspection(options);
+  for (int run = 0; run < 2; ++run) {  // the second run does not turn into a pass either
+    const std::vector<InspectionResult> rs = inspection.Run(kNow + absl::Seconds(run));
+    REQUIRE(rs.size() == 1);
+    CHECK(rs[0].component == "kernel-log");
+    CHECK(rs[0].status == InspectionOutcome::kCannotSee);
+    CHECK(!rs[0].machine_attributed);
+    CHECK(rs[0].details.at("reason").find("Operation not permitted") != std::string::npos);
+    CHECK(rs[0].summary.find("cannot see the kernel log") != std::string::npos);
+    CHECK(InspectionSeverity(rs[0].status) == 0);  // never alarms
+  }
+  if (geteuid() != 0) {  // a file this user may not open: EACCES, as /dev/kmsg without CAP_SYSLOG
+    const std::string locked = dir.Write("kmsg", "");
+    REQUIRE(chmod(locked.c_str(), 0) == 0);
+    options.kmsg_path = locked;
+    options.dmesg = "";
+    KernelLogInspection denied(options);
+    const std::vector<InspectionResult> rs = denied.Run(kNow);
+    REQUIRE(rs.size() == 1);
+    CHECK(rs[0].status == InspectionOutcome::kCannotSee);
+    CHECK(rs[0].details.at("reason").find("Permission denied") != std::string::npos);
+  }
 }
 
 TEST_CASE("kernel log: PCI bus ids in the Xid and nvidia-smi forms normalise alike", "[unit]") {

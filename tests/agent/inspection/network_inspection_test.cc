@@ -172,5 +172,33 @@ TEST_CASE("network: without RDMA hardware the RDMA inspection is NOT_PRESENT", "
   CHECK(Find(rs, "rdma")->status == InspectionOutcome::kNotPresent);
 }
 
+TEST_CASE("network: a pod's own network namespace (only lo and a veth) is CANNOT_SEE, not a pass", "[integration]") {
+  // sysfs as a pod without hostNetwork sees it: lo and eth0, the pod's veth end, neither
+  // with a device link.
+  TempDir sys;
+  for (const char* n : {"lo", "eth0"}) {
+    sys.Write(std::string("class/net/") + n + "/operstate", "up\n");
+    sys.Write(std::string("class/net/") + n + "/carrier", "1\n");
+  }
+  NetworkInspectionOptions options;
+  options.sysfs_root = sys.path();
+  NetworkInspection pod(options);
+  std::vector<InspectionResult> rs = pod.Run(kT0);
+  const InspectionResult* nic = Find(rs, "nic");
+  REQUIRE(nic != nullptr);
+  CHECK(nic->status == InspectionOutcome::kCannotSee);
+  CHECK(!nic->machine_attributed);
+  CHECK(nic->details.at("interfaces") == "eth0");
+  CHECK(nic->summary.find("only this pod's network namespace") != std::string::npos);
+  CHECK(Find(rs, "eth0") == nullptr);  // a veth is not inspected as a NIC
+  // Only loopback: no network at all, NOT_PRESENT as before.
+  TempDir lo_only;
+  lo_only.Write("class/net/lo/operstate", "unknown\n");
+  options.sysfs_root = lo_only.path();
+  NetworkInspection isolated(options);
+  rs = isolated.Run(kT0);
+  CHECK(Find(rs, "nic")->status == InspectionOutcome::kNotPresent);
+}
+
 }  // namespace
 }  // namespace peregrine

@@ -140,5 +140,17 @@ TEST_CASE("MachineAttributedFault ignores warnings and faults the machine is not
   CHECK(MachineAttributedFault(a) == std::string("xid/PCI:0000:1b:00: Xid 79"));
 }
 
+TEST_CASE("CANNOT_SEE is neither a fault nor a network alarm, even when marked machine-attributed", "[unit]") {
+  AgentObservation a;
+  a.inspections = {{"xid", "kernel-log", InspectionStatus::kCannotSee, "cannot see the kernel log", true, 1}};
+  a.alarms = {{"network", "nic", InspectionStatus::kCannotSee, "sees only the pod's netns", true, 2}};
+  CHECK_FALSE(MachineAttributedFault(a).has_value());
+  CHECK_FALSE(IsNetworkAlarm(a.alarms[0]));
+  std::vector<NetworkAlarmRecord> history;
+  CHECK(RecordNetworkAlarms("m1", a, 10, &history) == 0);
+  CHECK(ToString(InspectionStatus::kCannotSee) == std::string("CANNOT_SEE"));
+  CHECK(ParseInspectionStatus("CANNOT_SEE") == InspectionStatus::kCannotSee);
+}
+
 }  // namespace
 }  // namespace peregrine
