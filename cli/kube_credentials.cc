@@ -1,9 +1,6 @@
 #include "cli/kube_credentials.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include <cstdlib>
 #include <fstream>
 #include <vector>
 
@@ -11,58 +8,29 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/process_output.h"
 
 namespace peregrine {
 namespace {
 
 using nlohmann::json;
 
-// Runs argv (execvp), returning its stdout when it exits 0, else its stderr.
-absl::StatusOr<std::string> Capture(const std::vector<std::string>& argv) {
-  int out[2], errp[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::UnavailableError("pipe failed");
-  if (pipe2(errp, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    return absl::UnavailableError("pipe failed");
+// Where kubectl resolves a relative exec command: the kubeconfig file's directory. With
+// several files merged ($KUBECONFIG with ':') the file is not known: "" (the working
+// directory).
+std::string KubeconfigDir(const std::string& kubeconfig) {
+  std::string file = kubeconfig;
+  if (file.empty()) {
+    const char* env = std::getenv("KUBECONFIG");
+    if (env != nullptr && *env != '\0') {
+      file = env;
+      if (absl::StrContains(file, ':')) return "";
+    } else if (const char* home = std::getenv("HOME"); home != nullptr) {
+      file = absl::StrCat(home, "/.kube/config");
+    }
   }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  close(out[1]);
-  close(errp[1]);
-  if (pid < 0) {
-    close(out[0]);
-    close(errp[0]);
-    return absl::UnavailableError("fork failed");
-  }
-  // kubectl's outputs are small; read stdout, then stderr (a full stderr pipe would
-  // need more than 64 KiB of messages).
-  auto drain = [](int fd) {
-    std::string s;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, static_cast<size_t>(n));
-    close(fd);
-    return s;
-  };
-  std::string stdout_text = drain(out[0]);
-  std::string stderr_text = drain(errp[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return absl::UnavailableError(absl::StrCat(argv[0], code == 127 ? " could not be run" : " failed", ": ",
-                                               absl::StripAsciiWhitespace(stderr_text)));
-  }
-  return stdout_text;
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? "." : file.substr(0, slash == 0 ? 1 : slash);
 }
 
 }  // namespace
@@ -76,13 +44,17 @@ absl::StatusOr<KubeTokenSource> KubeconfigUserToken(const json& minified) {
   const std::string name = entry.value("name", "");
   const json user = entry.value("user", json::object());
   if (!user.is_object()) return absl::NotFoundError(absl::StrCat("kubeconfig user ", name, " has no credentials"));
-  if (user.contains("exec") || user.contains("auth-provider")) {
+  if (user.contains("auth-provider")) {
     return absl::UnimplementedError(absl::StrCat("kubeconfig user ", name,
-                                                 " uses an exec or auth-provider credential plugin, which "
-                                                 "peregrinectl does not run"));
+                                                 " uses a legacy auth-provider plugin, which peregrinectl does not run "
+                                                 "(use an exec credential plugin, or pass --token or --token-file)"));
   }
   KubeTokenSource source;
-  if (auto t = user.find("token"); t != user.end() && t->is_string() && !t->get<std::string>().empty()) {
+  if (auto x = user.find("exec"); x != user.end() && !x->is_null()) {
+    absl::StatusOr<ExecConfig> exec = ParseExecConfig(*x, name);
+    if (!exec.ok()) return exec.status();
+    source.exec = *std::move(exec);
+  } else if (auto t = user.find("token"); t != user.end() && t->is_string() && !t->get<std::string>().empty()) {
     source.token = t->get<std::string>();
   } else if (auto f = user.find("tokenFile"); f != user.end() && f->is_string() && !f->get<std::string>().empty()) {
     source.token_file = f->get<std::string>();
@@ -100,7 +72,7 @@ absl::StatusOr<json> KubeconfigView(const std::string& kubeconfig, const std::st
   if (flatten) argv.push_back("--flatten");
   if (!kubeconfig.empty()) argv.insert(argv.end(), {"--kubeconfig", kubeconfig});
   if (!context.empty()) argv.insert(argv.end(), {"--context", context});
-  absl::StatusOr<std::string> text = Capture(argv);
+  absl::StatusOr<std::string> text = RunForOutput(argv);
   if (!text.ok()) return text.status();
   const json minified = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (minified.is_discarded()) return absl::UnavailableError("kubectl config view printed no JSON");
@@ -138,11 +110,24 @@ std::string StringField(const json& object, const char* field) {
 }  // namespace
 
 absl::StatusOr<std::string> KubeconfigToken(const std::string& kubeconfig, const std::string& context) {
-  absl::StatusOr<json> minified = KubeconfigView(kubeconfig, context, /*flatten=*/false);
+  absl::StatusOr<json> minified = KubeconfigView(kubeconfig, context, /*flatten=*/true);
   if (!minified.ok()) return minified.status();
   absl::StatusOr<KubeTokenSource> source = KubeconfigUserToken(*minified);
   if (!source.ok()) return source.status();
   if (!source->token.empty()) return source->token;
+  if (source->exec) {
+    const json* cluster = Entry(*minified, "clusters", "cluster");
+    const std::string user = NameOf(*minified, "users");
+    absl::StatusOr<ExecCredential> credential =
+        RunExecCredentialPlugin(*source->exec, cluster ? *cluster : json(), user, KubeconfigDir(kubeconfig));
+    if (!credential.ok()) return credential.status();
+    if (credential->token.empty()) {
+      return absl::NotFoundError(absl::StrCat("kubeconfig user ", user,
+                                              ": the exec credential plugin returned a client certificate, not a "
+                                              "token (the controller's API takes bearer tokens: pass --token)"));
+    }
+    return credential->token;
+  }
   return FirstLineOf(source->token_file);
 }
 
@@ -181,10 +166,15 @@ absl::StatusOr<KubeEndpoint> KubeEndpointFromView(const json& minified, std::str
   const json* user = Entry(minified, "users", "user");
   if (user == nullptr) return e;  // anonymous
   const std::string owner = "user " + e.user;
-  if (user->contains("exec") || user->contains("auth-provider")) {
+  if (user->contains("auth-provider")) {
     return absl::UnimplementedError(absl::StrCat("kubeconfig user ", e.user,
-                                                 " uses an exec or auth-provider credential plugin, which "
-                                                 "peregrinectl does not run (pass --token or --token-file)"));
+                                                 " uses a legacy auth-provider plugin, which peregrinectl does not run "
+                                                 "(use an exec credential plugin, or pass --token or --token-file)"));
+  }
+  if (auto x = user->find("exec"); x != user->end() && !x->is_null()) {
+    absl::StatusOr<ExecConfig> exec = ParseExecConfig(*x, e.user);
+    if (!exec.ok()) return exec.status();
+    e.exec = *std::move(exec);
   }
   if (absl::Status s = decode(*user, "client-certificate-data", owner, &e.client_certificate_pem); !s.ok()) return s;
   if (absl::Status s = decode(*user, "client-key-data", owner, &e.client_key_pem); !s.ok()) return s;
@@ -202,7 +192,21 @@ absl::StatusOr<KubeEndpoint> LoadKubeEndpoint(const std::string& kubeconfig, con
   if (!minified.ok()) return minified.status();
   std::string token_file;
   absl::StatusOr<KubeEndpoint> e = KubeEndpointFromView(*minified, &token_file);
-  if (!e.ok() || token_file.empty()) return e;
+  if (!e.ok()) return e;
+  if (e->exec) {
+    const json* cluster = Entry(*minified, "clusters", "cluster");
+    absl::StatusOr<ExecCredential> credential =
+        RunExecCredentialPlugin(*e->exec, cluster ? *cluster : json(), e->user, KubeconfigDir(kubeconfig));
+    if (!credential.ok()) return credential.status();
+    // The plugin's credential replaces the kubeconfig's, as in client-go.
+    if (!credential->token.empty()) e->token = credential->token;
+    if (!credential->client_certificate_pem.empty()) {
+      e->client_certificate_pem = credential->client_certificate_pem;
+      e->client_key_pem = credential->client_key_pem;
+    }
+    return e;
+  }
+  if (token_file.empty()) return e;
   absl::StatusOr<std::string> token = FirstLineOf(token_file);
   if (!token.ok()) return token.status();
   e->token = *token;

@@ -65,8 +65,9 @@ constexpr char kUsage[] =
     "  Installed as kubectl-peregrine on PATH, this is `kubectl peregrine COMMAND ...`.\n"
     "A Kubernetes-mode controller's HTTP API needs a Kubernetes bearer token allowed on the\n"
     "TrainingJob: --token T, or --token-file F (its first line), else the token or tokenFile of\n"
-    "the kubeconfig's user; exec and auth-provider plugins are not run: pass\n"
-    "--token-file <(kubectl create token SA). Exit codes: 0 done, 1 refused or failed, 2 usage.\n";
+    "the kubeconfig's user, or the token its exec credential plugin returns (auth-provider\n"
+    "plugins are not run: pass --token-file <(kubectl create token SA)).\n"
+    "Exit codes: 0 done, 1 refused or failed, 2 usage.\n";
 
 struct Args {
   std::string controller, state_dir, command, job, token, token_file, kubeconfig, context, namespace_;

@@ -273,10 +273,24 @@ TEST_CASE("kubectl peregrine explains 401, 403, 404, an unreachable server and b
       "bad-ca", KubeconfigText("https://127.0.0.1:6443\n    certificate-authority-data: '%%%'", "", "    token: t\n"));
   CHECK_THAT(run({"--kubeconfig", bad_ca, "status", "llm"}).err,
              Catch::Contains("base64"));
+  // An exec credential plugin (EKS, GKE, AKS): its token is the bearer token; a broken
+  // stanza is named.
+  const std::string get_token = c.dir.Write(
+      "get-token", "#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                   "\"status\":{\"token\":\"tok-from-plugin\"}}'\n");
+  std::filesystem::permissions(get_token, std::filesystem::perms::owner_all);
   const std::string plugin = c.dir.Write(
-      "plugin", KubeconfigText(c.api.base_url(), "",
-                               "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: get-token\n"));
-  CHECK_THAT(run({"--kubeconfig", plugin, "status", "llm"}).err, Catch::Contains("credential plugin"));
+      "plugin", KubeconfigText(c.api.base_url(), "ml",
+                               "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: " + get_token +
+                                   "\n      interactiveMode: Never\n"));
+  const testing::CapturedRun via_plugin = run({"--kubeconfig", plugin, "status", "llm"});
+  INFO(via_plugin.err);
+  CHECK(via_plugin.code == 0);
+  CHECK(c.api.LastAuthorizationForTest() == "Bearer tok-from-plugin");
+  const std::string bad_plugin = c.dir.Write(
+      "bad-plugin", KubeconfigText(c.api.base_url(), "",
+                                   "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: get-token\n"));
+  CHECK_THAT(run({"--kubeconfig", bad_plugin, "status", "llm"}).err, Catch::Contains("exec.interactiveMode is required"));
   CHECK(run({"--kubeconfig", c.kubeconfig, "--context", "prod", "status", "llm"}).code == 1);
   // inject is local-only; a name that is not an object name never reaches a URL.
   CHECK(run({"--kubeconfig", c.kubeconfig, "inject", "kill", "llm", "--slot", "0"}).code == 2);

@@ -23,9 +23,14 @@ TEST_CASE("kube credentials: token, tokenFile, plugins and none in a minified ku
   auto f = KubeconfigUserToken(Minified({{"tokenFile", "/var/run/token"}}));
   REQUIRE(f.ok());
   CHECK(f->token_file == "/var/run/token");
-  auto exec = KubeconfigUserToken(Minified({{"exec", {{"command", "aws"}}}}));
-  CHECK(exec.status().code() == absl::StatusCode::kUnimplemented);
-  CHECK(absl::StrContains(exec.status().message(), "kubeconfig user u"));
+  auto exec = KubeconfigUserToken(Minified(
+      {{"exec", {{"command", "aws"}, {"apiVersion", "client.authentication.k8s.io/v1beta1"}}}}));
+  REQUIRE(exec.ok());
+  REQUIRE(exec->exec.has_value());
+  CHECK(exec->exec->command == "aws");
+  auto bad_exec = KubeconfigUserToken(Minified({{"exec", {{"command", "aws"}}}}));
+  CHECK(bad_exec.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(bad_exec.status().message(), "kubeconfig user u: exec.apiVersion"));
   CHECK(KubeconfigUserToken(Minified({{"auth-provider", {{"name", "oidc"}}}})).status().code() ==
         absl::StatusCode::kUnimplemented);
   CHECK(KubeconfigUserToken(Minified({{"client-certificate-data", "x"}})).status().code() ==
@@ -53,7 +58,7 @@ TEST_CASE("kube credentials: kubectl reads the context's user token or tokenFile
   CHECK(KubeconfigToken(config, "carol").status().code() == absl::StatusCode::kUnavailable);
   const std::string plugin = dir.Write(
       "plugin", Kubeconfig("alice",
-                           "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: get-token\n",
+                           "    auth-provider:\n      name: oidc\n",
                            "    token: x\n"));
   CHECK(KubeconfigToken(plugin, "").status().code() == absl::StatusCode::kUnimplemented);
   const std::string empty_file = dir.Write("empty.token", "\n");
