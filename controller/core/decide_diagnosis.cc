@@ -180,7 +180,9 @@ void Decider::FinishRecovery(Incident* inc, bool rolled_back, bool counted) {
     StopAll();
     return;
   }
-  if (st.pending_code && !rolled_back) {
+  // A pending version with another image needs new pods; it waits while that would lose
+  // every in-memory checkpoint (decide_images.cc).
+  if (st.pending_code && !rolled_back && ImageSwitchBlocker(*st.pending_code).empty()) {
     const std::string from = st.code.revision;
     ApplyCode(*st.pending_code, "lazy hot update at the failure-triggered restart");
     inc->actions.push_back(absl::StrCat("apply the pending code update (revision ", st.code.revision, ")"));

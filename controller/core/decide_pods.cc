@@ -86,12 +86,12 @@ void Decider::ReplaceFailedStandbys() {
 void Decider::EnsurePods() {
   for (const SlotStatus& slot : plan_.status.slots) {
     if (!slot.observed && Pod(slot.pod) == nullptr) {
-      plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, slot.index});
+      plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, slot.index, ActiveImage()});
     }
   }
   for (const StandbyStatus& sb : plan_.status.standbys) {
     if (!sb.observed && Pod(sb.pod) == nullptr) {
-      plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1});
+      plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1, StandbyImage()});
     }
   }
 }
@@ -102,7 +102,7 @@ void Decider::ReplenishStandbys() {
   while (static_cast<int>(st.standbys.size()) < st.standby_desired) {
     StandbyStatus sb{StandbyPodName(job_.metadata.name, st.next_pod_serial++), "", false};
     st.standbys.push_back(sb);
-    plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1});
+    plan_.create_pods.push_back(PodToCreate{sb.pod, PodRole::kStandby, -1, StandbyImage()});
   }
   while (static_cast<int>(st.standbys.size()) > st.standby_desired) {
     plan_.delete_pods.push_back(PodToDelete{st.standbys.back().pod, "standby pool larger than desired"});

@@ -575,7 +575,7 @@ void Decider::EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc
       slot.node_unready_since = 0;
       slot.node_unready_step = 0;
       slot.node_unready_progress_at = 0;
-      plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index});
+      plan_.create_pods.push_back(PodToCreate{slot.pod, PodRole::kActive, index, ActiveImage()});
       inc->actions.push_back(absl::StrFormat("no ready standby: create pod %s for slot %d", slot.pod, index));
     }
 

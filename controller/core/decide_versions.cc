@@ -47,6 +47,17 @@ void Decider::HotUpdate() {
   const CodeVersionSpec& desired = spec_.code;
   if (st.pending_code && !(*st.pending_code == desired)) st.pending_code.reset();
   if (desired.command.empty() || desired == st.code || WasRejected(st.version_history, desired)) return;
+  // A version with another image needs new pods (decide_images.cc): it waits while that
+  // would lose every in-memory checkpoint, and until a standby runs the new image.
+  const bool new_pods = SlotsNeedImage(desired.image);
+  if (const std::string blocker = ImageSwitchBlocker(desired); !blocker.empty()) {
+    if (!st.pending_code) {
+      st.pending_code = desired;
+      st.pending_code_since = now_;
+      Event(JobEventType::kWarning, "ImageUpdateBlocked", absl::StrCat("code revision ", desired.revision, ": ", blocker));
+    }
+    return;
+  }
   auto urgent_it = job_.metadata.annotations.find("peregrine.dev/hot-update");
   const bool urgent = urgent_it != job_.metadata.annotations.end() && urgent_it->second == "urgent";
   const int64_t window =
@@ -63,6 +74,15 @@ void Decider::HotUpdate() {
     plan_.requeue_after_ns = st.pending_code_since + window - now_;
     return;
   }
+  if (new_pods && !PoolReadyOn(desired.image)) {
+    // Standbys first: ReplaceStaleStandbys moves the pool to the pending version's image;
+    // training goes on unchanged until one of them is ready on it.
+    if (!st.pending_code) {
+      st.pending_code = desired;
+      st.pending_code_since = now_;
+    }
+    return;
+  }
   const std::string from = st.code.revision;
   ApplyCode(desired, urgent ? "urgent hot update" : "hot update window expired");
   st.attempt += 1;
@@ -73,8 +93,9 @@ void Decider::HotUpdate() {
   st.reattempts = 0;
   st.rollbacks = 0;
   Event(JobEventType::kNormal, "HotUpdate",
-        absl::StrFormat("code revision %s -> %s: restart %d machines in place from step %d (attempt %d)", from,
-                        desired.revision, st.slots.size(), st.resume_step, st.attempt));
+        absl::StrFormat("code revision %s -> %s: restart %d machines %s from step %d (attempt %d)", from,
+                        desired.revision, st.slots.size(), new_pods ? "on new pods" : "in place", st.resume_step,
+                        st.attempt));
 }
 
 }  // namespace peregrine::decision_internal

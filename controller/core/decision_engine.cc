@@ -86,9 +86,11 @@ JobPlan Decider::Run() {
   }
   if (st.attempt > 0 && st.triage_deadline == 0 && !st.diagnosis && st.phase != JobPhase::kFailed) {
     HotUpdate();
+    RecreateStaleSlots();  // a version with another image runs on new pods (decide_images.cc)
     ConvergeAgents();
     DetectSuccess();
   }
+  ReplaceStaleStandbys();
   ReplenishStandbys();
   if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) TearDownStandbys();
   DeleteOrphans();

@@ -394,6 +394,9 @@ struct PodObservation {
   // itself: the decision engine waits spec.faultTolerance.nodeUnreachableGraceSeconds
   // while the pod's agent heartbeats and makes progress (pod_health.h JudgeNodeUnready).
   bool node_unready = false;
+  // The training container's image as the pod spec has it (spec.containers[0].image); ""
+  // when the cluster has no images (local mode): never taken as a mismatch.
+  std::string image;
 };
 
 enum class AgentTrainingPhase { kUnknown, kIdle, kRunning, kPaused, kStopping, kExited, kSucceeded };
@@ -560,6 +563,10 @@ struct PodToCreate {
   std::string name;
   PodRole role = PodRole::kActive;
   int slot = -1;  // for active pods
+  // The training container's image: the running code version's (status.code), for a
+  // standby the image of a prepared image update (decide_images.cc); "" (a version
+  // without an image) leaves the pod template's image.
+  std::string image;
 };
 
 struct PodToDelete {

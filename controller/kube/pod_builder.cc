@@ -193,8 +193,11 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   }
   json meta = tmpl.contains("metadata") && tmpl["metadata"].is_object() ? tmpl["metadata"] : json::object();
   json spec = tmpl.contains("spec") && tmpl["spec"].is_object() ? tmpl["spec"] : json::object();
+  // The image of the version the job runs (PodToCreate::image, from status.code), not the
+  // desired spec's: a pending update or a rollback must not give one pod another image.
+  const std::string& image = !request.image.empty() ? request.image : job.spec.code.image;
   if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) {
-    if (job.spec.code.image.empty()) {
+    if (image.empty()) {
       return absl::InvalidArgumentError(
           "spec.template.spec.containers: the pod template needs a container (or set spec.codeVersion.image)");
     }
@@ -202,7 +205,7 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   }
   json& trainer = spec["containers"][0];
   if (!trainer.is_object()) return absl::InvalidArgumentError("spec.template.spec.containers[0]: not an object");
-  if (!job.spec.code.image.empty()) trainer["image"] = job.spec.code.image;
+  if (!image.empty()) trainer["image"] = image;
   if (Str(trainer, "image").empty()) {
     return absl::InvalidArgumentError("spec.template.spec.containers[0].image: required (or set spec.codeVersion.image)");
   }
@@ -216,6 +219,10 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   if (options.heartbeat_ms > 0) {
     command.push_back("--heartbeat-ms");
     command.push_back(absl::StrCat(options.heartbeat_ms));
+  }
+  if (options.host_inspections_on_node) {
+    command.push_back("--host-inspections");
+    command.push_back("node");
   }
   if (options.agent_tls) {
     command.push_back("--tls-ca");
@@ -308,8 +315,10 @@ absl::Status ValidateForKubernetes(const TrainingJob& job) {
   options.controller_address = "controller:7400";
   options.agent_image = "agent";
   const int last = std::max(job.spec.machines - 1, 0);
-  for (const PodToCreate& pod : {PodToCreate{absl::StrCat(job.metadata.name, "-m", last), PodRole::kActive, last},
-                                 PodToCreate{absl::StrCat(job.metadata.name, "-s0"), PodRole::kStandby, -1}}) {
+  const PodToCreate pods[] = {
+      PodToCreate{absl::StrCat(job.metadata.name, "-m", last), PodRole::kActive, last, job.spec.code.image},
+      PodToCreate{absl::StrCat(job.metadata.name, "-s0"), PodRole::kStandby, -1, job.spec.code.image}};
+  for (const PodToCreate& pod : pods) {
     if (auto built = BuildPod(job, pod, options); !built.ok()) return built.status();
   }
   return ValidatePersistPath(job);

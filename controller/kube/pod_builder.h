@@ -29,9 +29,14 @@ struct PodBuildOptions {
   // The agents dial with TLS: the job's CA ConfigMap (JobCaConfigMapName) is mounted and
   // passed as --tls-ca.
   bool agent_tls = false;
+  // The node inspector DaemonSet runs the kernel-log, NIC/RDMA and GPU/DCGM inspections:
+  // the agent is started with --host-inspections node (only the volume inspection).
+  bool host_inspections_on_node = false;
 };
 
-// The pod to submit for `pod`. The training container's resources get nvidia.com/gpu =
+// The pod to submit for `pod`. The training container's image is pod.image (the running
+// code version's, decided by the core), else spec.codeVersion.image, else the template's.
+// Its resources get nvidia.com/gpu =
 // spec.gpusPerMachine (the limit always; the request when the template has one).
 // kInvalidArgument naming the field when the template is not a PodTemplateSpec with at
 // least one container (or spec.codeVersion.image to make one), has no image, or sets an

@@ -129,6 +129,10 @@ PodObservation ObservePodObject(const json& pod, const json* node) {
     std::string error;
     if (absl::ParseTime(absl::RFC3339_full, created->get<std::string>(), &t, &error)) obs.created_at = absl::ToUnixNanos(t);
   }
+  if (const json* containers = Path(pod, {"spec", "containers"});
+      containers != nullptr && containers->is_array() && !containers->empty() && (*containers)[0].is_object()) {
+    obs.image = Str((*containers)[0], "image");  // the training container (BuildPod puts it first)
+  }
   const json* node_name = Path(pod, {"spec", "nodeName"});
   obs.machine_id = node_name && node_name->is_string() ? node_name->get<std::string>() : "";
   const json* phase_json = Path(pod, {"status", "phase"});

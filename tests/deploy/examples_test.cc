@@ -158,7 +158,7 @@ TEST_CASE("BuildPod gives the trainer gpusPerMachine GPUs and rejects a conflict
     json container = {{"name", "trainer"}, {"image", "example.com/train:1"}};
     if (!c.resources.is_null()) container["resources"] = c.resources;
     const TrainingJob job = JobWithTrainer("gpu", container);
-    absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"gpu-m0", PodRole::kActive, 0}, Options());
+    absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"gpu-m0", PodRole::kActive, 0, ""}, Options());
     CHECK(pod.ok() == c.ok);
     if (!pod.ok()) {
       CHECK(pod.status().code() == absl::StatusCode::kInvalidArgument);

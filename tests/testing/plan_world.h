@@ -1,7 +1,8 @@
 // PlanWorld: a stand-in for the executor and the cluster in decision tests. Step() calls
 // DecideJob on the world's job, status and observations at the world's time and applies
 // the plan the way the executor does: the new status is kept, evicted machines are
-// quarantined at once, every created pod appears running on a machine of its own with a
+// quarantined at once, every created pod appears running (with the image it was created
+// with) on a machine of its own with a
 // connected, self-checked agent, deleted pods and their agents disappear, and agents
 // follow their commands (a stop leaves the agent idle with a result; an assignment makes it
 // run that attempt). An agent's last_seen is the time of its registration or of the last

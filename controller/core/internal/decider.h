@@ -85,6 +85,26 @@ class Decider {
   // (annotation peregrine.dev/hot-update: urgent) restarts in place now; otherwise it
   // waits for the next failure-triggered restart or hotUpdateWindowHours.
   void HotUpdate();
+  // Images (decide_images.cc). The image of every slot's pod: the running version's.
+  const std::string& ActiveImage() const;
+  // The image new standbys get: a pending version's when it changes the image and the
+  // switch may happen (ImageSwitchBlocker empty), else the running version's.
+  std::string StandbyImage() const;
+  // Some slot's pod runs an image other than `image` (both known): switching to it
+  // recreates the active pods.
+  bool SlotsNeedImage(const std::string& image) const;
+  // Why the pods cannot be recreated for `to` now ("" when they can, or need not be).
+  std::string ImageSwitchBlocker(const CodeVersionSpec& to) const;
+  // The pool is ready on `image`: a ready standby runs it (none is desired, or every one
+  // is unschedulable, and nothing is waited for).
+  bool PoolReadyOn(const std::string& image) const;
+  // Standbys on another image than StandbyImage() are deleted; ReplenishStandbys makes
+  // their replacements on it.
+  void ReplaceStaleStandbys();
+  // Slots whose pod runs another image than the running version's get new pods on it;
+  // in-memory checkpoints go with the old pods, so an attempt started this round resumes
+  // from what outlives them (the persisted step).
+  void RecreateStaleSlots();
   void EvictAndActivate(const std::vector<int>& lost_slots, Incident* inc);
   void StartNewAttempt(Incident* inc);
   void StopAll();

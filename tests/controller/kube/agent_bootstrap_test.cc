@@ -115,7 +115,7 @@ TEST_CASE("The training pod gets its bootstrap token through a credential init c
   PodBuildOptions options;
   options.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
   options.agent_image = "agent:1";
-  auto pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0}, options);
+  auto pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0, ""}, options);
   REQUIRE(pod.ok());
   CHECK(pod->dump().find("secret") == std::string::npos);
   const json& spec = (*pod)["spec"];

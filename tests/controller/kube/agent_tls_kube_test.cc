@@ -114,7 +114,7 @@ TEST_CASE("with agent TLS the training pod mounts the job's CA ConfigMap and pas
   PodBuildOptions options;
   options.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
   options.agent_image = "agent:1";
-  const PodToCreate request{"llm-m0", PodRole::kActive, 0};
+  const PodToCreate request{"llm-m0", PodRole::kActive, 0, ""};
   auto plain = BuildPod(Job(), request, options);
   REQUIRE(plain.ok());
   CHECK(plain->dump().find("--tls-ca") == std::string::npos);

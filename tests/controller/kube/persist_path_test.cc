@@ -83,7 +83,7 @@ TEST_CASE("BuildPod keeps the template's persist volume and its mount in the tra
   PodBuildOptions options;
   options.controller_address = "controller:7400";
   options.agent_image = "agent";
-  absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0}, options);
+  absl::StatusOr<json> pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0, ""}, options);
   REQUIRE(pod.ok());
   bool mounted = false;
   for (const json& m : (*pod)["spec"]["containers"][0]["volumeMounts"]) {

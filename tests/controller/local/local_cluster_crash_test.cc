@@ -101,7 +101,7 @@ void CrashingController(const LocalClusterOptions& base, bool kill_after_launch)
           << R"( "machineId": "0", "pid": 0, "startTicks": 0, "state": "starting", "exited": false, "exitReason": ""}]})";
       raise(SIGKILL);
     }
-    (void)(*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0});
+    (void)(*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0, ""});
     _exit(4);  // the hook did not fire
   }
   int status = 0;
@@ -122,7 +122,7 @@ TEST_CASE("LocalCluster: a controller killed between starting a pod and saving i
   auto cluster = LocalCluster::Create(options);
   REQUIRE(cluster.ok());
   // The restarted controller's round re-creates the pod it wants: nothing new is started.
-  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0}).ok());
+  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0, ""}).ok());
   const std::vector<pid_t> agents = AgentProcesses(options.state_dir, kPod);
   CHECK(agents == std::vector<pid_t>{started});
   CHECK((*cluster)->AgentPid(kPod) == started);
@@ -154,8 +154,8 @@ TEST_CASE("LocalCluster: a pod saved as starting with no process started is crea
   auto before = (*cluster)->ListPods(Job());
   REQUIRE(before.ok());
   CHECK(before->empty());  // the entry without a process is dropped, not reported as a pod
-  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0}).ok());
-  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0}).ok());
+  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0, ""}).ok());
+  REQUIRE((*cluster)->CreatePod(Job(), PodToCreate{kPod, PodRole::kActive, 0, ""}).ok());
   REQUIRE(testing::Eventually([&] { return AgentProcesses(options.state_dir, kPod).size() == 1; }));
   const std::vector<pid_t> agents = AgentProcesses(options.state_dir, kPod);
   CHECK((*cluster)->AgentPid(kPod) == agents[0]);
