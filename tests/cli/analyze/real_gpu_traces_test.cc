@@ -59,5 +59,21 @@ TEST_CASE("analyze on real GPU traces: the flight recorder dump PyTorch 2.11 wri
   CHECK(g["rankStates"][0]["lastState"] == "completed");
 }
 
+TEST_CASE("analyze on real GPU traces: the dump the NCCL watchdog wrote on a collective timeout", "[unit]") {
+  // PyTorch's own file name (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's default prefix + rank).
+  const nlohmann::json j = Analyze({"fr", Real("watchdog_timeout"), "--json"}).Json();
+  REQUIRE(j["dumps"].size() == 1);
+  CHECK(j["dumps"][0]["rank"] == 0);
+  CHECK(j["dumps"][0]["entries"] == 11);
+  REQUIRE(j["groups"].size() == 1);
+  const nlohmann::json& g = j["groups"][0];
+  CHECK(g["verdict"] == "all-stuck");
+  REQUIRE(g["stuckCollective"].is_object());
+  CHECK(g["stuckCollective"].dump().find("nccl:all_reduce") != std::string::npos);
+  CHECK(g["waitingRanks"] == nlohmann::json::array({0}));
+  CHECK(g["rankStates"][0]["lastSeq"] == 11);
+  CHECK(g["rankStates"][0]["lastState"] == "scheduled");
+}
+
 }  // namespace
 }  // namespace peregrine
