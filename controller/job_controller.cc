@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/job_parser.h"
 #include "controller/core/cordons.h"
+#include "controller/core/node_attribution.h"
 #include "controller/status_json.h"
 
 namespace peregrine {
@@ -184,6 +185,7 @@ JobController::RoundResult JobController::ReconcileOnce() {
   }
   obs.pods = std::move(*pods);
   obs.agents = registry_->Observe(key());
+  AttributeNodeFindings(&obs);  // the node inspector's findings on the pods' Nodes
   obs.rendezvous_domain = cluster_->RendezvousDomain(current);
   if (auto port = cluster_->RendezvousPort(current); port.ok()) {
     obs.candidate_master_port = *port;

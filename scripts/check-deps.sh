@@ -28,6 +28,7 @@ declare -A allowed=(
   [agent/nccl_hook]="agent/nccl_ring/"
   [agent/checkpoint]="base/ checkpoint/ proto/ peregrine/v1/"
   [agent]="base/ proto/ peregrine/v1/ diagnosis/ checkpoint/ agent/nccl_ring/ agent/checkpoint/ client/microbatch_plan_format.h"
+  [node_inspector]="base/ agent/inspection/ controller/kube/rest_client.h controller/kube/config.h controller/kube/node_findings.h"
   [fleetsim]="base/ controller/core/ diagnosis/ checkpoint/"
   [sim]="base/fnv1a.h diagnosis/parallel_layout.h diagnosis/tools/nccl_rendezvous.h diagnosis/tools/standin_device.h client/peregrine_client.h client/checkpoint_client.h"
 )
@@ -39,7 +40,7 @@ declare -A main_extra=(
 # threads and clocks.
 impure='^(<(thread|mutex|shared_mutex|condition_variable|future|chrono|fstream|filesystem|sys/socket\.h|netinet/.*|unistd\.h|grpcpp/.*|httplib\.h|yaml-cpp/.*|nlohmann/.*|prometheus/.*)>|"(absl/synchronization/|absl/time/clock\.h|peregrine/v1/|proto/))'
 # Our top-level folders: an include starting with one of these is one of ours.
-ours='^(base|fleetsim|proto|diagnosis|checkpoint|client|controller|cli|agent|sim|tests|bench|peregrine/v1)/'
+ours='^(base|fleetsim|node_inspector|proto|diagnosis|checkpoint|client|controller|cli|agent|sim|tests|bench|peregrine/v1)/'
 
 folder_of() {  # the longest key of `allowed` that is a folder prefix of $1
   local f="$1" best=""

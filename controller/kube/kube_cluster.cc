@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "controller/kube/json_fields.h"
+#include "controller/kube/node_findings.h"
 #include "controller/kube/node_health_controller.h"
 #include "controller/status_json.h"
 
@@ -105,6 +106,7 @@ absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const Training
       node = nodes_->Get(n->get<std::string>());
     }
     out.push_back(ObservePodObject(*pod, node.get()));
+    if (node != nullptr) out.back().node_findings = NodeFindings(*node);
   }
   return out;
 }
