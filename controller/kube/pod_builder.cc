@@ -194,9 +194,16 @@ absl::StatusOr<json> BuildPod(const TrainingJob& job, const PodToCreate& request
   json meta = tmpl.contains("metadata") && tmpl["metadata"].is_object() ? tmpl["metadata"] : json::object();
   json spec = tmpl.contains("spec") && tmpl["spec"].is_object() ? tmpl["spec"] : json::object();
   // The image of the version the job runs (PodToCreate::image, from status.code), not the
-  // desired spec's: a pending update or a rollback must not give one pod another image.
-  const std::string& image = !request.image.empty() ? request.image : job.spec.code.image;
-  if (!spec.contains("containers") || !spec["containers"].is_array() || spec["containers"].empty()) {
+  // desired spec's: a pending update or a rollback must not give one pod another image. A
+  // version without an image runs the template's; spec.codeVersion.image only when the
+  // template has none.
+  const bool template_has_containers =
+      spec.contains("containers") && spec["containers"].is_array() && !spec["containers"].empty();
+  const bool template_has_image = template_has_containers && spec["containers"][0].is_object() &&
+                                  !Str(spec["containers"][0], "image").empty();
+  const std::string image =
+      !request.image.empty() ? request.image : template_has_image ? std::string() : job.spec.code.image;
+  if (!template_has_containers) {
     if (image.empty()) {
       return absl::InvalidArgumentError(
           "spec.template.spec.containers: the pod template needs a container (or set spec.codeVersion.image)");

@@ -35,7 +35,7 @@ struct PodBuildOptions {
 };
 
 // The pod to submit for `pod`. The training container's image is pod.image (the running
-// code version's, decided by the core), else spec.codeVersion.image, else the template's.
+// code version's, decided by the core), else the template's, else spec.codeVersion.image.
 // Its resources get nvidia.com/gpu =
 // spec.gpusPerMachine (the limit always; the request when the template has one).
 // kInvalidArgument naming the field when the template is not a PodTemplateSpec with at

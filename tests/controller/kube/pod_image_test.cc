@@ -47,17 +47,19 @@ TEST_CASE("BuildPod gives the training container the request's image, not the de
   }
 }
 
-TEST_CASE("BuildPod without a request image falls back to spec.codeVersion.image, then the template's", "[unit]") {
+TEST_CASE("BuildPod without a request image takes the template's, then spec.codeVersion.image", "[unit]") {
+  // A running version without an image runs the template's, whatever the desired spec says.
   TrainingJob job = Job();
   auto pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0, ""}, Options());
   REQUIRE(pod.ok());
-  CHECK((*pod)["spec"]["containers"][0]["image"] == "example.com/train:2");
-  job.spec.code.image.clear();
+  CHECK((*pod)["spec"]["containers"][0]["image"] == "example.com/train:template");
+  // A template container without an image takes spec.codeVersion.image.
+  job.spec.template_json = R"({"spec":{"containers":[{"name":"trainer"}]}})";
   pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0, ""}, Options());
   REQUIRE(pod.ok());
-  CHECK((*pod)["spec"]["containers"][0]["image"] == "example.com/train:template");
+  CHECK((*pod)["spec"]["containers"][0]["image"] == "example.com/train:2");
   // No image anywhere: refused, naming the field.
-  job.spec.template_json = R"({"spec":{"containers":[{"name":"trainer"}]}})";
+  job.spec.code.image.clear();
   pod = BuildPod(job, PodToCreate{"llm-m0", PodRole::kActive, 0, ""}, Options());
   REQUIRE_FALSE(pod.ok());
   CHECK(std::string(pod.status().message()).find("spec.template.spec.containers[0].image") != std::string::npos);
