@@ -472,6 +472,9 @@ absl::Status FakeKubeApiServer::Impl::Start() {
     return new httplib::ThreadPool(static_cast<size_t>(n));
   };
   server_->set_keep_alive_timeout(1);  // bounds how long Stop() waits on idle connections
+  // As the real API server (Go's net/http sets TCP_NODELAY): without it a response whose
+  // headers and body go out in two writes waits for the client's delayed ACK (~40 ms).
+  server_->set_tcp_nodelay(true);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Serve(req, res); };
   server_->Get(".*", handler);
   server_->Post(".*", handler);
