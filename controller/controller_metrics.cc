@@ -14,7 +14,7 @@ using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
 constexpr JobPhase kPhases[] = {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
-                                JobPhase::kFailed};
+                                JobPhase::kFailed, JobPhase::kSuspended};
 
 constexpr MitigationStrategy kStrategies[] = {MitigationStrategy::kIgnore, MitigationStrategy::kRedistribute,
                                              MitigationStrategy::kRemap, MitigationStrategy::kReplace};

@@ -189,11 +189,12 @@ absl::Status ParseSpec(const YAML::Node& spec, TrainingJobSpec* out) {
   const std::string p = "spec";
   if (auto s = RequireMap(spec, p); !s.ok()) return s;
   if (auto s = CheckKnownFields(spec, p, {"machines", "gpusPerMachine", "parallelism", "launch", "codeVersion",
-                                          "template", "standby", "faultTolerance", "failSlow", "checkpoint"});
+                                          "template", "standby", "faultTolerance", "failSlow", "checkpoint", "suspend"});
       !s.ok()) {
     return s;
   }
   if (auto s = ReadInt(spec, "machines", p, &out->machines, true); !s.ok()) return s;
+  if (auto s = ReadBool(spec, "suspend", p, &out->suspend); !s.ok()) return s;
   if (auto s = ReadInt(spec, "gpusPerMachine", p, &out->gpus_per_machine, true); !s.ok()) return s;
 
   const YAML::Node par = spec["parallelism"];
@@ -344,6 +345,11 @@ absl::Status ValidateTrainingJob(const TrainingJob& job) {
   }
   if (!IsDns1123Label(job.metadata.namespace_)) {
     return FieldError("metadata.namespace", absl::StrCat("'", job.metadata.namespace_, "' is not a DNS-1123 label"));
+  }
+  if (auto q = job.metadata.labels.find(kKueueQueueNameLabel); q != job.metadata.labels.end() && !IsDns1123Label(q->second)) {
+    return FieldError(absl::StrCat("metadata.labels[", kKueueQueueNameLabel, "]"),
+                      absl::StrCat("'", q->second, "' is not a valid queue name (the LocalQueue's name: 1-63 lower-case "
+                                   "letters, digits and '-', starting and ending with a letter or digit)"));
   }
   if (s.machines < 1 || s.machines > 100000) return FieldError("spec.machines", "must be between 1 and 100000");
   if (s.gpus_per_machine < 1 || s.gpus_per_machine > 64) {

@@ -185,7 +185,7 @@ CheckpointStatus CheckpointFromJson(const json& j) {
 
 JobPhase PhaseFromName(const std::string& s) {
   for (JobPhase p : {JobPhase::kPending, JobPhase::kRunning, JobPhase::kRecovering, JobPhase::kSucceeded,
-                     JobPhase::kFailed}) {
+                     JobPhase::kFailed, JobPhase::kSuspended}) {
     if (s == JobPhaseName(p)) return p;
   }
   throw std::invalid_argument(absl::StrCat("phase: unknown value '", s, "'"));
@@ -367,6 +367,11 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   }
   j["cordons"] = cordons;
   j["cordonsDropped"] = s.cordons_dropped;
+  if (s.suspension) {
+    const SuspensionStatus& u = *s.suspension;
+    j["suspension"] = {{"reason", u.reason}, {"message", Bounded(u.message)}, {"requestedAt", Time(u.requested_at)},
+                       {"persistedBefore", u.persisted_before}, {"suspendedAt", Time(u.suspended_at)}};
+  }
   j["nextIncidentId"] = s.next_incident_id;
   j["nextPodSerial"] = s.next_pod_serial;
   j["recoveries"] = s.recoveries;
@@ -534,6 +539,16 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.cordons.push_back(std::move(record));
     }
     s.cordons_dropped = IntValue<uint64_t>(j, "cordonsDropped", 0);
+    if (j.contains("suspension") && j["suspension"].is_object()) {
+      const json& u = j["suspension"];
+      SuspensionStatus suspension;
+      suspension.reason = u.value("reason", "");
+      suspension.message = u.value("message", "");
+      suspension.requested_at = ParseTime(u, "requestedAt");
+      suspension.persisted_before = IntValue<uint64_t>(u, "persistedBefore", 0);
+      suspension.suspended_at = ParseTime(u, "suspendedAt");
+      s.suspension = std::move(suspension);
+    }
     s.next_incident_id = IntValue<uint64_t>(j, "nextIncidentId", 1);
     s.next_pod_serial = IntValue<uint64_t>(j, "nextPodSerial", 0);
     s.recoveries = IntValue<int>(j, "recoveries", 0);

@@ -37,14 +37,14 @@ void Decider::MaybeStartFirstAttempt() {
     const PodObservation* p = Pod(slot.pod);
     if (!p || !p->running || !a || !a->connected) return;  // wait for every slot's agent
   }
-  st.attempt = 1;
+  st.attempt += 1;  // 1, or the next one after a suspension
   st.attempt_started_at = now_;
   st.master_addr = MasterAddr();
   st.master_port = obs_.candidate_master_port;
   st.phase = JobPhase::kRunning;
   Event(JobEventType::kNormal, "Started",
-        absl::StrFormat("all %d machines registered; training attempt 1 starts from step %d", st.slots.size(),
-                        st.resume_step));
+        absl::StrFormat("all %d machines registered; training attempt %d starts from step %d", st.slots.size(),
+                        st.attempt, st.resume_step));
 }
 
 void Decider::StartNewAttempt(Incident* inc) {

@@ -69,10 +69,16 @@ JobPlan Decider::Run() {
     UpdateConditions();
     return std::move(plan_);
   }
+  if (DecideSuspension()) {
+    FillDesiredAgents();
+    UpdateConditions();
+    return std::move(plan_);
+  }
   SizeStandbyPool();
   ReplaceFailedStandbys();
   EnsurePods();
-  if (st.attempt == 0) {
+  // Pending: the first attempt, or the next one after a suspension, waits for every slot.
+  if (st.attempt == 0 || st.phase == JobPhase::kPending) {
     MaybeStartFirstAttempt();
   } else {
     TrackProgress();
@@ -84,7 +90,8 @@ JobPlan Decider::Run() {
       DetectAndTriage();
     }
   }
-  if (st.attempt > 0 && st.triage_deadline == 0 && !st.diagnosis && st.phase != JobPhase::kFailed) {
+  if (st.attempt > 0 && st.triage_deadline == 0 && !st.diagnosis && st.phase != JobPhase::kFailed &&
+      st.phase != JobPhase::kPending) {
     HotUpdate();
     RecreateStaleSlots();  // a version with another image runs on new pods (decide_images.cc)
     ConvergeAgents();
@@ -215,6 +222,7 @@ void Decider::UpdateConditions() {
                terminal ? "JobFinished" : (st.standby_ready >= st.standby_desired ? "PoolReady" : "PoolFilling"),
                absl::StrFormat("%d of %d standbys ready", st.standby_ready, st.standby_desired), gen, now_);
   UpdatePodsStuckCondition(obs_.pods, gen, now_, st);
+  UpdateSuspendedCondition();
   // Agents silent on running pods of Ready nodes (agent_reach.h): shown in every phase,
   // never a reason to evict.
   std::vector<UnreachableAgent> unreachable;
@@ -239,6 +247,7 @@ const char* JobPhaseName(JobPhase phase) {
     case JobPhase::kRecovering: return "Recovering";
     case JobPhase::kSucceeded: return "Succeeded";
     case JobPhase::kFailed: return "Failed";
+    case JobPhase::kSuspended: return "Suspended";
   }
   return "Unknown";
 }
@@ -273,7 +282,8 @@ JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObse
 AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& st, int slot) {
   AssignmentSpec a;
   a.slot = slot;
-  a.attempt = st.attempt;
+  // Waiting for the machines (first start, resume) or suspended: the agents stay idle.
+  a.attempt = st.phase == JobPhase::kPending || st.phase == JobPhase::kSuspended ? 0 : st.attempt;
   a.resume_step = st.resume_step;
   a.master_addr = st.master_addr;
   a.master_port = st.master_port;

@@ -32,6 +32,9 @@ struct DecisionConfig {
   uint64_t healthy_version_steps = 5;  // a version that completed this many steps ran healthy
   // A standby that cannot start for this long counts as failed and is replaced (pod_health.h).
   int64_t standby_pending_timeout_ns = 600'000'000'000;
+  // A suspended job that persists checkpoints keeps training at most this long for a newer
+  // step to be persisted before its pods are deleted (decide_suspend.cc).
+  int64_t suspend_save_timeout_ns = 600'000'000'000;
   FailSlowPolicyOptions failslow;                  // detection, profiling, localization
   FailSlowValidationOptions failslow_validation;  // pause, GEMM and link rounds
 };

@@ -134,7 +134,16 @@ struct TrainingJobSpec {
   FaultToleranceSpec fault_tolerance;
   FailSlowSpec fail_slow;
   CheckpointSpec checkpoint;
+  // suspend: the job's pods are deleted (after saving to persistPath when the job persists
+  // checkpoints) and it waits, phase Suspended; clearing it recreates the pods, which resume
+  // from the persisted step (decide_suspend.cc).
+  bool suspend = false;
 };
+
+// The label that queues a TrainingJob under Kueue: its value names the LocalQueue in the
+// job's namespace (a DNS-1123 label, which is both a valid label value and a valid
+// Workload spec.queueName). See controller/kube/kueue_workload.h.
+inline constexpr char kKueueQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
 
 struct ObjectMeta {
   std::string name;       // required; a DNS-1123 label

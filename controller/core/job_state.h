@@ -20,8 +20,10 @@
 
 namespace peregrine {
 
-enum class JobPhase { kPending, kRunning, kRecovering, kSucceeded, kFailed };
-const char* JobPhaseName(JobPhase phase);  // "Pending", "Running", ...
+// kSuspended: spec.suspend or an admission hold (a queue has not admitted the job): no
+// pods, waiting (decide_suspend.cc).
+enum class JobPhase { kPending, kRunning, kRecovering, kSucceeded, kFailed, kSuspended };
+const char* JobPhaseName(JobPhase phase);  // "Pending", "Running", ..., "Suspended"
 
 // Kubernetes condition conventions: lastTransitionTime moves only when status flips.
 struct Condition {
@@ -321,6 +323,18 @@ struct CheckpointStatus {
   std::map<std::string, int64_t> events_seen;
 };
 
+// A suspension of the job (spec.suspend, or a hold of the cluster's admission such as
+// Kueue's: decide_suspend.cc), from the request until it is lifted.
+struct SuspensionStatus {
+  std::string reason;   // CamelCase: SuspendedBySpec, or the hold's (WorkloadNotAdmitted, ...)
+  std::string message;  // what holds it and where training resumes from
+  int64_t requested_at = 0;
+  // status.checkpoint.lastPersistedStep when it was requested: the pods stay until a newer
+  // step is persisted (or the save times out), when the job persists checkpoints.
+  uint64_t persisted_before = 0;
+  int64_t suspended_at = 0;  // the pods were deleted; 0 while the checkpoint is being saved
+};
+
 struct JobStatus {
   JobPhase phase = JobPhase::kPending;
   std::vector<Condition> conditions;
@@ -370,6 +384,7 @@ struct JobStatus {
   // kMaxCordonRecords, oldest first, and how many older ones were dropped.
   std::vector<CordonRecord> cordons;
   uint64_t cordons_dropped = 0;
+  std::optional<SuspensionStatus> suspension;  // set from the request until resumed
 };
 
 // ---------------------------------------------------------------------------
@@ -557,6 +572,14 @@ struct JobObservation {
   std::string rendezvous_domain;
   uint32_t candidate_master_port = 0;     // a free port, used when a new attempt starts
   std::optional<uint64_t> injected_fault_at;  // local mode: when a fault was injected (timeline)
+  // Why the cluster does not let the job run now although spec.suspend is false (Kueue has
+  // not admitted its Workload, evicted it, or is not installed): the job is suspended as
+  // with spec.suspend, with this reason and message. nullopt: nothing holds it.
+  struct Hold {
+    std::string reason;  // CamelCase
+    std::string message;
+  };
+  std::optional<Hold> hold;
 };
 
 // ---------------------------------------------------------------------------

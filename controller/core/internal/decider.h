@@ -2,7 +2,8 @@
 // decision_engine.cc (the round: observe, conditions, ETTR), decide_pods.cc (pods and the
 // warm-standby pool), decide_triage.cc (progress, failure detection and triage, hangs,
 // eviction), decide_diagnosis.cc (the stop-time diagnosis), decide_versions.cc (code
-// versions: hot update, rollback) and decide_convergence.cc (attempts, agent convergence).
+// versions: hot update, rollback), decide_convergence.cc (attempts, agent convergence) and
+// decide_suspend.cc (spec.suspend and admission holds).
 // Internal to controller/core. Pure: no clock, I/O or threads; one instance per round.
 #ifndef PEREGRINE_CONTROLLER_CORE_INTERNAL_DECIDER_H_
 #define PEREGRINE_CONTROLLER_CORE_INTERNAL_DECIDER_H_
@@ -109,6 +110,15 @@ class Decider {
   void StartNewAttempt(Incident* inc);
   void StopAll();
   std::string CommandId(const std::string& pod, uint64_t attempt) const;
+  // Suspension (decide_suspend.cc): spec.suspend or the observation's admission hold.
+  // True when the job is suspended this round (its pods are to be deleted; nothing else
+  // of the lifecycle is decided).
+  bool DecideSuspension();
+  bool SavingBeforeSuspend();
+  void SuspendNow(const std::string& reason, const std::string& message);
+  void Resume();
+  std::string ResumeText() const;
+  void UpdateSuspendedCondition();
   // Every slot's agent runs the current attempt; one that does not gets a command with a
   // deterministic id (an agent that registered after the attempt began converges alone).
   void ConvergeAgents();
