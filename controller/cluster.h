@@ -41,6 +41,13 @@ class Cluster {
     (void)machine_id;
     return false;
   }
+  // Why the cluster does not let the job run now (Kubernetes: Kueue has not admitted the
+  // job's Workload, evicted it, or is not installed; JobObservation::hold). nullopt: nothing
+  // holds it. A cluster without admission control answers nullopt.
+  virtual std::optional<JobObservation::Hold> AdmissionHold(const TrainingJob& job) {
+    (void)job;
+    return std::nullopt;
+  }
   // Records an event on the job (Kubernetes Event, or the local event log).
   virtual absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) = 0;
   // Persists / loads the job status (status subresource, or the local state file).

@@ -187,6 +187,7 @@ JobController::RoundResult JobController::ReconcileOnce() {
   obs.agents = registry_->Observe(key());
   AttributeNodeFindings(&obs);  // the node inspector's findings on the pods' Nodes
   obs.rendezvous_domain = cluster_->RendezvousDomain(current);
+  obs.hold = cluster_->AdmissionHold(current);
   if (auto port = cluster_->RendezvousPort(current); port.ok()) {
     obs.candidate_master_port = *port;
   } else {

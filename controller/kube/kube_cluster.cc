@@ -140,7 +140,45 @@ KubeCluster::KubeCluster(kube::RestClient* client, kube::Informer* pods, kube::I
       nodes_(nodes),
       events_(events),
       options_(std::move(options)),
-      may_write_(std::move(may_write)) {}
+      may_write_(std::move(may_write)),
+      kueue_(client_, options_, may_write_) {}
+
+namespace {
+std::string JobKeyOf(const TrainingJob& job) { return absl::StrCat(job.metadata.namespace_, "/", job.metadata.name); }
+}  // namespace
+
+std::optional<JobObservation::Hold> KubeCluster::AdmissionHold(const TrainingJob& job) {
+  if (!KueueQueueName(job)) return std::nullopt;
+  absl::MutexLock lock(&admission_mu_);
+  auto it = admissions_.find(JobKeyOf(job));
+  if (it == admissions_.end()) {
+    return JobObservation::Hold{"WorkloadNotAdmitted", "the job's Kueue Workload has not been read yet"};
+  }
+  return it->second.hold;
+}
+
+absl::Status KubeCluster::SyncAdmission(const TrainingJob& job, int64_t now) {
+  if (!KueueQueueName(job)) {
+    ForgetAdmission(JobKeyOf(job));
+    return absl::OkStatus();
+  }
+  auto admission = kueue_.Sync(job, CachedPodNames(job).empty(), now);
+  if (!admission.ok()) return admission.status();
+  absl::MutexLock lock(&admission_mu_);
+  admissions_[JobKeyOf(job)] = *std::move(admission);
+  return absl::OkStatus();
+}
+
+absl::Status KubeCluster::FinishAdmission(const TrainingJob& job, bool succeeded, const std::string& message,
+                                          int64_t now) {
+  if (!KueueQueueName(job)) return absl::OkStatus();
+  return kueue_.Finish(job, succeeded, message, now);
+}
+
+void KubeCluster::ForgetAdmission(const std::string& job_key) {
+  absl::MutexLock lock(&admission_mu_);
+  admissions_.erase(job_key);
+}
 
 absl::Status KubeCluster::CheckMayWrite(const char* what) const {
   if (may_write_ && !may_write_()) {
@@ -155,6 +193,19 @@ absl::Status KubeCluster::CreatePod(const TrainingJob& job, const PodToCreate& r
   }
   auto pod = BuildPod(job, request, options_);
   if (!pod.ok()) return pod.status();
+  if (KueueQueueName(job)) {
+    // Only an admitted job gets here (AdmissionHold); its pods take the admission's
+    // node selector and tolerations (kueue_workload.h ApplyScheduling).
+    absl::MutexLock lock(&admission_mu_);
+    auto it = admissions_.find(JobKeyOf(job));
+    if (it == admissions_.end() || it->second.hold) {
+      return absl::FailedPreconditionError(absl::StrCat("pod ", request.name, ": the job's Workload is not admitted"));
+    }
+    auto set = it->second.pod_sets.find(request.role == PodRole::kStandby ? kStandbysPodSet : kWorkersPodSet);
+    if (set != it->second.pod_sets.end()) {
+      if (absl::Status s = ApplyScheduling(set->second, &*pod); !s.ok()) return absl::FailedPreconditionError(s.message());
+    }
+  }
   if (auto s = CheckMayWrite("create pod"); !s.ok()) return s;
   auto created = client_->Create(PodsPath(job.metadata.namespace_), *pod);
   if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();

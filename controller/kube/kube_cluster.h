@@ -27,6 +27,7 @@
 #include "controller/kube/agent_ca_configmap.h"
 #include "controller/kube/events.h"
 #include "controller/kube/informer.h"
+#include "controller/kube/kueue_gate.h"
 #include "controller/kube/pod_builder.h"
 #include "controller/kube/pod_observer.h"
 #include "controller/kube/resources.h"
@@ -71,6 +72,9 @@ class KubeCluster final : public Cluster {
   absl::Status RecordEvent(const TrainingJob& job, const JobEvent& event, int64_t now) override;
   absl::Status PersistStatus(const TrainingJob& job, const JobStatus& status) override;
   absl::StatusOr<std::optional<JobStatus>> LoadStatus(const TrainingJob& job) override;
+  // A job labelled kueue.x-k8s.io/queue-name is held until the last SyncAdmission found
+  // its Workload admitted (held too before any SyncAdmission); other jobs never are.
+  std::optional<JobObservation::Hold> AdmissionHold(const TrainingJob& job) override;
   std::string RendezvousDomain(const TrainingJob& job) override;
   absl::StatusOr<uint32_t> RendezvousPort(const TrainingJob& job) override;
 
@@ -79,6 +83,14 @@ class KubeCluster final : public Cluster {
   absl::Status EnsureJobObjects(const TrainingJob& job);
   // Names of every cached pod the job owns (OwnedByJob), including those being deleted.
   std::vector<std::string> CachedPodNames(const TrainingJob& job);
+  // Kueue admission (kueue_gate.h) of a job labelled kueue.x-k8s.io/queue-name: ensures
+  // its Workload and keeps what AdmissionHold answers and the node selector and
+  // tolerations CreatePod adds to each pod set's pods. A job without the label: forgets
+  // what was kept. An API error is returned and the kept admission is left as it was.
+  absl::Status SyncAdmission(const TrainingJob& job, int64_t now);
+  // The job ended: its Workload is marked Finished (no-op without the label).
+  absl::Status FinishAdmission(const TrainingJob& job, bool succeeded, const std::string& message, int64_t now);
+  void ForgetAdmission(const std::string& job_key);
 
  private:
   absl::Status CheckMayWrite(const char* what) const;
@@ -89,6 +101,9 @@ class KubeCluster final : public Cluster {
   kube::EventRecorder* const events_;
   const KubeClusterOptions options_;
   const std::function<bool()> may_write_;
+  KueueGate kueue_;
+  absl::Mutex admission_mu_;
+  std::map<std::string, KueueGate::Admission> admissions_ ABSL_GUARDED_BY(admission_mu_);  // by job key
   absl::Mutex deleted_mu_;
   std::set<std::string> deleted_uids_ ABSL_GUARDED_BY(deleted_mu_);  // pods this process deleted
 };

@@ -13,6 +13,7 @@
 #include "controller/core/conditions.h"
 #include "controller/job_controller.h"
 #include "controller/job_parser.h"
+#include "controller/kube/kueue_workload.h"
 #include "controller/kube/resources.h"
 #include "controller/status_json.h"
 #include "controller/kube/json_fields.h"
@@ -33,6 +34,10 @@
 //   - a new job, or a changed spec (generation) or peregrine.dev/hot-update annotation:
 //     the job's objects are ensured (EnsureJobObjects) and its JobController is (re)built
 //     from the object, resuming from the persisted status;
+//   - a job labelled kueue.x-k8s.io/queue-name: its Kueue Workload is ensured and its
+//     admission read (KubeCluster::SyncAdmission, kueue_gate.h) before the round, which
+//     keeps the job suspended while it is not admitted; a finished job marks its
+//     Workload Finished after the round;
 //   - one round of the JobController (ReconcileOnce). A pod the API server refuses
 //     (400/422 on create) is a terminal error: Valid=False reason PodRejected naming the
 //     pod and the server's message, not retried (pods already running are left alone)
@@ -202,6 +207,9 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
     entries_[key] = std::move(fresh);
   }
   if (!deps_.is_leader()) return kube::ReconcileResult{};
+  // Kueue: the Workload is ensured and its admission read before the round decides (a
+  // failed read retries the key; the round never runs on a stale admission).
+  if (absl::Status s = deps_.cluster->SyncAdmission(*job, deps_.clock->UnixNanos()); !s.ok()) return Retryable(s);
   const Round round = RunRound(*entry);
   if (!round.rejection.ok()) {
     // Not retried: the same pod would be refused again. Pods already running are left
@@ -223,6 +231,19 @@ absl::StatusOr<kube::ReconcileResult> TrainingJobReconciler::ReconcileJob(const 
   // (which grows to 1000 s), until the write succeeds.
   if (!round.status_write.ok()) return kube::ReconcileResult{.requeue_after = absl::Nanoseconds(round.requeue_ns)};
   if (!round.error.ok()) return Retryable(round.error);
+  if (KueueQueueName(*job)) {
+    // A finished job finishes its Workload (Kueue then releases the quota).
+    const JobStatus st = entry->controller->Snapshot();
+    if (st.phase == JobPhase::kSucceeded || st.phase == JobPhase::kFailed) {
+      const Condition* ready = FindCondition(st, "Ready");
+      const std::string message = ready != nullptr ? ready->message : JobPhaseName(st.phase);
+      if (absl::Status s = deps_.cluster->FinishAdmission(*job, st.phase == JobPhase::kSucceeded, message,
+                                                          deps_.clock->UnixNanos());
+          !s.ok()) {
+        return Retryable(s);
+      }
+    }
+  }
   CountConnectedAgents(key);
   kube::ReconcileResult result;
   result.requeue_after = options_.resync;
@@ -341,6 +362,7 @@ void TrainingJobReconciler::CountConnectedAgents(const std::string& key) {
 // and its metric series go away.
 void TrainingJobReconciler::ForgetJob(const std::string& key) {
   RemoveEntry(key);
+  deps_.cluster->ForgetAdmission(key);
   {
     absl::MutexLock lock(&mu_);
     rejected_.erase(key);
