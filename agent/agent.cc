@@ -564,6 +564,9 @@ class Agent::Impl {
     StackCaptureOptions capture_options;
     capture_options.include_native = include_native;
     capture_options.clock = options_.clock;
+    // The agent bundle's bin/ carries eu-stack and gdb (docker/Dockerfile) for training
+    // images that have neither.
+    if (const std::string bundle = ClientDirFor(options_); !bundle.empty()) capture_options.tool_dir = bundle + "/bin";
     absl::Status submitted =
         captures_->Submit(std::move(roots), capture_options, [this, id](std::vector<CapturedStack> captured) {
           // Parsed here, off the control loop, so the controller gets frames, not text to parse.

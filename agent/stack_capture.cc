@@ -114,11 +114,20 @@ namespace {
 // say how much it dropped.
 constexpr size_t kReadFactor = 4;
 
+// The command that runs each tool ("" when it is not there).
 struct Tools {
-  bool py_spy = false;
-  bool eu_stack = false;
-  bool gdb = false;
+  std::string py_spy;
+  std::string eu_stack;
+  std::string gdb;
 };
+
+// `tool` when it is on PATH, else <tool_dir>/<tool> when that is executable, else "".
+std::string FindTool(const std::string& tool, const std::string& tool_dir) {
+  if (OnPath(tool)) return tool;
+  if (tool_dir.empty()) return "";
+  std::string path = absl::StrCat(tool_dir, "/", tool);
+  return ::access(path.c_str(), X_OK) == 0 ? path : "";
+}
 
 CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const StackCaptureOptions& options) {
   const size_t max_raw = std::min(options.max_raw_bytes, kMaxStackBytesPerProcess);
@@ -128,17 +137,17 @@ CapturedStack CaptureOne(const StackTarget& target, const Tools& tools, const St
   captured.command = CommandLine(target.pid);
   const std::string pid = absl::StrCat(target.pid);
   std::vector<std::pair<std::string, std::vector<std::string>>> plan;
-  if (tools.py_spy && IsPython(target.pid)) {
-    std::vector<std::string> argv = {"py-spy", "dump", "--pid", pid};
+  if (!tools.py_spy.empty() && IsPython(target.pid)) {
+    std::vector<std::string> argv = {tools.py_spy, "dump", "--pid", pid};
     if (options.include_native) argv.push_back("--native");
     plan.emplace_back("py-spy", argv);
   }
-  if (tools.eu_stack) {
-    std::string eu = ::access("/usr/bin/eu-stack", X_OK) == 0 ? "/usr/bin/eu-stack" : "eu-stack";
-    plan.emplace_back("eu-stack", std::vector<std::string>{eu, "-p", pid});
+  if (!tools.eu_stack.empty()) {
+    plan.emplace_back("eu-stack", std::vector<std::string>{tools.eu_stack, "-p", pid});
   }
-  if (tools.gdb) {
-    plan.emplace_back("gdb", std::vector<std::string>{"gdb", "-nx", "-batch", "-ex", "thread apply all bt", "-p", pid});
+  if (!tools.gdb.empty()) {
+    plan.emplace_back("gdb",
+                      std::vector<std::string>{tools.gdb, "-nx", "-batch", "-ex", "thread apply all bt", "-p", pid});
   }
   std::string failures;
   for (const auto& [tool, argv] : plan) {
@@ -183,9 +192,9 @@ std::string TruncateStackText(std::string text, size_t max_bytes, bool at_least)
 std::vector<CapturedStack> CaptureStacks(const std::vector<StackTarget>& targets,
                                          const StackCaptureOptions& options) {
   Tools tools;
-  tools.py_spy = OnPath("py-spy");
-  tools.eu_stack = ::access("/usr/bin/eu-stack", X_OK) == 0 || OnPath("eu-stack");
-  tools.gdb = OnPath("gdb");
+  tools.py_spy = FindTool("py-spy", options.tool_dir);
+  tools.eu_stack = FindTool("eu-stack", options.tool_dir);
+  tools.gdb = FindTool("gdb", options.tool_dir);
   std::vector<CapturedStack> out(targets.size());
   // A bounded pool: one stuck process costs its timeout, not everyone's.
   std::atomic<size_t> next{0};

@@ -11,6 +11,9 @@
 //   py-spy dump --pid PID [--native]  when py-spy is on PATH and the process is Python;
 //   eu-stack -p PID                   when eu-stack exists (preferred native tool);
 //   gdb -batch -ex "thread apply all bt" -p PID  otherwise.
+// A tool is looked for on PATH (the training image's own), then in
+// StackCaptureOptions::tool_dir (the agent bundle's bin/, which carries eu-stack and
+// gdb: docker/Dockerfile).
 // When a tool fails (cannot start, non-zero exit with no output, timeout) the
 // next one in that order is tried; the result keeps the last tool's text and
 // the failures. A process's text is at most max_raw_bytes (kMaxStackBytesPerProcess):
@@ -56,6 +59,7 @@ struct StackCaptureOptions {
   size_t max_raw_bytes = 64 * 1024;  // at most kMaxStackBytesPerProcess
   bool include_native = false;
   int max_parallel = 8;  // processes captured at the same time
+  std::string tool_dir;  // also look for py-spy, eu-stack and gdb here, after PATH ("" none)
   Clock* clock = RealClock();  // the tools' timeouts (must outlive the call)
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "diagnosis/stack_parse.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/process_guard.h"
+#include "tests/testing/temp_dir.h"
 
 extern char** environ;
 
@@ -119,6 +121,68 @@ TEST_CASE("Real processes' stacks are captured (in parallel, in order) and parse
     for (const StackFrame& f : (*parsed)[0].threads[0].frames) sleeping |= f.function.find("sleep") != std::string::npos;
     CHECK(sleeping);  // clock_nanosleep / __nanosleep
   }
+}
+
+// PATH set to `path` for the scope (CaptureStacks looks tools up on PATH), restored after.
+class ScopedPath {
+ public:
+  explicit ScopedPath(const std::string& path) {
+    const char* old = std::getenv("PATH");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("PATH", path.c_str(), 1);
+  }
+  ~ScopedPath() {
+    if (had_) {
+      ::setenv("PATH", old_.c_str(), 1);
+    } else {
+      ::unsetenv("PATH");
+    }
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+TEST_CASE("Tools missing from PATH are taken from tool_dir (the agent bundle's bin)", "[integration]") {
+  if (!std::filesystem::exists("/usr/bin/gdb")) {
+    WARN("gdb is not installed");
+    return;
+  }
+  DescendantGuard guard;
+  testing::TempDir temp("peregrine-tools");
+  const std::filesystem::path dir = temp.path();
+  std::filesystem::create_directories(dir / "empty");
+  std::filesystem::create_directories(dir / "bundle-bin");
+  std::filesystem::create_symlink("/usr/bin/gdb", dir / "bundle-bin/gdb");
+  const std::vector<StackTarget> targets = {StackTarget{SpawnShell("exec sleep 60"), 0}};
+  REQUIRE(Eventually([&] {
+    std::ifstream in(absl::StrCat("/proc/", targets[0].pid, "/cmdline"));
+    std::string cmd;
+    std::getline(in, cmd);
+    return cmd.rfind("sleep", 0) == 0;
+  }));
+  StackCaptureOptions options;
+  options.timeout_per_process = absl::Seconds(60);
+  std::vector<CapturedStack> stacks;
+  {
+    ScopedPath path((dir / "empty").string());  // the training image has no stack tool
+    stacks = CaptureStacks(targets, options);
+    REQUIRE(stacks.size() == 1);
+    CHECK_FALSE(stacks[0].ok);
+    CHECK(stacks[0].raw == "no stack tool available (py-spy, eu-stack, gdb)");
+    options.tool_dir = (dir / "bundle-bin").string();
+    stacks = CaptureStacks(targets, options);
+  }
+  REQUIRE(stacks.size() == 1);
+  INFO(stacks[0].raw);
+  CHECK(stacks[0].ok);
+  CHECK(stacks[0].tool == "gdb");
+  auto parsed = ParseStackText(StackTool::kGdb, stacks[0].raw, stacks[0].pid);
+  REQUIRE(parsed.ok());
+  REQUIRE(!parsed->empty());
+  CHECK(!(*parsed)[0].threads.empty());
 }
 
 }  // namespace

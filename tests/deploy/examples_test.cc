@@ -114,8 +114,8 @@ TEST_CASE("every example TrainingJob validates against the CRD then parses then 
 
       CHECK(ValidateForKubernetes(*job).ok());
       PodToCreate active{ActivePodName(job->metadata.name, job->spec.machines - 1), PodRole::kActive,
-                         job->spec.machines - 1};
-      PodToCreate standby{absl::StrCat(job->metadata.name, "-s0"), PodRole::kStandby, -1};
+                         job->spec.machines - 1, ""};
+      PodToCreate standby{absl::StrCat(job->metadata.name, "-s0"), PodRole::kStandby, -1, ""};
       for (const PodToCreate& request : {active, standby}) {
         absl::StatusOr<json> pod = BuildPod(*job, request, Options());
         INFO(request.name << ": " << pod.status().ToString());

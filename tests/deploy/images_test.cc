@@ -39,6 +39,8 @@
 #include "controller/kube/kube_cluster.h"
 #include "tests/deploy/chart_render.h"
 #include "tests/deploy/deploy_tools.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/eventually.h"
 
 namespace peregrine {
 namespace {
@@ -515,6 +517,74 @@ std::map<std::string, std::string> DryRunImages(const std::vector<std::string>& 
     out[target] = tag;
   }
   return out;
+}
+
+TEST_CASE("the agent bundle carries eu-stack and gdb, which run from it and capture a real process's stack", "[integration]") {
+  const auto stages = Dockerfile();
+  const Stage& build = stages.at("build");
+  // Installed in the build stage: elfutils (eu-stack) and gdb without Python.
+  const std::set<std::string> packages = AptPackages(build);
+  CHECK(packages.count("elfutils") == 1);
+  CHECK(packages.count("gdb-minimal") == 1);
+  CHECK(packages.count("gdb") == 0);  // the full gdb does not start without its Python
+  // Bundled into the agent bundle's bin/ (where the agent looks after PATH).
+  const std::vector<std::string> agent_bundle = RunWords(build, {"docker/bundle-runtime.sh"});
+  std::vector<std::string> tools;
+  for (const Instruction& ins : build.instructions) {
+    if (ins.keyword != "RUN") continue;
+    for (absl::string_view part : absl::StrSplit(ins.args, "&&")) {
+      std::vector<std::string> w = Words(std::string(part));
+      if (w.size() >= 2 && w[0] == "docker/bundle-runtime.sh" && w != agent_bundle) tools = w;
+    }
+  }
+  REQUIRE(tools.size() == 4);
+  CHECK(tools[1] == agent_bundle[1]);
+  CHECK(std::set<std::string>(tools.begin() + 2, tools.end()) == std::set<std::string>{"/usr/bin/eu-stack", "/usr/bin/gdb"});
+
+  // The same step on this host's tools (its gdb is the full one) yields launchers that run
+  // through the bundled loader with every library from the bundle.
+  for (const char* tool : {"/usr/bin/eu-stack", "/usr/bin/gdb"}) {
+    if (!fs::exists(tool)) {
+      WARN(tool << " is not installed here");
+      return;
+    }
+  }
+  ScratchDir scratch;
+  const fs::path prefix = scratch.path() / "opt/peregrine";
+  const ProcessResult made = Run({(SourceDir() / "docker/bundle-runtime.sh").string(), prefix.string(),
+                                  "/usr/bin/eu-stack", "/usr/bin/gdb"});
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  fs::path loader;
+  for (const auto& entry : fs::directory_iterator(prefix / "lib")) {
+    if (absl::StartsWith(entry.path().filename().string(), "ld-linux")) loader = entry.path();
+  }
+  REQUIRE(!loader.empty());
+  for (const char* name : {"eu-stack", "gdb"}) {
+    INFO(name);
+    CHECK(fs::is_regular_file(prefix / "bin" / name));
+    const ProcessResult list = Run({loader.string(), "--library-path", (prefix / "lib").string(), "--list",
+                                    (prefix / "libexec" / name).string()});
+    REQUIRE(list.exit_code == 0);
+    for (absl::string_view line : absl::StrSplit(list.out, '\n')) {
+      if (!absl::StrContains(line, "=>")) continue;
+      INFO(line);
+      CHECK(absl::StrContains(line, "=> " + (prefix / "lib").string() + "/"));
+    }
+  }
+  // The bundled tools capture the stack of a live process, as the agent runs them.
+  auto sleeper = testing::ChildProcess::Start({{"/bin/sleep", "60"}, {}, false, false, "", ""});
+  REQUIRE(sleeper != nullptr);
+  const std::string pid = std::to_string(sleeper->pid());
+  REQUIRE(testing::Eventually([&] { return ReadText(fs::path("/proc") / pid / "cmdline").rfind("/bin/sleep", 0) == 0; }));
+  const ProcessResult eu = Run({(prefix / "bin/eu-stack").string(), "-p", pid});
+  INFO(eu.out << eu.err);
+  CHECK(eu.exit_code == 0);
+  CHECK(absl::StrContains(eu.out, "nanosleep"));
+  const ProcessResult gdb = Run({(prefix / "bin/gdb").string(), "-nx", "-batch", "-ex", "thread apply all bt", "-p", pid});
+  INFO(gdb.out << gdb.err);
+  CHECK(gdb.exit_code == 0);
+  CHECK(absl::StrContains(gdb.out, "nanosleep"));
 }
 
 TEST_CASE("scripts/build-images.sh names exactly the images the chart deploys", "[integration]") {
