@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -150,10 +151,16 @@ int Main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   sigprocmask(SIG_BLOCK, &stop, nullptr);
+  // The three inspections share one schedule, so every round runs them all: the round's
+  // results are the node's whole picture (a component that no longer reports, such as a
+  // recoverable Xid of an earlier round, is gone from it; the kernel-log inspection keeps
+  // machine-fatal Xids itself).
+  std::vector<InspectionResult> latest;
   while (true) {
     const absl::Time now = absl::Now();
-    inspector.Poll(now);
-    const std::vector<NodeConditionReport> reports = ConditionsFromResults(inspector.Latest());
+    InspectorPoll poll = inspector.Poll(now);
+    if (!poll.results.empty()) latest = std::move(poll.results);
+    const std::vector<NodeConditionReport> reports = ConditionsFromResults(latest);
     const absl::Status reported = reporter.Report(reports, now);
     if (!reported.ok()) {
       std::fprintf(stderr, "peregrine-node-inspector: reporting to node %s: %s\n", values["node"].c_str(),

@@ -53,6 +53,10 @@ std::string KubeMainUsage() {
          "                             image); empty (default): no sweeps, quarantined nodes stay\n"
          "  --node-health-sweep-namespace NS  namespace of the sweep Jobs (default POD_NAMESPACE,\n"
          "                             else default)\n"
+         "  --host-inspections pod|node  node: the node inspector DaemonSet runs the kernel-log,\n"
+         "                             NIC/RDMA and GPU/DCGM inspections; the pods' agents get\n"
+         "                             --host-inspections node and run only the volume one\n"
+         "                             (default pod: the agents run them all)\n"
          "  --log-level L              debug, info, warning or error (default info)\n";
 }
 
@@ -122,6 +126,11 @@ absl::StatusOr<KubeMainOptions> ParseKubeMainFlags(
       m.agent_image = value;
     } else if (arg == "--node-health-sweep-image") {
       m.node_health_sweep_image = value;
+    } else if (arg == "--host-inspections") {
+      if (value != "pod" && value != "node") {
+        return absl::InvalidArgumentError(absl::StrCat("--host-inspections: expected pod or node, got '", value, "'"));
+      }
+      m.host_inspections_on_node = value == "node";
     } else if (arg == "--node-health-sweep-namespace") {
       if (value.empty()) return absl::InvalidArgumentError("--node-health-sweep-namespace: needs a namespace");
       m.node_health_sweep_namespace = value;

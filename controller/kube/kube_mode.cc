@@ -385,6 +385,7 @@ absl::StatusOr<std::unique_ptr<KubeMode>> KubeMode::Start(const kube::Config& co
   kopts.agent_image = options.agent_image;
   kopts.rendezvous_port = options.rendezvous_port;
   kopts.heartbeat_ms = options.agent_heartbeat_flag_ms;
+  kopts.host_inspections_on_node = options.host_inspections_on_node;
   if (options.agent_tls.enabled()) {
     impl->ca_publisher = std::make_unique<AgentCaPublisher>(impl->client.get(), options.agent_tls.ca_file,
                                                             [self] { return self->IsLeader(); });

@@ -80,6 +80,9 @@ struct KubeModeOptions {
   std::string node_health_sweep_image;
   std::string node_health_sweep_namespace = "default";
   NodeLifecycleOptions node_lifecycle;
+  // The node inspector DaemonSet covers the Nodes (--host-inspections node): the pods'
+  // agents run only the volume inspection (PodBuildOptions::host_inspections_on_node).
+  bool host_inspections_on_node = false;
 };
 
 // watch_namespaces and watch_namespace together, sorted, without duplicates; empty means
