@@ -189,8 +189,8 @@ void GenerateMachine(const FaultModel& model, int machine, double factor, int gp
     if (out[i].end_ns > out[i].start_ns) down.emplace_back(out[i].start_ns, out[i].end_ns);
   }
 
-  const auto slow = [&](const FailSlowModel& m, FaultKind kind) {
-    const double rate_per_s = m.episodes_per_machine_day * factor / kSecondsPerDay;
+  const auto slow = [&](const FailSlowModel& m, FaultKind kind, double rate_factor) {
+    const double rate_per_s = m.episodes_per_machine_day * rate_factor / kSecondsPerDay;
     if (rate_per_s <= 0) return;
     const double duration_mu =
         std::log(m.duration_mean_s) - m.duration_sigma * m.duration_sigma / 2;
@@ -214,8 +214,8 @@ void GenerateMachine(const FaultModel& model, int machine, double factor, int gp
       t = end;  // episodes of one kind do not overlap
     }
   };
-  slow(model.slow_compute, FaultKind::kSlowCompute);
-  slow(model.slow_link, FaultKind::kSlowLink);
+  slow(model.slow_compute, FaultKind::kSlowCompute, factor);
+  slow(model.slow_link, FaultKind::kSlowLink, 1.0);
 }
 
 }  // namespace
@@ -299,11 +299,11 @@ absl::Status ValidateFaultScope(const FaultModel& model, int machines, int gpus_
     return absl::InvalidArgumentError(
         absl::StrCat("days = ", days, " is out of range (want [0, ", kMaxDays, "])"));
   }
-  const double max_factor = std::max(1.0, model.grey_multiplier);
-  const double per_machine_day =
-      FailStopRatePerGpuDay(model) * gpus_per_machine + model.slow_compute.episodes_per_machine_day +
-      model.slow_link.episodes_per_machine_day;
-  const double expected = per_machine_day * max_factor * machines * days;
+  // The grey factors keep the fleet average, so this is the expected count.
+  const double per_machine_day = FailStopRatePerGpuDay(model) * gpus_per_machine +
+                                 model.slow_compute.episodes_per_machine_day +
+                                 model.slow_link.episodes_per_machine_day;
+  const double expected = per_machine_day * machines * days;
   if (expected > kMaxExpectedEvents) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the fault model would generate about ", expected, " events over ", machines,
