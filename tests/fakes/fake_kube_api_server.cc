@@ -450,6 +450,17 @@ class FakeKubeApiServer::Impl {
   int64_t rv_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t compacted_rv_ ABSL_GUARDED_BY(mu_) = 0;  // history holds every write after it
   bool gc_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // uid -> (qualified resource, store key) of every stored object.
+  absl::flat_hash_map<std::string, std::pair<std::string, std::string>> uid_index_ ABSL_GUARDED_BY(mu_);
+  // The object with this uid exists and is not being deleted.
+  bool LiveOwnerLocked(const std::string& uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = uid_index_.find(uid);
+    if (it == uid_index_.end()) return false;
+    auto store = objects_.find(it->second.first);
+    if (store == objects_.end()) return false;
+    auto obj = store->second.find(it->second.second);
+    return obj != store->second.end() && !Deleting(obj->second);
+  }
   int64_t drop_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bookmark_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int open_watches_ ABSL_GUARDED_BY(mu_) = 0;
@@ -774,13 +785,23 @@ json FakeKubeApiServer::Impl::CommitLocked(const KubeResourceType& type, const s
   obj["metadata"]["resourceVersion"] = std::to_string(rv_);
   std::string resource = type.QualifiedName();
   bool deleted = absl::string_view(event) == "DELETED";
+  const std::string uid = MetaString(obj, "uid");
   if (deleted) {
     objects_[resource].erase(key);
+    uid_index_.erase(uid);
   } else {
     objects_[resource][key] = obj;
+    if (!uid.empty()) uid_index_[uid] = {resource, key};
   }
   json refs = OwnerRefs(obj);
-  if (deleted || Deleting(obj) || (!refs.empty() && refs != OwnerRefs(prev))) gc_pending_ = true;
+  json prev_refs = OwnerRefs(prev);
+  // A first set of owner references naming live owners that are not being deleted (a pod
+  // its controller creates) gives the collector nothing to do: skip its full scan, which
+  // made every such create cost O(objects).
+  const bool new_live_owners = prev_refs.empty() && std::all_of(refs.begin(), refs.end(), [this](const json& ref) {
+    return LiveOwnerLocked(ref.value("uid", ""));
+  });
+  if (deleted || Deleting(obj) || (!refs.empty() && refs != prev_refs && !new_live_owners)) gc_pending_ = true;
   history_.push_back({rv_, resource, key, event, obj, std::move(prev)});
   while (history_.size() > options_.history_limit) {
     compacted_rv_ = history_.front().rv;
