@@ -99,6 +99,14 @@ void PrintJobStatus(const json& j, std::ostream& out) {
   for (const json& m : Arr(standby, "pods")) {
     out << absl::StrFormat("%-5s %-16s %-8s\n", "-", Str(m, "pod"), Str(m, "machineId"));
   }
+  // A large job's status keeps its machines compactly (machineTable): counts here, the
+  // list from the controller's API (GET /api/v1/jobs/NAMESPACE/NAME/machines).
+  if (const json& summary = Field(st, "machineSummary"); summary.is_object() && !Field(st, "machines").is_array()) {
+    out << "machines: " << Int(summary, "total") << " (" << Int(summary, "observed") << " seen running, "
+        << Int(summary, "replaced") << " replaced, " << Int(summary, "nodeUnready")
+        << " on unready nodes); the list: GET /api/v1/jobs/" << Str(j, "namespace") << "/" << Str(j, "name")
+        << "/machines on the controller\n";
+  }
   const json conditions = Arr(st, "conditions");
   if (!conditions.empty()) {
     out << "conditions:\n";

@@ -258,10 +258,24 @@ void HttpServer::RegisterApi() {
                                       {"data", job.spec.parallelism.data}}},
                      {"codeVersion", {{"image", job.spec.code.image}, {"command", job.spec.code.command},
                                       {"revision", job.spec.code.revision}}}};
-      out["status"] = nlohmann::json::parse(JobStatusToJson(j.Snapshot()));
+      out["status"] = nlohmann::json::parse(JobStatusToJson(j.Snapshot(), -1, StatusForm::kFull));
       nlohmann::json timeline = nlohmann::json::array();
       for (const TimelineEntry& e : j.Timeline()) timeline.push_back({{"at", FormatRfc3339(e.at)}, {"what", e.what}});
       out["timeline"] = timeline;
+    });
+    if (!found) return JsonError(res, 404, absl::StrCat("no job ", ns, "/", name));
+    res.set_content(Dump(out), "application/json");
+  });
+  // Every machine of the job: the TrainingJob status lists a large job's compactly.
+  server_->Get(R"(/api/v1/jobs/([a-z0-9-]+)/([a-z0-9-]+)/machines)", [this](const httplib::Request& req,
+                                                                           httplib::Response& res) {
+    const std::string ns = req.matches[1], name = req.matches[2];
+    if (!Admit(req.get_header_value("Authorization"), RequiredAccess(ApiRoute::kGetJob, ns, name), res)) return;
+    nlohmann::json out;
+    const bool found = directory_->WithJob(ns, name, [&](JobController& j) {
+      const nlohmann::json status = nlohmann::json::parse(JobStatusToJson(j.Snapshot(), -1, StatusForm::kFull));
+      out = {{"namespace", ns}, {"name", name}, {"summary", status["machineSummary"]},
+             {"machines", status["machines"]}, {"standby", status["standby"]}};
     });
     if (!found) return JsonError(res, 404, absl::StrCat("no job ", ns, "/", name));
     res.set_content(Dump(out), "application/json");

@@ -1,7 +1,8 @@
 // HttpServer: the controller's HTTP endpoint: /healthz, /metrics (Prometheus text format)
 // and the JSON API peregrinectl uses:
 //   GET  /api/v1/jobs                         -> [{namespace, name, phase, ...}]
-//   GET  /api/v1/jobs/{namespace}/{name}      -> {status, timeline}
+//   GET  /api/v1/jobs/{namespace}/{name}      -> {status, timeline} (status_json.h kFull)
+//   GET  /api/v1/jobs/{namespace}/{name}/machines -> {summary, machines, standby}: every slot
 //   POST /api/v1/jobs/{namespace}/{name}/faults (local mode) -> {result}
 //   POST /api/v1/jobs/{namespace}/{name}/code  (code_update.h body) -> {message, ...}
 // Errors are JSON {"error": "..."} with 400 (bad request, naming the field), 404, 409,

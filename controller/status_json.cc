@@ -1,5 +1,6 @@
 #include "controller/status_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "controller/status_compact.h"
 
 namespace peregrine {
 namespace {
@@ -95,14 +97,6 @@ std::vector<T> IntVector(const json& j, const char* key) {
   return out;
 }
 
-std::map<std::string, int64_t> IntMap(const json& j, const char* key) {
-  std::map<std::string, int64_t> out;
-  if (!j.contains(key)) return out;
-  if (!j[key].is_object()) throw std::invalid_argument(absl::StrCat(key, ": expected an object of integers"));
-  for (const auto& [name, v] : j[key].items()) out[name] = CheckedInt<int64_t>(v, key);
-  return out;
-}
-
 int64_t ParseTime(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty()) return 0;
   absl::Time t;
@@ -147,23 +141,25 @@ void ReadRequiredEnum(const json& j, const char* key, std::optional<E> (*parse)(
   ReadEnum(j, key, parse, field, out);
 }
 
-json CheckpointToJson(const CheckpointStatus& c) {
-  json placement = json::array();
-  for (const CheckpointSlotPlacement& p : c.placement) placement.push_back({{"slot", p.slot}, {"holders", p.holders}});
+json CheckpointToJson(const CheckpointStatus& c, const std::vector<SlotStatus>& slots) {
   json events = json::array();
   for (const CheckpointEventRecord& e : c.events) {
     events.push_back({{"at", Time(e.at)}, {"pod", e.pod}, {"kind", ToString(e.kind)}, {"step", e.step},
                       {"globalRank", e.global_rank}, {"detail", e.detail}});
   }
-  return {{"lastCompleteStep", c.last_complete_step}, {"lastPersistedStep", c.last_persisted_step},
-          {"placement", placement}, {"degradedReason", c.degraded_reason}, {"failedSteps", c.failed_steps},
-          {"events", events}, {"eventsSeen", c.events_seen}};
+  json out = {{"lastCompleteStep", c.last_complete_step}, {"lastPersistedStep", c.last_persisted_step},
+              {"placementRuns", PlacementRunsToJson(c.placement)}, {"degradedReason", c.degraded_reason},
+              {"failedSteps", c.failed_steps}, {"events", events}};
+  EventsSeenToJson(c.events_seen, slots, &out);
+  return out;
 }
 
-CheckpointStatus CheckpointFromJson(const json& j) {
+// Older statuses list the placement slot by slot ("placement"); newer ones in runs.
+CheckpointStatus CheckpointFromJson(const json& j, const std::vector<SlotStatus>& slots) {
   CheckpointStatus c;
   c.last_complete_step = IntValue<uint64_t>(j, "lastCompleteStep", 0);
   c.last_persisted_step = IntValue<uint64_t>(j, "lastPersistedStep", 0);
+  if (j.contains("placementRuns")) c.placement = PlacementRunsFromJson(j["placementRuns"], std::max(slots.size(), kMaxPlacementSlots));
   for (const json& p : j.value("placement", json::array())) {
     c.placement.push_back(CheckpointSlotPlacement{CheckedInt<int>(p.at("slot"), "slot"), IntVector<int>(p, "holders")});
   }
@@ -179,7 +175,7 @@ CheckpointStatus CheckpointFromJson(const json& j) {
     r.detail = e.value("detail", "");
     c.events.push_back(std::move(r));
   }
-  c.events_seen = IntMap(j, "eventsSeen");
+  c.events_seen = EventsSeenFromJson(j, slots);
   return c;
 }
 
@@ -287,7 +283,8 @@ std::string FormatRfc3339(int64_t unix_nanos) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixNanos(unix_nanos), absl::UTCTimeZone());
 }
 
-std::string JobStatusToJson(const JobStatus& s, int indent) {
+std::string JobStatusToJson(const JobStatus& s, int indent, StatusForm form) {
+  const bool full = form == StatusForm::kFull;
   json j;
   j["phase"] = JobPhaseName(s.phase);
   j["observedGeneration"] = s.observed_generation;
@@ -319,16 +316,23 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
     alarms.push_back({{"machineId", a.machine_id}, {"at", Time(a.at)}, {"summary", a.summary}});
   }
   j["networkAlarms"] = alarms;
-  json machines = json::array();
-  for (const SlotStatus& m : s.slots) {
-    machines.push_back({{"index", m.index}, {"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
-    if (m.node_unready_since != 0) {
-      machines.back()["nodeUnreadySince"] = Time(m.node_unready_since);
-      machines.back()["nodeUnreadyStep"] = m.node_unready_step;
-      machines.back()["nodeUnreadyProgressAt"] = Time(m.node_unready_progress_at);
+  // Up to kMaxListedMachines slots (and always in the full form) one object each; a
+  // larger job's as the compact machineTable (status_compact.h).
+  if (full || s.slots.size() <= kMaxListedMachines || !MachineTableFits(s.slots)) {
+    json machines = json::array();
+    for (const SlotStatus& m : s.slots) {
+      machines.push_back({{"index", m.index}, {"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
+      if (m.node_unready_since != 0) {
+        machines.back()["nodeUnreadySince"] = Time(m.node_unready_since);
+        machines.back()["nodeUnreadyStep"] = m.node_unready_step;
+        machines.back()["nodeUnreadyProgressAt"] = Time(m.node_unready_progress_at);
+      }
     }
+    j["machines"] = machines;
+  } else {
+    j["machineTable"] = MachineTableToJson(s.slots);
   }
-  j["machines"] = machines;
+  j["machineSummary"] = MachineSummaryToJson(s.slots);
   json standbys = json::array();
   for (const StandbyStatus& m : s.standbys) {
     standbys.push_back({{"pod", m.pod}, {"machineId", m.machine_id}, {"observed", m.observed}});
@@ -343,21 +347,35 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["trainingTimeLostSeconds"] = s.training_time_lost_seconds;
   j["ettr"] = s.ettr;
   json incidents = json::array();
+  std::map<uint64_t, std::string> signals;  // the stored signal of each incident listed
   for (const Incident& i : s.incidents) {
-    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", Bounded(i.signal)}, {"detectedAt", Time(i.detected_at)},
+    const bool cut = !full && i.machines.size() > kMaxStoredIncidentMachines;
+    const std::vector<std::string> named =
+        cut ? std::vector<std::string>(i.machines.begin(), i.machines.begin() + kMaxStoredIncidentMachines) : i.machines;
+    signals[i.id] = Bounded(i.signal);
+    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", signals[i.id]}, {"detectedAt", Time(i.detected_at)},
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
-                         {"machines", i.machines}, {"decision", Bounded(i.decision)}, {"actions", BoundedLines(i.actions)},
+                         {"machines", named}, {"decision", Bounded(i.decision)}, {"actions", BoundedLines(i.actions)},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
                          {"stepsRedone", i.steps_redone},
                          {"trainingTimeLostSeconds", i.training_time_lost_seconds},
                          {"diagnosis", StagesToJson(i.diagnosis)}});
+    if (cut || i.machines_not_named != 0) incidents.back()["machinesCount"] = i.machines.size() + i.machines_not_named;
   }
   j["incidents"] = incidents;
   json evicted = json::array();
   for (const Eviction& e : s.evicted) {
-    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"reason", Bounded(e.reason)}, {"at", Time(e.at)},
+    evicted.push_back({{"machineId", e.machine_id}, {"pod", e.pod}, {"at", Time(e.at)},
                        {"quarantined", e.quarantined}, {"machineFault", e.machine_fault},
                        {"incidentId", e.incident_id}});
+    // A burst's evictions share their incident's signal as the reason: stored once.
+    const std::string reason = Bounded(e.reason);
+    auto signal = signals.find(e.incident_id);
+    if (!full && e.incident_id != 0 && signal != signals.end() && signal->second == reason) {
+      evicted.back()["reasonIsIncidentSignal"] = true;
+    } else {
+      evicted.back()["reason"] = reason;
+    }
   }
   j["evictedMachines"] = evicted;
   json cordons = json::array();
@@ -443,7 +461,7 @@ std::string JobStatusToJson(const JobStatus& s, int indent) {
   j["failSlows"] = fail_slows;
   j["nextFailSlowId"] = s.next_fail_slow_id;
   j["stackDiagnosis"] = StackDiagnosisToJson(s.stack_diagnosis);
-  j["checkpoint"] = CheckpointToJson(s.checkpoint);
+  j["checkpoint"] = CheckpointToJson(s.checkpoint, s.slots);
   // Incident signals quote process output, which need not be UTF-8: replace, never throw.
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
@@ -484,6 +502,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     for (const json& a : j.value("networkAlarms", json::array())) {
       s.network_alarms.push_back(NetworkAlarmRecord{a.value("machineId", ""), ParseTime(a, "at"), a.value("summary", "")});
     }
+    if (j.contains("machineTable")) s.slots = MachineTableFromJson(j["machineTable"]);
     for (const json& m : j.value("machines", json::array())) {
       s.slots.push_back(SlotStatus{CheckedInt<int>(m.at("index"), "index"), m.at("pod"), m.value("machineId", ""), m.value("observed", false)});
       s.slots.back().node_unready_since = ParseTime(m, "nodeUnreadySince");
@@ -512,7 +531,13 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       inc.detected_at = ParseTime(i, "detectedAt");
       inc.decided_at = ParseTime(i, "decidedAt");
       inc.resumed_at = ParseTime(i, "resumedAt");
-      inc.machines = i.value("machines", std::vector<std::string>{});
+      inc.machines = i.value("machines", std::vector<std::string>{});  // the first kMaxStoredIncidentMachines
+      const uint64_t machines_count = IntValue<uint64_t>(i, "machinesCount", inc.machines.size());
+      if (machines_count < inc.machines.size()) {
+        throw std::invalid_argument(absl::StrCat("incidents[].machinesCount: ", machines_count, " is less than the ",
+                                                 inc.machines.size(), " machines named"));
+      }
+      inc.machines_not_named = machines_count - inc.machines.size();
       inc.decision = i.value("decision", "");
       inc.actions = i.value("actions", std::vector<std::string>{});
       inc.step_at_failure = IntValue<uint64_t>(i, "stepAtFailure", 0);
@@ -523,7 +548,16 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
       s.incidents.push_back(std::move(inc));
     }
     for (const json& e : j.value("evictedMachines", json::array())) {
-      s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), e.value("reason", ""), ParseTime(e, "at"),
+      std::string reason = e.value("reason", "");
+      if (e.value("reasonIsIncidentSignal", false)) {
+        const uint64_t id = IntValue<uint64_t>(e, "incidentId", 0);
+        auto inc = std::find_if(s.incidents.begin(), s.incidents.end(), [&](const Incident& i) { return i.id == id; });
+        if (inc == s.incidents.end()) {
+          throw std::invalid_argument(absl::StrCat("evictedMachines[].reasonIsIncidentSignal: incident ", id, " is not in incidents"));
+        }
+        reason = inc->signal;
+      }
+      s.evicted.push_back(Eviction{e.value("machineId", ""), e.value("pod", ""), reason, ParseTime(e, "at"),
                                    e.value("quarantined", false)});
       s.evicted.back().machine_fault = e.value("machineFault", true);
       s.evicted.back().incident_id = IntValue<uint64_t>(e, "incidentId", 0);
@@ -654,7 +688,7 @@ absl::StatusOr<JobStatus> JobStatusFromJson(const std::string& text) {
     }
     s.next_fail_slow_id = IntValue<uint64_t>(j, "nextFailSlowId", 1);
     if (j.contains("stackDiagnosis")) s.stack_diagnosis = StackDiagnosisFromJson(j["stackDiagnosis"]);
-    if (j.contains("checkpoint")) s.checkpoint = CheckpointFromJson(j["checkpoint"]);
+    if (j.contains("checkpoint")) s.checkpoint = CheckpointFromJson(j["checkpoint"], s.slots);
     return s;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job status: ", e.what()));

@@ -76,6 +76,9 @@ struct Incident {
   int64_t decided_at = 0;   // 0 while triaging
   int64_t resumed_at = 0;   // the first step after the restart completed; 0 while recovering
   std::vector<std::string> machines;  // machine ids acted on
+  // How many more machines it acted on than `machines` names: the stored status names the
+  // first ones only (status_json.h); set when read back from it, 0 in the decision core.
+  uint64_t machines_not_named = 0;
   std::string decision;               // evict+standby, reattempt, ...
   std::vector<std::string> actions;
   uint64_t step_at_failure = 0;  // most advanced completed step seen before the failure

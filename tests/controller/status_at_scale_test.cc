@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/core/decision_engine.h"
+#include "controller/status_compact.h"
 #include "controller/status_json.h"
 #include "tests/testing/job_fixtures.h"
 #include "tests/testing/plan_world.h"
@@ -27,8 +31,37 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 constexpr size_t kStatusBudget = 512 * 1024;
-// Node names as a managed cluster gives them (pool and instance group in the name).
-constexpr char kNodePrefix[] = "gke-train-a3-mega-pool-1-7f3c2a1b-";
+// PlanWorld names machines "w<n>"; NodeName turns them into names as a managed cluster
+// gives them (pool and instance group, then a random suffix), which share less.
+constexpr char kWorldPrefix[] = "w";
+
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::string NodeName(uint64_t n) {
+  std::string suffix;
+  uint64_t h = Mix(n);
+  for (int i = 0; i < 5; ++i, h /= 36) suffix.push_back("0123456789abcdefghijklmnopqrstuvwxyz"[h % 36]);
+  return absl::StrCat("gke-train-a3-mega-pool-", n % 4, "-7f3c2a1b-", suffix);
+}
+
+// Gives the machines PlanWorld created since the last call their node names.
+void NameNodes(testing::PlanWorld& w) {
+  auto rename = [](std::string& id) {
+    if (id.rfind(kWorldPrefix, 0) == 0 && id.find('-') == std::string::npos) id = NodeName(std::stoull(id.substr(1)));
+  };
+  for (PodObservation& p : w.obs.pods) rename(p.machine_id);
+  for (AgentObservation& a : w.obs.agents) rename(a.machine_id);
+}
+
+void Step(testing::PlanWorld& w) {
+  w.Step();
+  NameNodes(w);
+}
 
 TrainingJob LargeJob(int machines) {
   return testing::ParsedJob(absl::StrCat(R"(
@@ -67,21 +100,22 @@ void ReportCheckpoint(testing::PlanWorld& w, uint64_t step) {
 struct ScaleStatus {
   JobStatus steady;  // running at step 200, checkpoint 200 committed, standbys ready
   JobStatus burst;   // 1% of the machines failed: decided, standbys activated, restoring
+  std::unique_ptr<testing::PlanWorld> world;  // as it was when `burst` was taken
 };
 
 // Runs the real decision core over a job of `machines` machines; `failed` of them fail
 // at once (every 100th slot) after the steady state is reached.
 ScaleStatus BuildScaleStatus(int machines, int failed) {
-  testing::PlanWorld w(LargeJob(machines), kNodePrefix);
-  w.Step();  // pods and standbys created
-  w.Step();  // attempt 1 assigned
+  testing::PlanWorld w(LargeJob(machines), kWorldPrefix);
+  Step(w);  // pods and standbys created
+  Step(w);  // attempt 1 assigned
   REQUIRE(w.status.attempt == 1);
   for (uint64_t step : {100, 200}) {
     w.now += 60 * kSecond;
     w.Progress(step);
     ReportCheckpoint(w, step);
     for (AgentObservation& a : w.obs.agents) a.last_seen = w.now;
-    w.Step();
+    Step(w);
   }
   REQUIRE(w.status.phase == JobPhase::kRunning);
   REQUIRE(w.status.checkpoint.last_complete_step == 200);
@@ -102,25 +136,26 @@ ScaleStatus BuildScaleStatus(int machines, int failed) {
   }
   for (const std::string& pod : victims) std::erase_if(w.obs.agents, [&](const AgentObservation& a) { return a.pod == pod; });
   for (AgentObservation& a : w.obs.agents) a.last_seen = w.now;
-  w.Step();       // detected (triage)
+  Step(w);  // detected (triage)
   w.now += 10 * kSecond;
   for (AgentObservation& a : w.obs.agents) a.last_seen = w.now;
-  w.Step();       // decided: evict, activate standbys, restart
+  Step(w);  // decided: evict, activate standbys, restart
   w.now += kSecond;
   for (AgentObservation& a : w.obs.agents) a.last_seen = w.now;
-  w.Step();       // the new attempt assigned
-  // Every pod of the new attempt restores the checkpoint and says so.
-  w.now += 5 * kSecond;
-  int64_t at = w.now;
+  Step(w);  // the new attempt assigned
+  // Every pod of the new attempt restores the checkpoint and says so, over 30 s.
+  w.now += 30 * kSecond;
   for (AgentObservation& a : w.obs.agents) {
     a.last_seen = w.now;
-    a.checkpoint_events.push_back(CheckpointEventObservation{at++, CheckpointEventKind::kRestored, 200, -1,
+    const int64_t at = w.now - 30 * kSecond + static_cast<int64_t>(Mix(std::hash<std::string>{}(a.pod)) % (30 * kSecond));
+    a.checkpoint_events.push_back(CheckpointEventObservation{at, CheckpointEventKind::kRestored, 200, -1,
                                                              "restored step 200 from memory"});
   }
-  w.Step();
+  Step(w);
   REQUIRE(w.status.attempt >= 2);
   REQUIRE_FALSE(w.status.incidents.empty());
   out.burst = w.status;
+  out.world = std::make_unique<testing::PlanWorld>(w);
   return out;
 }
 
@@ -138,6 +173,56 @@ std::string SizeByField(const std::string& status_json) {
   return out;
 }
 
+// What DecideJob does next, as text: the stored status it leaves and every action.
+std::string PlanText(const JobPlan& plan) {
+  std::string out = JobStatusToJson(plan.status);
+  for (const PodToCreate& c : plan.create_pods) absl::StrAppend(&out, "\ncreate ", c.name, " ", c.slot);
+  for (const PodToDelete& d : plan.delete_pods) absl::StrAppend(&out, "\ndelete ", d.name, " ", d.reason);
+  for (const CommandToSend& c : plan.commands) absl::StrAppend(&out, "\ncommand ", c.pod, " ", c.id);
+  for (const JobEvent& e : plan.events) absl::StrAppend(&out, "\nevent ", e.reason, " ", e.message);
+  for (const QuarantineRequest& q : plan.quarantine) absl::StrAppend(&out, "\nquarantine ", q.machine_id, " ", q.reason);
+  return out;
+}
+
+// "" when equal, else both texts around the first byte where they differ.
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  if (i == a.size() && i == b.size()) return "";
+  const size_t from = i < 80 ? 0 : i - 80;
+  return absl::StrCat("at byte ", i, ":\n  ", a.substr(from, 160), "\n  ", b.substr(from, 160));
+}
+
+// The state DecideJob resumes from reads back exactly from the stored JSON.
+void CheckReadsBack(const JobStatus& want, const JobStatus& got) {
+  REQUIRE(got.slots.size() == want.slots.size());
+  for (size_t i = 0; i < want.slots.size(); ++i) {
+    const SlotStatus &a = want.slots[i], &b = got.slots[i];
+    INFO("slot " << i);
+    REQUIRE((a.index == b.index && a.pod == b.pod && a.machine_id == b.machine_id && a.observed == b.observed &&
+             a.node_unready_since == b.node_unready_since && a.node_unready_step == b.node_unready_step &&
+             a.node_unready_progress_at == b.node_unready_progress_at));
+  }
+  CHECK(got.checkpoint.placement == want.checkpoint.placement);
+  std::map<std::string, int64_t> marks;  // a mark of 0 is the same as none
+  for (const auto& [pod, at] : want.checkpoint.events_seen) {
+    if (at != 0) marks[pod] = at;
+  }
+  CHECK(got.checkpoint.events_seen == marks);
+  REQUIRE(got.evicted.size() == want.evicted.size());
+  for (size_t i = 0; i < want.evicted.size(); ++i) {
+    const Eviction &a = want.evicted[i], &b = got.evicted[i];
+    CHECK((a.machine_id == b.machine_id && a.pod == b.pod && a.reason == b.reason && a.at == b.at &&
+           a.quarantined == b.quarantined && a.machine_fault == b.machine_fault && a.incident_id == b.incident_id));
+  }
+  REQUIRE(got.incidents.size() == want.incidents.size());
+  for (size_t i = 0; i < want.incidents.size(); ++i) {
+    const size_t named = std::min(want.incidents[i].machines.size(), kMaxStoredIncidentMachines);
+    CHECK(got.incidents[i].machines ==
+          std::vector<std::string>(want.incidents[i].machines.begin(), want.incidents[i].machines.begin() + named));
+  }
+}
+
 void Measure(int machines, int failed) {
   const ScaleStatus s = BuildScaleStatus(machines, failed);
   for (const auto& [name, status] : {std::pair<const char*, const JobStatus*>{"steady", &s.steady},
@@ -147,11 +232,22 @@ void Measure(int machines, int failed) {
     std::cout << "status of " << machines << " machines x 8 GPUs, " << name
               << (status == &s.burst ? absl::StrCat(" (", failed, " machines failed, mid-recovery)") : "") << ":\n"
               << table;
-    std::cout << "  budget " << kStatusBudget << " bytes: " << (json.size() <= kStatusBudget ? "within" : "OVER") << "\n";
-    // Everything DecideJob resumes from reads back.
+    INFO(name << ":\n" << table);
+    CHECK(json.size() <= kStatusBudget);
     absl::StatusOr<JobStatus> back = JobStatusFromJson(json);
     REQUIRE(back.ok());
-    CHECK(back->slots.size() == status->slots.size());
+    CheckReadsBack(*status, *back);
+    CHECK(FirstDifference(JobStatusToJson(*back), json) == "");
+  }
+  // A controller restarted mid-recovery (its status read back from the API server)
+  // decides exactly what the one that kept running does.
+  const testing::PlanWorld& w = *s.world;
+  absl::StatusOr<JobStatus> restarted = JobStatusFromJson(JobStatusToJson(s.burst));
+  REQUIRE(restarted.ok());
+  for (int64_t later : {int64_t{0}, 10 * kSecond}) {
+    const std::string kept = PlanText(DecideJob(w.job, s.burst, w.obs, w.now + later));
+    const std::string resumed = PlanText(DecideJob(w.job, *restarted, w.obs, w.now + later));
+    CHECK(FirstDifference(kept, resumed) == "");
   }
 }
 
