@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "controller/kube/node_findings.h"
@@ -86,6 +87,35 @@ std::vector<NodeConditionReport> ConditionsFromResults(const std::vector<Inspect
     out.push_back(std::move(report));
   }
   return out;
+}
+
+std::vector<NodeConditionReport> CheckGpuVisibility(std::vector<NodeConditionReport> reports,
+                                                    const nlohmann::json& node) {
+  int64_t gpus = 0;
+  if (node.is_object() && node.contains("status") && node["status"].is_object()) {
+    const nlohmann::json& status = node["status"];
+    auto alloc = status.find("allocatable");
+    if (alloc != status.end() && alloc->is_object()) {
+      auto g = alloc->find("nvidia.com/gpu");
+      if (g != alloc->end() && g->is_string()) {
+        if (!absl::SimpleAtoi(g->get<std::string>(), &gpus)) gpus = 0;
+      } else if (g != alloc->end() && g->is_number_integer()) {
+        gpus = g->get<int64_t>();
+      }
+    }
+  }
+  if (gpus <= 0) return reports;
+  for (NodeConditionReport& r : reports) {
+    if (r.type == kConditionGpu && r.reason == kReasonNotPresent) {
+      r.status = "Unknown";
+      r.reason = kReasonCannotSee;
+      r.message = Cut(absl::StrCat("the node has ", gpus,
+                                   " allocatable nvidia.com/gpu but the inspector sees none (no NVML or nvidia-smi "
+                                   "in its container: the NVIDIA runtime or nodeInspector.runtimeClassName); ",
+                                   r.message));
+    }
+  }
+  return reports;
 }
 
 MergedConditions MergeConditions(const nlohmann::json& current, const std::vector<NodeConditionReport>& reports,

@@ -45,6 +45,13 @@ std::string ConditionTypeOf(const InspectionResult& result);
 // (at most kMaxConditionMessage characters).
 std::vector<NodeConditionReport> ConditionsFromResults(const std::vector<InspectionResult>& results);
 
+// A GPU node whose GPUs the inspector cannot see is not "no GPU": when the Node's
+// status.allocatable has nvidia.com/gpu > 0 and the PeregrineGPU report says NotPresent
+// (neither NVML nor nvidia-smi in the container: no NVIDIA runtime or RuntimeClass), the
+// report becomes Unknown/CannotSee naming the count. Other reports are returned as given.
+std::vector<NodeConditionReport> CheckGpuVisibility(std::vector<NodeConditionReport> reports,
+                                                    const nlohmann::json& node);
+
 struct MergedConditions {
   nlohmann::json conditions;  // the Node's full status.conditions after the merge
   bool changed = false;       // a report differs from the Node, or its heartbeat is due

@@ -26,7 +26,7 @@ absl::Status NodeReporter::Report(const std::vector<NodeConditionReport>& report
     const nlohmann::json current =
         status != nullptr && status->is_object() && status->contains("conditions") ? (*status)["conditions"]
                                                                                    : nlohmann::json();
-    MergedConditions merged = MergeConditions(current, reports, now, options_.heartbeat);
+    MergedConditions merged = MergeConditions(current, CheckGpuVisibility(reports, *node), now, options_.heartbeat);
     if (!merged.changed) return absl::OkStatus();
     nlohmann::json patch = {
         {"metadata", {{"resourceVersion", (*node)["metadata"].value("resourceVersion", "")}}},

@@ -2,8 +2,9 @@
 // (the only I/O of the reporting): GET nodes/<name>, MergeConditions, and, when something
 // changed, a JSON merge patch of nodes/<name>/status carrying the full conditions list and
 // the resourceVersion it read, so a concurrent writer (the kubelet's heartbeat) is never
-// overwritten: a conflict reads again and retries. RBAC: get on nodes, patch on
-// nodes/status.
+// overwritten: a conflict reads again and retries. A GPU report of NotPresent on a Node
+// with allocatable GPUs is written as CannotSee (CheckGpuVisibility). RBAC: get on nodes,
+// patch on nodes/status.
 //
 // Thread-compatible; the client must outlive the reporter.
 #ifndef PEREGRINE_NODE_INSPECTOR_NODE_REPORTER_H_

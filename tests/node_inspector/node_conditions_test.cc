@@ -139,5 +139,24 @@ TEST_CASE("node conditions: merge keeps other conditions, moves lastTransitionTi
   CHECK(MergeConditions(json("x"), fault, kNow, absl::Minutes(5)).conditions.size() == 1);
 }
 
+TEST_CASE("node conditions: a GPU node whose GPUs the inspector cannot see is CANNOT_SEE, not NotPresent", "[unit]") {
+  const std::vector<NodeConditionReport> reports = {
+      {kConditionGpu, "False", kReasonNotPresent, "gpus: no NVML, no nvidia-smi"},
+      {kConditionNic, "False", kReasonNoProblem, "ens1f0: up"}};
+  const json gpu_node = {{"status", {{"allocatable", {{"nvidia.com/gpu", "8"}, {"cpu", "96"}}}}}};
+  std::vector<NodeConditionReport> checked = CheckGpuVisibility(reports, gpu_node);
+  CHECK(checked[0].status == "Unknown");
+  CHECK(checked[0].reason == kReasonCannotSee);
+  CHECK(checked[0].message.find("8 allocatable nvidia.com/gpu") != std::string::npos);
+  CHECK(checked[1] == reports[1]);
+  // A node without GPUs, or a garbled allocatable: as reported.
+  CHECK(CheckGpuVisibility(reports, json{{"status", {{"allocatable", {{"cpu", "96"}}}}}}) == reports);
+  CHECK(CheckGpuVisibility(reports, json{{"status", {{"allocatable", {{"nvidia.com/gpu", "lots"}}}}}}) == reports);
+  CHECK(CheckGpuVisibility(reports, json("x")) == reports);
+  // GPUs seen: unchanged.
+  const std::vector<NodeConditionReport> seen = {{kConditionGpu, "False", kReasonNoProblem, "gpu0: ok"}};
+  CHECK(CheckGpuVisibility(seen, gpu_node) == seen);
+}
+
 }  // namespace
 }  // namespace peregrine

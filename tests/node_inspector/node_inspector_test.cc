@@ -121,6 +121,9 @@ TEST_CASE("node inspector: the binary's conditions reach exactly the jobs with p
   Api api;
   AddNode(api.server, "n1");
   AddNode(api.server, "n2");
+  REQUIRE(api.server.MutateStatusForTest("nodes", "", "n2", [](json& s) {
+    s["allocatable"] = {{"nvidia.com/gpu", "8"}};
+  }).ok());
   TempDir dir;
   const std::string kubeconfig = dir.Write("kubeconfig", "apiVersion: v1\nkind: Config\n"
                                                          "clusters:\n- name: c\n  cluster:\n    server: " +
@@ -158,6 +161,8 @@ TEST_CASE("node inspector: the binary's conditions reach exactly the jobs with p
   CHECK(Condition(api.server, "n1", "Ready") == kReady);  // the kubelet's condition untouched
   CHECK(Condition(api.server, "n2", kConditionKernelXid).value("status", "") == "False");
   CHECK(Condition(api.server, "n2", kConditionDisk).is_null());  // no block device result at all
+  // n2 has GPUs (allocatable) that this inspector cannot see: CannotSee, not NotPresent.
+  CHECK(Condition(api.server, "n2", kConditionGpu).value("reason", "") == kReasonCannotSee);
 
   // Nothing changed: a second round writes nothing.
   const int patches = api.server.RequestCountForTest("patch", "nodes/status");
@@ -219,9 +224,12 @@ TEST_CASE("node inspector: the binary's conditions reach exactly the jobs with p
   std::optional<std::string> fault = MachineAttributedFault(a.agents[0]);
   REQUIRE(fault.has_value());
   CHECK(fault->find("node/PeregrineKernelXid") != std::string::npos);
-  CHECK(b.pods[0].node_findings.empty());
+  // Job B's node has only the GPU that cannot be seen: reported, never acted on.
+  REQUIRE(b.pods[0].node_findings.size() == 1);
+  CHECK(b.pods[0].node_findings[0].status == InspectionStatus::kCannotSee);
   CHECK_FALSE(MachineAttributedFault(b.agents[0]).has_value());
-  CHECK(b.agents[0].inspections.empty());
+  CHECK(b.agents[0].alarms.empty());
+  for (const InspectionObservation& i : b.agents[0].inspections) CHECK(i.kind == "gpu");
   pods.Stop();
   nodes.Stop();
 }
