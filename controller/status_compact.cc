@@ -132,7 +132,7 @@ std::vector<std::string> FrontDecode(absl::string_view text, size_t count, absl:
     if (!text.empty()) Bad(field, "entries present but the count is 0");
     return out;
   }
-  out.reserve(count);
+  out.reserve(std::min(count, text.size() / 2 + 1));  // a count the text cannot hold allocates nothing
   for (absl::string_view entry : absl::StrSplit(text, ' ')) {
     const size_t colon = entry.find(':');
     if (colon == absl::string_view::npos) Bad(field, absl::StrCat("entry ", out.size(), ": no ':' in '", entry, "'"));
@@ -174,7 +174,7 @@ std::vector<std::string> PrefixDecode(absl::string_view text, const std::vector<
     if (!text.empty()) Bad(field, "entries present but the count is 0");
     return out;
   }
-  out.reserve(count);
+  out.reserve(std::min(count, text.size() / 2 + 1));
   for (absl::string_view entry : absl::StrSplit(text, ' ')) {
     const size_t colon = entry.find(':');
     if (colon == absl::string_view::npos) Bad(field, absl::StrCat("entry ", out.size(), ": no ':' in '", entry, "'"));
@@ -378,7 +378,8 @@ std::map<std::string, int64_t> EventsSeenFromJson(const json& checkpoint, const 
     if (i == slots.size()) Bad(kField, absl::StrCat("more entries than the ", slots.size(), " slots"));
     if (entry != "-") {
       const uint64_t offset = ParseBase36(entry, kField, i);
-      if (offset > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - static_cast<uint64_t>(std::max<int64_t>(base, 0))) {
+      // base + offset must be an int64: offset <= INT64_MAX - base, which fits a uint64.
+      if (offset > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - static_cast<uint64_t>(base)) {
         Bad(kField, absl::StrCat("entry ", i, ": out of range"));
       }
       out[slots[i].pod] = static_cast<int64_t>(static_cast<uint64_t>(base) + offset);

@@ -352,8 +352,9 @@ std::string JobStatusToJson(const JobStatus& s, int indent, StatusForm form) {
     const bool cut = !full && i.machines.size() > kMaxStoredIncidentMachines;
     const std::vector<std::string> named =
         cut ? std::vector<std::string>(i.machines.begin(), i.machines.begin() + kMaxStoredIncidentMachines) : i.machines;
-    signals[i.id] = Bounded(i.signal);
-    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", signals[i.id]}, {"detectedAt", Time(i.detected_at)},
+    const std::string signal = Bounded(i.signal);
+    signals.emplace(i.id, signal);  // the first incident of an id, as the reader finds it
+    incidents.push_back({{"id", i.id}, {"kind", ToString(i.kind)}, {"signal", signal}, {"detectedAt", Time(i.detected_at)},
                          {"decidedAt", Time(i.decided_at)}, {"resumedAt", Time(i.resumed_at)},
                          {"machines", named}, {"decision", Bounded(i.decision)}, {"actions", BoundedLines(i.actions)},
                          {"stepAtFailure", i.step_at_failure}, {"resumeStep", i.resume_step},
