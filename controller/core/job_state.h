@@ -394,6 +394,8 @@ struct JobStatus {
 // Observations (filled by the edges: the Cluster and the agent registry)
 // ---------------------------------------------------------------------------
 
+struct InspectionObservation;
+
 struct PodObservation {
   std::string name;
   std::string machine_id;
@@ -412,8 +414,10 @@ struct PodObservation {
   // itself: the decision engine waits spec.faultTolerance.nodeUnreachableGraceSeconds
   // while the pod's agent heartbeats and makes progress (pod_health.h JudgeNodeUnready).
   bool node_unready = false;
-struct InspectionObservation;
-
+  // The node inspector's findings on the pod's Node (controller/kube/node_findings.h, not
+  // "False" conditions), attributed to the pod's agent by AttributeNodeFindings
+  // (node_attribution.h). Empty without the node inspector, and in local mode.
+  std::vector<InspectionObservation> node_findings;
   // The training container's image as the pod spec has it (spec.containers[0].image); ""
   // when the cluster has no images (local mode): never taken as a mismatch.
   std::string image;
@@ -432,10 +436,6 @@ struct RankExit {
 // per component (heartbeat) or an alarm (a threshold crossing).
 struct InspectionObservation {
   // gpu, xid, network, rdma, host, ...: the agent's label, kept as sent (a newer agent may
-  // The node inspector's findings on the pod's Node (controller/kube/node_findings.h, not
-  // "False" conditions), attributed to the pod's agent by AttributeNodeFindings
-  // (node_attribution.h). Empty without the node inspector, and in local mode.
-  std::vector<InspectionObservation> node_findings;
   // report kinds this controller does not know; they are shown, never dropped).
   std::string kind;
   std::string component;  // gpu0, PCI:0000:3b:00, eth0, /data
