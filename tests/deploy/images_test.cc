@@ -270,6 +270,14 @@ TEST_CASE("the agent image holds what the controller's pods copy and run", "[int
     ++resolved;
   }
   CHECK(resolved >= 5);  // libc, libstdc++, gRPC, protobuf, Abseil at least
+
+  // The node DaemonSet runs the same image: its command is in the bundle and starts there
+  // (without a node name it refuses, naming it).
+  const std::string daemonset = ReadText(SourceDir() / "helm/peregrine/templates/node-inspector-daemonset.yaml");
+  CHECK_THAT(daemonset, Catch::Contains("command: [\"" + prefix + "/bin/peregrine-node-inspector\"]"));
+  const ProcessResult inspector = Run({(image_prefix / "bin/peregrine-node-inspector").string()});
+  CHECK(inspector.exit_code == 2);
+  CHECK_THAT(inspector.err, Catch::Contains("--node (or NODE_NAME) is required"));
 }
 
 TEST_CASE("the controller image holds what the Deployment runs, with its runtime libraries", "[integration]") {
