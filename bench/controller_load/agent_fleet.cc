@@ -23,7 +23,7 @@
 // Each agent is an `Agent` record (its identity, credential, the attempt it trains, its
 // current stream) and one recurring entry in one ticker's time-ordered queue. When the
 // entry comes due the ticker connects the agent if it has no stream (after
-// reconnect_delay since the last one ended), else sends a heartbeat if the stream is
+// its reconnect backoff since the last one ended), else sends a heartbeat if the stream is
 // registered, and schedules the entry again one heartbeat interval later. Everything the
 // controller sends is handled in the stream's read reaction, on gRPC's callback threads.
 //
@@ -68,6 +68,8 @@ struct Agent {
   v1::Assignment assignment ABSL_GUARDED_BY(mu);
   std::deque<std::string> executed ABSL_GUARDED_BY(mu);
   absl::Duration heartbeat_interval ABSL_GUARDED_BY(mu) = absl::Seconds(1);
+  absl::Duration backoff ABSL_GUARDED_BY(mu);  // the next reconnect's base wait
+  uint64_t jitter_state ABSL_GUARDED_BY(mu) = 0;
 };
 
 }  // namespace
@@ -320,6 +322,8 @@ absl::Status AgentFleet::Impl::Add(SimulatedAgentParams params) {
   {
     absl::MutexLock lock(&agent->mu);
     agent->active = !agent->params.standby;
+    agent->backoff = options_.backoff_initial;
+    agent->jitter_state = options_.seed * 0x9e3779b97f4a7c15ULL + index;
   }
   tickers_[index % tickers_.size()]->Schedule(absl::Now() + delay, std::move(agent));
   return absl::OkStatus();
@@ -442,6 +446,7 @@ std::vector<v1::AgentMessage> AgentFleet::Impl::OnAck(Agent& agent, const AgentS
                                                       const v1::RegisterAck& ack) {
   if (agent.stream.get() != stream) return {};
   agent.registered = true;
+  agent.backoff = options_.backoff_initial;
   if (!ack.agent_credential().empty()) agent.credential = ack.agent_credential();
   if (ack.heartbeat_interval_ms() > 0) agent.heartbeat_interval = absl::Milliseconds(ack.heartbeat_interval_ms());
   if (ack.role() == v1::AGENT_ROLE_ACTIVE) {
@@ -479,7 +484,12 @@ void AgentFleet::Impl::OnStreamDone(Agent& agent, const AgentStream* stream, con
     if (agent.stream.get() == stream) {
       agent.stream = nullptr;
       agent.registered = false;
-      agent.reconnect_after = absl::Now() + options_.reconnect_delay;
+      // peregrine-agent's ReconnectBackoff::Next: base * [0.5, 1), base doubling to max.
+      agent.jitter_state = agent.jitter_state * 6364136223846793005ULL + 1442695040888963407ULL;
+      const double uniform01 = static_cast<double>(agent.jitter_state >> 11) / 9007199254740992.0;
+      const absl::Duration base = std::min(agent.backoff, options_.backoff_max);
+      agent.backoff = std::min(agent.backoff * 2, options_.backoff_max);
+      agent.reconnect_after = absl::Now() + base * (0.5 + 0.5 * uniform01);
     }
     if (!agent.stopped && !status.ok()) streams_failed_.fetch_add(1, std::memory_order_relaxed);
   }

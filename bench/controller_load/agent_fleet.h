@@ -38,7 +38,10 @@ struct AgentFleetOptions {
   int streams_per_connection = 1;              // agents sharing one channel (1: none)
   absl::Duration step_time = absl::Seconds(1); // the simulated training's iteration time
   absl::Duration connect_spread = absl::Seconds(1);  // first connects spread over this
-  absl::Duration reconnect_delay = absl::Milliseconds(500);
+  // Reconnects wait as peregrine-agent's do (ReconnectBackoff in agent/controller_link.h):
+  // jittered exponential backoff from the initial to the max wait, reset by an ack.
+  absl::Duration backoff_initial = absl::Milliseconds(100);
+  absl::Duration backoff_max = absl::Seconds(5);
   uint64_t seed = 1;
 };
 
