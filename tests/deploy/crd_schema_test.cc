@@ -108,7 +108,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "failSlow.verifyThreshold", "failSlow.suspiciousGroupRatio", "failSlow.mitigateThreshold",
       "failSlow.replaceThreshold", "failSlow.mitigation", "checkpoint", "checkpoint.intervalSteps",
       "checkpoint.backupCopies", "checkpoint.memoryLimit", "checkpoint.backupBandwidth",
-      "checkpoint.persistEverySteps", "checkpoint.persistPath"};
+      "checkpoint.persistEverySteps", "checkpoint.persistPath", "suspend"};
   CHECK(paths == expected_paths);
 
   // The defaults are the struct's default member initialisers, printed the same way.
@@ -144,6 +144,7 @@ TEST_CASE("CRD spec describes exactly the fields and defaults of controller/job_
       "checkpoint.intervalSteps=" + Num(d.checkpoint.interval_steps),
       "checkpoint.backupCopies=" + Num(d.checkpoint.backup_copies),
       "checkpoint.persistEverySteps=" + Num(d.checkpoint.persist_every_steps),
+      std::string("suspend=") + (d.suspend ? "true" : "false"),
   };
   // Normalise the CRD's numbers through double so "0.10" and "0.1" compare equal.
   std::set<std::string> normalised;

@@ -196,6 +196,10 @@ const RuleSet kJobRules = {
     {{"", "configmaps"}, V{"create", "get", "update"}},
     // kube::EventRecorder: core v1 Events, Create and MergePatch (aggregation).
     {{"", "events"}, V{"create", "patch"}},
+    // Kueue (controller/kube/kueue_gate.h): the job's Workload: Get, Create when missing,
+    // Delete when its pod sets changed; its status: PUT (quota released, Finished).
+    {{"kueue.x-k8s.io", "workloads"}, V{"create", "delete", "get"}},
+    {{"kueue.x-k8s.io", "workloads/status"}, V{"update"}},
 };
 // Cluster-scoped, so a ClusterRole in both modes.
 const RuleSet kClusterScopedRules = {
@@ -204,6 +208,10 @@ const RuleSet kClusterScopedRules = {
     // The HTTP API's callers: TokenReview and SubjectAccessReview (kube/api_reviews.h).
     {{"authentication.k8s.io", "tokenreviews"}, V{"create"}},
     {{"authorization.k8s.io", "subjectaccessreviews"}, V{"create"}},
+    // Kueue: the admitted ResourceFlavors (node labels, tolerations) and the value of a
+    // queued job's PriorityClass: Get.
+    {{"kueue.x-k8s.io", "resourceflavors"}, V{"get"}},
+    {{"scheduling.k8s.io", "priorityclasses"}, V{"get"}},
 };
 // Leases and the leader label on the controller's own pod (a MergePatch), in the release
 // namespace only.

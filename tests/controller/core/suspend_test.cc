@@ -12,6 +12,7 @@
 #include "controller/core/conditions.h"
 #include "controller/core/decision_engine.h"
 #include "controller/job_parser.h"
+#include "controller/status_json.h"
 #include "tests/testing/job_fixtures.h"
 #include "tests/testing/plan_world.h"
 
@@ -237,6 +238,35 @@ TEST_CASE("a finished job ignores spec.suspend", "[unit]") {
   w.Step();
   CHECK(w.status.phase == JobPhase::kSucceeded);
   CHECK_FALSE(w.status.suspension.has_value());
+}
+
+TEST_CASE("a suspended job's status survives the status JSON a restarted controller resumes from", "[unit]") {
+  testing::PlanWorld w(testing::ParsedJob(Manifest(kPersisting)));
+  Start(w);
+  Report(w, 100, {50});
+  w.Step();
+  w.job.spec.suspend = true;
+  w.Step();  // saving
+  auto saving = JobStatusFromJson(JobStatusToJson(w.status));
+  REQUIRE(saving.ok());
+  REQUIRE(saving->suspension.has_value());
+  CHECK(saving->suspension->persisted_before == 50);
+  CHECK(saving->suspension->suspended_at == 0);
+  CHECK(saving->suspension->requested_at == w.now);
+  Report(w, 100, {50, 100});
+  w.Step();
+  auto suspended = JobStatusFromJson(JobStatusToJson(w.status));
+  REQUIRE(suspended.ok());
+  CHECK(suspended->phase == JobPhase::kSuspended);
+  REQUIRE(suspended->suspension.has_value());
+  CHECK(suspended->suspension->reason == "SuspendedBySpec");
+  CHECK(suspended->suspension->suspended_at == w.now);
+  CHECK(suspended->suspension->message == w.status.suspension->message);
+  // Decided again from the read-back status: still suspended, nothing to do.
+  w.status = *suspended;
+  JobPlan again = w.Step();
+  CHECK(again.Empty());
+  CHECK(w.status.phase == JobPhase::kSuspended);
 }
 
 TEST_CASE("spec.suspend and the Kueue queue label are refused with their field paths when malformed", "[unit]") {
