@@ -91,7 +91,8 @@ absl::Status ReadBool(const YAML::Node& parent, const std::string& key, const st
   const YAML::Node node = parent[key];
   const std::string field = absl::StrCat(path, ".", key);
   if (!node) return absl::OkStatus();
-  if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) {
+  // A quoted "true" is a string (JSON's "true", YAML's 'true'), not a boolean.
+  if (node.IsScalar() && node.Tag() != "!" && (node.Scalar() == "true" || node.Scalar() == "false")) {
     *out = node.Scalar() == "true";
     return absl::OkStatus();
   }

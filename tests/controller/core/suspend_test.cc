@@ -286,7 +286,7 @@ spec:
   REQUIRE(ok.ok());
   CHECK(ok->spec.suspend);
   CHECK_FALSE(with("", "false")->spec.suspend);
-  for (const char* bad : {"yes", "1", "[true]", "maybe"}) {
+  for (const char* bad : {"yes", "1", "[true]", "maybe", "\"true\"", "'false'"}) {
     auto s = with("", bad);
     INFO(bad);
     REQUIRE_FALSE(s.ok());
