@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
       return RunRequeueBaseline(*faults, line.shape, line.costs, spares);
     });
   }
-  if (s.ok()) s = peregrine(PeregrineVariant::kStandbyNoMemoryCheckpoint);
-  if (s.ok()) s = peregrine(PeregrineVariant::kNoFailSlowMitigation);
+  if (s.ok() && !line.skip_variants) s = peregrine(PeregrineVariant::kStandbyNoMemoryCheckpoint);
+  if (s.ok() && !line.skip_variants) s = peregrine(PeregrineVariant::kNoFailSlowMitigation);
   if (s.ok()) {
     s = timed([&]() -> absl::StatusOr<SimResult> { return RunOracle(*faults, line.shape, line.costs, spares); });
   }
