@@ -6,6 +6,7 @@
 
 #include <httplib.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -544,12 +545,22 @@ TEST_CASE("peregrinectl sends the kubeconfig user's token when the controller as
   CHECK(bad.code == 1);
   CHECK(absl::StrContains(bad.err, "not authenticated"));
   CHECK_FALSE(absl::StrContains(bad.err, "forged"));
-  // Credential plugins are not run: say so.
+  // An exec credential plugin (EKS, GKE, AKS) is run, and its token sent.
+  const std::string get_token = dir.Write(
+      "get-token", absl::StrCat("#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",",
+                                "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"", kCtlToken, "\"}}'\n"));
+  std::filesystem::permissions(get_token, std::filesystem::perms::owner_all);
   const testing::CapturedRun plugin = ctl(kubeconfig(
-      "plugin", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: get-token\n"));
-  CHECK(plugin.code == 1);
-  CHECK(absl::StrContains(plugin.err, "exec or auth-provider"));
-  CHECK(absl::StrContains(plugin.err, "--token"));
+      "plugin", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: " + get_token +
+                    "\n      interactiveMode: Never\n"));
+  INFO(plugin.err);
+  CHECK(plugin.code == 0);
+  CHECK(absl::StrContains(plugin.out, "train/kc"));
+  // Legacy auth-provider plugins are not run: say so.
+  const testing::CapturedRun legacy = ctl(kubeconfig("legacy", "    auth-provider:\n      name: oidc\n"));
+  CHECK(legacy.code == 1);
+  CHECK(absl::StrContains(legacy.err, "auth-provider"));
+  CHECK(absl::StrContains(legacy.err, "--token"));
 }
 
 TEST_CASE("peregrinectl status and update work against the kube-mode controller", "[integration]") {
