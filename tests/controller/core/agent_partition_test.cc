@@ -240,7 +240,7 @@ void RunPartition(World& w, Phase phase, int64_t silence) {
 
 TEST_CASE("JudgeAgentReach: silent or disconnected on a running pod of a Ready node is unreachable", "[unit]") {
   const int64_t now = 1000 * kSecond;
-  PodObservation pod{"demo-m1", "m1", true, false, "", "", 0};
+  PodObservation pod{"demo-m1", "m1", true, false, "", "", 0, false, false, {}, ""};
   AgentObservation a;
   a.pod = "demo-m1";
   a.connected = true;

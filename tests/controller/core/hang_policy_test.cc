@@ -605,7 +605,8 @@ TEST_CASE("MakeHangPolicyInput reads slots, liveness, replies and pending ids fr
   st.attempt = 3;
   st.slots = {SlotStatus{0, "demo-m0", "a", true}, SlotStatus{1, "demo-m1", "b", true}};
   JobObservation obs;
-  obs.pods = {PodObservation{"demo-m0", "a", true, false, "", "", 0}, PodObservation{"demo-m1", "b", true, false, "", "", 0}};
+  obs.pods = {PodObservation{"demo-m0", "a", true, false, "", "", 0, false, false, {}, ""},
+              PodObservation{"demo-m1", "b", true, false, "", "", 0, false, false, {}, ""}};
   for (const char* pod : {"demo-m0", "demo-m1"}) {
     AgentObservation a;
     a.pod = pod;
