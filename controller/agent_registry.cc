@@ -170,15 +170,16 @@ CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e,
   return o;
 }
 
-std::map<int, std::string> AgentRegistry::DataAddresses(const JobRecord& job) {
+std::map<int, std::string> AgentRegistry::DataAddresses(const JobRecord& job, const AssignmentSpec& assignment) {
   std::map<int, std::string> out;
-  for (const auto& [pod, want] : job.desired) {
-    if (want.standby || want.assignment.slot < 0) continue;
-    auto rec = job.agents.find(pod);
-    if (rec != job.agents.end() && !rec->second.obs.data_address.empty()) {
-      out[want.assignment.slot] = rec->second.obs.data_address;
-    }
-  }
+  auto add = [&](int slot) {
+    auto pod = job.pod_of_slot.find(slot);
+    if (pod == job.pod_of_slot.end()) return;
+    auto rec = job.agents.find(pod->second);
+    if (rec != job.agents.end() && !rec->second.obs.data_address.empty()) out[slot] = rec->second.obs.data_address;
+  };
+  for (int slot : assignment.checkpoint.backup_to) add(slot);
+  for (int slot : assignment.checkpoint.restore_from) add(slot);
   return out;
 }
 
@@ -193,6 +194,10 @@ void AgentRegistry::SetDesired(const std::string& job_key, const std::map<std::s
     absl::MutexLock lock(&mu_);
     JobRecord& job = jobs_[job_key];
     job.desired = desired;
+    job.pod_of_slot.clear();
+    for (const auto& [pod, want] : desired) {
+      if (!want.standby && want.assignment.slot >= 0) job.pod_of_slot[want.assignment.slot] = pod;
+    }
     // A committed step that advanced while an attempt runs reaches the connected agents
     // of that attempt (their stores keep it); the ack or command of a new attempt carries
     // its own.
@@ -346,7 +351,8 @@ void AgentRegistry::Send(const std::string& job_key, const CommandToSend& comman
     AgentRecord& rec = job->second.agents[command.pod];
     if (rec.obs.pod.empty()) rec.obs.pod = command.pod;
     if (rec.pending.count(command.id)) return;
-    v1::Command wire = CommandToWire(command, job->second.binding.spec, now, DataAddresses(job->second));
+    v1::Command wire =
+        CommandToWire(command, job->second.binding.spec, now, DataAddresses(job->second, command.assignment));
     rec.pending[command.id] = wire;
     rec.pending_sent_at[command.id] = now;
     if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
@@ -565,7 +571,7 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     const DesiredAgent& want = desired->second;
     ack.set_role(want.standby ? v1::AGENT_ROLE_STANDBY : v1::AGENT_ROLE_ACTIVE);
     if (!want.standby) {
-      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, DataAddresses(job->second));
+      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, DataAddresses(job->second, want.assignment));
       obs.acked_attempt = want.assignment.attempt;
       rec.commit_sent = {want.assignment.attempt, want.assignment.checkpoint.committed_step};
       // The ack converges an agent; it is no longer a standby once told to be active.

@@ -153,11 +153,14 @@ class AgentRegistry {
   struct JobRecord {
     JobBinding binding;
     std::map<std::string, DesiredAgent> desired;
+    std::map<int, std::string> pod_of_slot;     // the active pods of `desired`, by slot
     std::map<std::string, AgentRecord> agents;  // by pod
   };
   AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Slot -> the data address of the agent of the pod desired in that slot.
-  static std::map<int, std::string> DataAddresses(const JobRecord& job);
+  // Slot -> the data address of the agent of the pod desired in that slot, for the slots
+  // `assignment`'s checkpoint plan names (its backup and restore peers): O(peers log N),
+  // not O(N), since it runs for every registration ack and command under the lock.
+  static std::map<int, std::string> DataAddresses(const JobRecord& job, const AssignmentSpec& assignment);
   void Notify(const std::string& job_key);
 
   const std::string controller_id_;
