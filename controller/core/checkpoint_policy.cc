@@ -128,24 +128,57 @@ std::optional<RestoreFallback> FallbackStep(const std::vector<const CheckpointRe
   return std::nullopt;
 }
 
-CheckpointPlanSpec CheckpointPlanFor(const TrainingJobSpec& spec, const JobStatus& status, int slot) {
+namespace {
+
+// The fields every slot's plan shares (none of the placement's).
+CheckpointPlanSpec BasePlan(const CheckpointSpec& c, const JobStatus& status) {
   CheckpointPlanSpec plan;
-  const CheckpointSpec& c = spec.checkpoint;
-  if (!c.enabled()) return plan;
   plan.interval_steps = static_cast<uint32_t>(c.interval_steps);
-  for (const CheckpointSlotPlacement& p : status.checkpoint.placement) {
-    if (p.slot == slot) plan.backup_to = p.holders;
-    if (std::find(p.holders.begin(), p.holders.end(), slot) != p.holders.end()) plan.hold_for.push_back(p.slot);
-  }
-  plan.backup_copies = static_cast<uint32_t>(plan.backup_to.size());
   plan.restore_step = status.resume_step;
-  plan.restore_from = plan.backup_to;
   plan.memory_limit_bytes = c.memory_limit_bytes;
   plan.backup_bandwidth_bytes_per_second = c.backup_bandwidth_bytes_per_second;
   plan.persist_every_steps = static_cast<uint32_t>(c.persist_every_steps);
   plan.persist_dir = c.persist_path;
   plan.committed_step = status.checkpoint.last_complete_step;
   return plan;
+}
+
+void SetBackups(CheckpointPlanSpec& plan, const std::vector<int>& holders) {
+  plan.backup_to = holders;
+  plan.backup_copies = static_cast<uint32_t>(holders.size());
+  plan.restore_from = holders;
+}
+
+}  // namespace
+
+CheckpointPlanSpec CheckpointPlanFor(const TrainingJobSpec& spec, const JobStatus& status, int slot) {
+  const CheckpointSpec& c = spec.checkpoint;
+  if (!c.enabled()) return CheckpointPlanSpec{};
+  CheckpointPlanSpec plan = BasePlan(c, status);
+  for (const CheckpointSlotPlacement& p : status.checkpoint.placement) {
+    if (p.slot == slot) SetBackups(plan, p.holders);
+    if (std::find(p.holders.begin(), p.holders.end(), slot) != p.holders.end()) plan.hold_for.push_back(p.slot);
+  }
+  return plan;
+}
+
+std::map<int, CheckpointPlanSpec> CheckpointPlansBySlot(const TrainingJobSpec& spec, const JobStatus& status) {
+  std::map<int, CheckpointPlanSpec> plans;
+  const CheckpointSpec& c = spec.checkpoint;
+  if (!c.enabled()) return plans;
+  const CheckpointPlanSpec base = BasePlan(c, status);
+  auto plan = [&](int slot) -> CheckpointPlanSpec& { return plans.try_emplace(slot, base).first->second; };
+  for (const SlotStatus& s : status.slots) plan(s.index);
+  // In placement order, as CheckpointPlanFor pushes hold_for.
+  for (const CheckpointSlotPlacement& p : status.checkpoint.placement) {
+    SetBackups(plan(p.slot), p.holders);
+    // A holder named twice in one entry holds for it once, as CheckpointPlanFor's scan.
+    std::set<int> seen;
+    for (int holder : p.holders) {
+      if (seen.insert(holder).second) plan(holder).hold_for.push_back(p.slot);
+    }
+  }
+  return plans;
 }
 
 }  // namespace peregrine

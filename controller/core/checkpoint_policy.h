@@ -12,6 +12,7 @@
 #define PEREGRINE_CONTROLLER_CORE_CHECKPOINT_POLICY_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -63,6 +64,12 @@ std::optional<RestoreFallback> FallbackStep(const std::vector<const CheckpointRe
 // whose holders include it, it restores status.resume_step from its holders, and the
 // committed step is status.checkpoint.last_complete_step.
 CheckpointPlanSpec CheckpointPlanFor(const TrainingJobSpec& spec, const JobStatus& status, int slot);
+
+// Every slot's CheckpointPlan at once, the same as CheckpointPlanFor for each, in one pass
+// over the placement (O(slots x copies) instead of O(slots^2)): for DesiredAgents and a
+// job-wide restart, which need them all. A slot absent from the map gets the plan of a
+// slot the placement does not name (CheckpointPlanFor's).
+std::map<int, CheckpointPlanSpec> CheckpointPlansBySlot(const TrainingJobSpec& spec, const JobStatus& status);
 
 }  // namespace peregrine
 

@@ -1,6 +1,8 @@
 // DecideJob, attempts and agent convergence: the desired assignment, starting attempts, stopping, converging agents.
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -15,10 +17,6 @@
 #include "controller/core/stop_time_diagnosis.h"
 
 namespace peregrine::decision_internal {
-
-AssignmentSpec Decider::DesiredAssignment(int slot) const {
-  return peregrine::DesiredAssignment(spec_, plan_.status, slot);
-}
 
 std::string Decider::PodAddress(const std::string& pod) const {
   return obs_.rendezvous_domain.empty() ? "127.0.0.1" : absl::StrCat(pod, ".", obs_.rendezvous_domain);
@@ -85,6 +83,9 @@ std::string Decider::CommandId(const std::string& pod, uint64_t attempt) const {
 // deterministic id (an agent that registered after the attempt began converges alone).
 void Decider::ConvergeAgents() {
   JobStatus& st = plan_.status;
+  // Built on the first command: every slot's plan in one pass (a job-wide restart sends one
+  // to each slot).
+  std::optional<std::map<int, AssignmentSpec>> assignments;
   for (const SlotStatus& slot : st.slots) {
     const AgentObservation* a = Agent(slot.pod);
     if (a == nullptr || !a->connected) continue;
@@ -101,7 +102,8 @@ void Decider::ConvergeAgents() {
     c.pod = slot.pod;
     c.id = id;
     c.kind = a->registered_as_standby ? CommandKind::kActivate : CommandKind::kRestartInPlace;
-    c.assignment = DesiredAssignment(slot.index);
+    if (!assignments) assignments = peregrine::DesiredAssignments(spec_, st);
+    c.assignment = (*assignments)[slot.index];
     c.grace_ms = spec_.fault_tolerance.restart_grace_seconds * 1000;
     plan_.commands.push_back(std::move(c));
   }

@@ -279,7 +279,9 @@ JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObse
   return plan;
 }
 
-AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& st, int slot) {
+namespace {
+
+AssignmentSpec AssignmentWithPlan(const JobStatus& st, int slot, CheckpointPlanSpec checkpoint) {
   AssignmentSpec a;
   a.slot = slot;
   // Waiting for the machines (first start, resume) or suspended: the agents stay idle.
@@ -288,13 +290,31 @@ AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& s
   a.master_addr = st.master_addr;
   a.master_port = st.master_port;
   a.code = st.code;
-  a.checkpoint = CheckpointPlanFor(spec, st, slot);
+  a.checkpoint = std::move(checkpoint);
   return a;
+}
+
+}  // namespace
+
+AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& st, int slot) {
+  return AssignmentWithPlan(st, slot, CheckpointPlanFor(spec, st, slot));
+}
+
+std::map<int, AssignmentSpec> DesiredAssignments(const TrainingJobSpec& spec, const JobStatus& st) {
+  std::map<int, CheckpointPlanSpec> plans = CheckpointPlansBySlot(spec, st);
+  std::map<int, AssignmentSpec> out;
+  for (const SlotStatus& slot : st.slots) {
+    auto plan = plans.find(slot.index);
+    out[slot.index] = AssignmentWithPlan(st, slot.index, plan == plans.end() ? CheckpointPlanFor(spec, st, slot.index)
+                                                                             : std::move(plan->second));
+  }
+  return out;
 }
 
 std::map<std::string, DesiredAgent> DesiredAgents(const TrainingJobSpec& spec, const JobStatus& st) {
   std::map<std::string, DesiredAgent> desired;
-  for (const SlotStatus& slot : st.slots) desired[slot.pod] = DesiredAgent{false, DesiredAssignment(spec, st, slot.index)};
+  std::map<int, AssignmentSpec> assignments = DesiredAssignments(spec, st);
+  for (const SlotStatus& slot : st.slots) desired[slot.pod] = DesiredAgent{false, assignments[slot.index]};
   for (const StandbyStatus& sb : st.standbys) desired[sb.pod] = DesiredAgent{true, {}};
   return desired;
 }

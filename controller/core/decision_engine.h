@@ -14,6 +14,7 @@
 #define PEREGRINE_CONTROLLER_CORE_DECISION_ENGINE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "controller/core/failslow_policy.h"
@@ -52,6 +53,8 @@ JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObse
 // The assignment the agent of `slot` must converge to under `status` (attempt, resume
 // step, rendezvous, code version, checkpoint plan).
 AssignmentSpec DesiredAssignment(const TrainingJobSpec& spec, const JobStatus& status, int slot);
+// Every slot's DesiredAssignment, by slot, in one pass over the checkpoint placement.
+std::map<int, AssignmentSpec> DesiredAssignments(const TrainingJobSpec& spec, const JobStatus& status);
 // What every pod's agent must converge to: the slots' assignments, standbys idle.
 std::map<std::string, DesiredAgent> DesiredAgents(const TrainingJobSpec& spec, const JobStatus& status);
 

@@ -36,7 +36,7 @@ JobPlan PlanWorld::Step() {
   for (const PodToCreate& c : plan.create_pods) {
     if (Pod(c.name)) continue;
     const std::string machine = machine_prefix_ + std::to_string(next_machine++);
-    obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0});
+    obs.pods.push_back(PodObservation{c.name, machine, true, false, "", "", 0, false, false, {}, ""});
     obs.pods.back().image = c.image;  // the pod spec's image, as the cluster would show it
     AgentObservation a;
     a.pod = c.name;

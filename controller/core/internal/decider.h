@@ -51,7 +51,6 @@ class Decider {
   bool PodLost(const std::string& pod, bool observed, std::string* reason) const;
   Incident* OpenIncident();
   void Event(JobEventType type, const std::string& reason, const std::string& message);
-  AssignmentSpec DesiredAssignment(int slot) const;
   std::string PodAddress(const std::string& pod) const;
   std::string MasterAddr() const;
   void InitializeOnce();

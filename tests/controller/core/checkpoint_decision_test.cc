@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,54 @@ TEST_CASE("checkpoints on: every assignment carries the plan, copies go outside 
   off.Step();
   for (const CommandToSend& c : off.Step().commands) CHECK(c.assignment.checkpoint.interval_steps == 0);
   CHECK(off.status.checkpoint.placement.empty());
+}
+
+void CheckSamePlan(const CheckpointPlanSpec& a, const CheckpointPlanSpec& b) {
+  CHECK(a.interval_steps == b.interval_steps);
+  CHECK(a.backup_copies == b.backup_copies);
+  CHECK(a.backup_to == b.backup_to);
+  CHECK(a.hold_for == b.hold_for);
+  CHECK(a.restore_step == b.restore_step);
+  CHECK(a.restore_from == b.restore_from);
+  CHECK(a.memory_limit_bytes == b.memory_limit_bytes);
+  CHECK(a.backup_bandwidth_bytes_per_second == b.backup_bandwidth_bytes_per_second);
+  CHECK(a.persist_every_steps == b.persist_every_steps);
+  CHECK(a.persist_dir == b.persist_dir);
+  CHECK(a.committed_step == b.committed_step);
+}
+
+TEST_CASE("every slot's checkpoint plan in one pass is the per-slot plan (DesiredAgents at scale)", "[unit]") {
+  // The placement the engine made for a running job.
+  World w;
+  const std::map<int, CheckpointPlanSpec> plans = CheckpointPlansBySlot(w.job.spec, w.status);
+  REQUIRE(plans.size() == w.status.slots.size());
+  for (const SlotStatus& s : w.status.slots) {
+    INFO("slot " << s.index);
+    CheckSamePlan(plans.at(s.index), CheckpointPlanFor(w.job.spec, w.status, s.index));
+  }
+  // A hand-made one: two copies, a holder named twice, a slot the placement does not name,
+  // a holder that is no slot.
+  JobStatus st = w.status;
+  st.resume_step = 40;
+  st.checkpoint.last_complete_step = 30;
+  st.checkpoint.placement = {{0, {1, 2}}, {1, {2, 2}}, {2, {0, 7}}};
+  const std::map<int, CheckpointPlanSpec> hand = CheckpointPlansBySlot(w.job.spec, st);
+  for (int slot : {0, 1, 2, 3, 7}) {
+    INFO("slot " << slot);
+    auto it = hand.find(slot);
+    const CheckpointPlanSpec one = CheckpointPlanFor(w.job.spec, st, slot);
+    REQUIRE(it != hand.end());
+    CheckSamePlan(it->second, one);
+  }
+  CHECK(hand.at(2).hold_for == std::vector<int>{0, 1});
+  CHECK(hand.at(3).backup_to.empty());
+  // DesiredAgents hands every slot exactly that plan.
+  for (const auto& [pod, want] : DesiredAgents(w.job.spec, st)) {
+    if (want.standby) continue;
+    CheckSamePlan(want.assignment.checkpoint, CheckpointPlanFor(w.job.spec, st, want.assignment.slot));
+  }
+  // Checkpoints off: no plans.
+  CHECK(CheckpointPlansBySlot(testing::DemoJob().spec, st).empty());
 }
 
 TEST_CASE("lastCompleteStep is the newest step every slot backed up, a restart resumes after it", "[unit]") {
