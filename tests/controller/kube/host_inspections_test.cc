@@ -47,7 +47,7 @@ TEST_CASE("host inspections: the controller flag puts --host-inspections node on
   options.controller_address = "peregrine-grpc.peregrine-system.svc:7400";
   options.agent_image = "agent:1";
   for (const PodRole role : {PodRole::kActive, PodRole::kStandby}) {
-    const PodToCreate request{"llm-m0", role, role == PodRole::kActive ? 0 : -1};
+    const PodToCreate request{"llm-m0", role, role == PodRole::kActive ? 0 : -1, ""};
     auto in_pod = BuildPod(Job(), request, options);
     REQUIRE(in_pod.ok());
     CHECK((*in_pod)["spec"]["containers"][0]["command"].dump().find("--host-inspections") == std::string::npos);
