@@ -50,7 +50,6 @@ absl::Status ValidateCostModel(const CostModel& c) {
     bool positive;
   } fields[] = {
       {"failstop_detection_s", c.failstop_detection_s, false},
-      {"failslow_detection_s", c.failslow_detection_s, false},
       {"diagnosis_s", c.diagnosis_s, false},
       {"restart_s", c.restart_s, false},
       {"pod_start_s", c.pod_start_s, false},

@@ -27,8 +27,6 @@ struct JobShape {
 struct CostModel {
   // Detection: a fail-stop is seen after this long (process exit, heartbeat loss, Xid).
   double failstop_detection_s = 30;
-  // Fail-slow: time from the slowdown's start to a confirmed finding.
-  double failslow_detection_s = 600;
   // Diagnosis of an unclear failure (stack capture, stop-time tests) before a verdict.
   double diagnosis_s = 120;
   // Training processes stopped and started again on the same pods (rendezvous included).

@@ -38,7 +38,6 @@ const std::vector<Field>& DoubleFields() {
     auto* f = new std::vector<Field>;
     const std::pair<const char*, double CostModel::*> costs[] = {
         {"failstop_detection_s", &CostModel::failstop_detection_s},
-        {"failslow_detection_s", &CostModel::failslow_detection_s},
         {"diagnosis_s", &CostModel::diagnosis_s},
         {"restart_s", &CostModel::restart_s},
         {"pod_start_s", &CostModel::pod_start_s},

@@ -87,7 +87,6 @@ std::string FormatResultsJson(const JobShape& shape, const CostModel& costs,
               {"step_time_s", shape.step_time_s},
               {"seed", shape.seed}};
   Json cost = {{"failstop_detection_s", costs.failstop_detection_s},
-               {"failslow_detection_s", costs.failslow_detection_s},
                {"diagnosis_s", costs.diagnosis_s},
                {"restart_s", costs.restart_s},
                {"pod_start_s", costs.pod_start_s},
