@@ -56,6 +56,9 @@ SimCluster::SimCluster(const SimClusterOptions& options, const std::vector<Fault
     queue_->Push(faults_[i].start_ns, SimEventKind::kFaultStart, static_cast<int64_t>(i));
   }
   obs_.candidate_master_port = 29500;
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(options_.tensor, options_.pipeline, options_.data, options_.gpus_per_machine);
+  if (layout.ok() && layout->machines() == options_.job_machines) layout_ = *layout;
 }
 
 int SimCluster::MachineIndex(const std::string& machine_id) {
@@ -136,6 +139,8 @@ void SimCluster::DeletePod(const std::string& name, int64_t now) {
   // The agent goes with its pod.
   size_t a = 0;
   if (AgentByPod(name, &a) != nullptr) {
+    SetTrapped(a, false);
+    FailSlowStateChanged();
     const size_t last = obs_.agents.size() - 1;
     agent_by_pod_.erase(name);
     if (a != last) {
@@ -252,7 +257,12 @@ void SimCluster::RunCommand(const CommandToSend& c, int64_t now) {
   agent->pending_command_ids.push_back(c.id);
   const int64_t key = next_command_++;
   commands_[key] = Command{agent_meta_[a].uid, c};
-  const int64_t delay = c.kind == CommandKind::kRunDiagnostic ? SecondsToNs(options_.costs.diagnosis_s / 3) : kRoundTripNs;
+  int64_t delay = kRoundTripNs;
+  if (c.kind == CommandKind::kRunDiagnostic) {
+    delay = c.diagnostic.kind == DiagnosticKind::kGemm        ? SecondsToNs(options_.signals.gemm_s)
+            : c.diagnostic.kind == DiagnosticKind::kP2pRounds ? SecondsToNs(options_.signals.links_s)
+                                                              : SecondsToNs(options_.costs.diagnosis_s / 3);
+  }
   queue_->Push(now + delay, SimEventKind::kCommandDone, agent_meta_[a].uid, key);
 }
 
@@ -297,8 +307,9 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
       Machine& machine = machines_[static_cast<size_t>(f.machine)];
       const bool in_use = machine.pod_uid >= 0;
       if (SlowKind(f.kind)) {
-        machine.slow.push_back(f.severity);
+        machine.slow.push_back(Machine::Slow{f.kind, f.severity, static_cast<int>(e.a % options_.gpus_per_machine)});
         slow_machines_.insert(f.machine);
+        FailSlowStateChanged();
         queue_->Push(f.end_ns, SimEventKind::kFaultEnd, e.a);
         if (in_use) {
           ++faults_hit_;
@@ -359,8 +370,10 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
       const FaultEvent& f = faults_[static_cast<size_t>(e.a)];
       Machine& machine = machines_[static_cast<size_t>(f.machine)];
       if (SlowKind(f.kind)) {
-        auto it = std::find(machine.slow.begin(), machine.slow.end(), f.severity);
+        auto it = std::find_if(machine.slow.begin(), machine.slow.end(),
+                               [&](const Machine::Slow& s) { return s.kind == f.kind && s.severity == f.severity; });
         if (it != machine.slow.end()) machine.slow.erase(it);
+        FailSlowStateChanged();
         if (machine.slow.empty()) slow_machines_.erase(f.machine);
       } else {
         MaybeFree(f.machine, now);  // a waiting pod may get it (a change)
@@ -380,6 +393,8 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
       if (!meta.converging || meta.target_attempt != static_cast<uint64_t>(e.b)) return;  // superseded
       meta.converging = false;
       meta.crashed = false;
+      SetTrapped(a, false);
+      FailSlowStateChanged();
       agent->attempt = meta.target_attempt;
       agent->phase = AgentTrainingPhase::kRunning;
       agent->registered_as_standby = false;
@@ -398,7 +413,33 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
       size_t a = 0;
       AgentObservation* agent = AgentByPod(c.pod, &a);
       if (agent == nullptr || agent_meta_[a].uid != e.a || !agent->connected) return;
-      if (c.kind == CommandKind::kSetNcclMode) agent->nccl_profiling = c.nccl_profiling;
+      if (c.kind == CommandKind::kSetNcclMode) {
+        if (agent->nccl_profiling != c.nccl_profiling) FailSlowStateChanged();
+        agent->nccl_profiling = c.nccl_profiling;
+        if (!c.nccl_profiling) agent->comm_profiles.clear();
+        SetTrapped(a, c.nccl_trap);
+      }
+      if (c.kind == CommandKind::kRunDiagnostic &&
+          (c.diagnostic.kind == DiagnosticKind::kGemm || c.diagnostic.kind == DiagnosticKind::kP2pRounds)) {
+        // The fail-slow validation's measurements: an oracle of the fault list.
+        const int m = MachineIndex(agent->machine_id);
+        const SlotSlowState state = MachineSlowState(m);
+        const int slot = agent_meta_[a].first_rank >= 0 ? agent_meta_[a].first_rank / options_.gpus_per_machine : -1;
+        DiagnosticOutcome outcome;
+        if (c.diagnostic.kind == DiagnosticKind::kGemm) {
+          outcome = SimulatedGemm(state, options_.gpus_per_machine, options_.signals);
+        } else if (layout_) {
+          auto rounds = c.diagnostic.params.find("rounds");
+          static const std::string kNone;
+          const std::string& text = rounds == c.diagnostic.params.end() ? kNone : rounds->second;
+          outcome = SimulatedLinkRounds(*layout_, slot, CachedSlotStates(agent->attempt), link_rounds_.Links(text),
+                                        options_.signals);
+        }
+        outcome.machine_id = agent->machine_id;
+        FinishCommand(a, c.id, true, "", now);
+        agent->command_results[c.id].diagnostic = std::move(outcome);
+        return;
+      }
       if (c.kind == CommandKind::kRunDiagnostic) {
         DiagnosticOutcome outcome;
         outcome.kind = ToString(c.diagnostic.kind);
@@ -416,6 +457,8 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
     case SimEventKind::kFirstStep:
       changed_ = true;
       return;
+    case SimEventKind::kSlowCheck:
+      return;  // the engine's TrackSlowdown reports it
     case SimEventKind::kMachineReturn: {
       Machine& machine = machines_[static_cast<size_t>(e.a)];
       if (machine.broken_until > now) {  // broken again meanwhile: back after that repair
@@ -453,6 +496,7 @@ const JobObservation& SimCluster::Observe(int64_t now, uint64_t attempt, uint64_
       }
     }
   }
+  if (profiles_dirty_) UpdateProfiles(attempt);
   return obs_;
 }
 
@@ -495,7 +539,7 @@ double SimCluster::SlotSlowdown(const JobStatus& status) const {
     const bool slot = std::any_of(status.slots.begin(), status.slots.end(),
                                   [&](const SlotStatus& s) { return s.pod == pod; });
     if (!slot) continue;
-    for (double s : machine.slow) slow = std::max(slow, s);
+    for (const Machine::Slow& s : machine.slow) slow = std::max(slow, s.severity);
   }
   return slow;
 }
@@ -505,6 +549,134 @@ bool SimCluster::MachineFaulty(const std::string& machine_id, int64_t now) const
   if (m < 0 || m >= options_.fleet_machines) return false;
   const Machine& machine = machines_[static_cast<size_t>(m)];
   return machine.broken_until > now || !machine.slow.empty();
+}
+
+void SimCluster::SetTrapped(size_t a, bool trapped) {
+  AgentMeta& meta = agent_meta_[a];
+  if (meta.trapped == trapped) return;
+  meta.trapped = trapped;
+  trapped_ += trapped ? 1 : -1;
+}
+
+void SimCluster::FailSlowStateChanged() {
+  profiles_dirty_ = true;
+  slot_states_valid_ = false;
+}
+
+SlotSlowState SimCluster::MachineSlowState(int m) const {
+  SlotSlowState state;
+  if (m < 0 || m >= options_.fleet_machines) return state;
+  for (const Machine::Slow& s : machines_[static_cast<size_t>(m)].slow) {
+    if (s.kind == FaultKind::kSlowLink) {
+      state.link = std::max(state.link, s.severity);
+    } else if (s.severity > state.compute) {
+      state.compute = s.severity;
+      state.slow_gpu = s.gpu;
+    }
+  }
+  return state;
+}
+
+std::vector<SlotSlowState> SimCluster::SlotStates(uint64_t attempt) const {
+  std::vector<SlotSlowState> slots(static_cast<size_t>(options_.job_machines));
+  for (size_t i = 0; i < obs_.agents.size(); ++i) {
+    const AgentObservation& a = obs_.agents[i];
+    const AgentMeta& meta = agent_meta_[i];
+    if (a.attempt != attempt || a.registered_as_standby || meta.first_rank < 0) continue;
+    const int slot = meta.first_rank / options_.gpus_per_machine;
+    if (slot >= options_.job_machines) continue;
+    slots[static_cast<size_t>(slot)] = MachineSlowState(MachineIndex(a.machine_id));
+  }
+  return slots;
+}
+
+const std::vector<SlotSlowState>& SimCluster::CachedSlotStates(uint64_t attempt) {
+  if (!slot_states_valid_ || slot_states_attempt_ != attempt) {
+    slot_states_ = SlotStates(attempt);
+    slot_states_attempt_ = attempt;
+    slot_states_valid_ = true;
+  }
+  return slot_states_;
+}
+
+void SimCluster::UpdateProfiles(uint64_t attempt) {
+  profiles_dirty_ = false;
+  bool any = false;
+  for (size_t i = 0; i < obs_.agents.size(); ++i) {
+    AgentObservation& a = obs_.agents[i];
+    const bool want = layout_ && a.nccl_profiling && attempt > 0 && a.attempt == attempt && !a.registered_as_standby &&
+                      agent_meta_[i].first_rank >= 0;
+    if (!want) {
+      a.comm_profiles.clear();
+      continue;
+    }
+    any = true;
+  }
+  if (!any) return;
+  // Every profiling agent reports its ranks' latest collectives: all built in one pass
+  // over the layout's groups (failslow_signals.cc), only when the state changed.
+  std::vector<std::vector<CommProfileObservation>> profiles =
+      SynthesizeCommProfiles(*layout_, CachedSlotStates(attempt), options_.step_time_s, options_.signals);
+  for (size_t i = 0; i < obs_.agents.size(); ++i) {
+    AgentObservation& a = obs_.agents[i];
+    if (!a.nccl_profiling || a.attempt != attempt || a.registered_as_standby || agent_meta_[i].first_rank < 0) continue;
+    const size_t slot = static_cast<size_t>(agent_meta_[i].first_rank / options_.gpus_per_machine);
+    if (slot < profiles.size()) a.comm_profiles = std::move(profiles[slot]);
+  }
+}
+
+void SimCluster::TrackSlowdown(double slowdown, uint64_t attempt, bool training, int64_t now) {
+  if (!layout_) return;
+  if (attempt != tracker_.attempt) tracker_ = Tracker{attempt};
+  if (attempt == 0) return;
+  // Without new iterations (not training, or paused) nothing new is measured.
+  double target = tracker_.reported;
+  if (training && !Paused()) {
+    target = slowdown >= options_.verify_threshold ? slowdown : 0;
+    // A change too small to verify (relative to the level reported) is not reported.
+    if (target > 0 && tracker_.reported > 0 &&
+        std::abs(target - tracker_.reported) < options_.verify_threshold * (1 + tracker_.reported)) {
+      target = tracker_.reported;
+    }
+  }
+  if (target == tracker_.reported) {
+    tracker_.pending = -1;
+    return;
+  }
+  const int64_t due = SecondsToNs(TrackingLatencySeconds(options_.signals, options_.step_time_s, target));
+  if (target != tracker_.pending) {
+    tracker_.pending = target;
+    tracker_.pending_since = now;
+    queue_->Push(now + due, SimEventKind::kSlowCheck);
+    return;
+  }
+  if (now < tracker_.pending_since + due) return;
+  if (target > 0 && tracker_.reported == 0) tracker_.onset = tracker_.pending_since;
+  tracker_.reported = target;
+  tracker_.pending = -1;
+  ReportSlowdown(now);
+}
+
+void SimCluster::ReportSlowdown(int64_t now) {
+  (void)now;
+  for (size_t i = 0; i < obs_.agents.size(); ++i) {
+    AgentObservation& a = obs_.agents[i];
+    const AgentMeta& meta = agent_meta_[i];
+    if (a.attempt != tracker_.attempt || a.registered_as_standby || meta.converging || meta.first_rank < 0) continue;
+    RankFailSlowObservation& r = a.fail_slow[meta.first_rank];
+    if (tracker_.reported > 0) {
+      r.slow = true;
+      r.onset = SimToUnix(tracker_.onset);
+      r.ended_at = 0;
+      r.severity = tracker_.reported;
+      r.before_seconds = options_.step_time_s;
+      r.after_seconds = options_.step_time_s * (1 + tracker_.reported);
+    } else {
+      r.slow = false;
+      r.ended_at = SimToUnix(tracker_.pending_since);
+    }
+  }
+  changed_ = true;
 }
 
 }  // namespace peregrine::fleetsim

@@ -12,7 +12,17 @@
 // [start_ns, end_ns); the pod on it fails and its agent disconnects after
 // failstop_detection_s. A software fault crashes the training process of an active pod
 // (its agent reports an exit after failstop_detection_s); the machine stays healthy. A
-// fail-slow slows the machine by its severity while it lasts.
+// fail-slow slows the machine by its severity while it lasts (compute: one of its GPUs;
+// link: its network links).
+//
+// Fail-slow signals (failslow_signals.h), as the real agents send them: once the job's
+// iteration time has changed by at least the spec's verifyThreshold for the tracking
+// latency (TrackSlowdown), every active agent reports the verified slowdown (or its end)
+// on its first rank; while the core has an agent's NCCL profiling on (set_nccl_mode), the
+// agent reports its ranks' comm profiles, synthesised from the layout and the slots'
+// fail-slow state, rebuilt only when that state or the profiling agents change; a trap
+// (set_nccl_mode with trap) pauses training (Paused) until released; the validation's
+// gemm and p2p_rounds diagnostics are answered from the fault list (an oracle).
 //
 // The engine (sim_engine.h) owns time, the training progress and the decision calls; the
 // cluster schedules its own future events on the EventQueue it is given. Machines are named
@@ -23,6 +33,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -30,6 +41,8 @@
 
 #include "controller/core/job_state.h"
 #include "fleetsim/cost_model.h"
+#include "diagnosis/parallel_layout.h"
+#include "fleetsim/failslow_signals.h"
 #include "fleetsim/fault_model.h"
 #include "fleetsim/sim_event.h"
 
@@ -46,6 +59,14 @@ struct SimClusterOptions {
   // Steps between the checkpoints the agents report (the spec's intervalSteps).
   uint32_t checkpoint_interval_steps = 0;
   bool backed_up = true;  // reported steps are also backed up to peers (backupCopies > 0)
+  // The job's parallelism (tensor x pipeline x data = job_machines x gpus_per_machine)
+  // and healthy step time, for the fail-slow signals; an invalid layout sends none.
+  int tensor = 0;
+  int pipeline = 0;
+  int data = 0;
+  double step_time_s = 10;
+  double verify_threshold = 0.10;  // the spec's failSlow.verifyThreshold
+  FailSlowSignalOptions signals;
 };
 
 // What applying one plan did, for the engine's counts.
@@ -80,6 +101,12 @@ class SimCluster {
   bool SlotWaitingForMachine(const JobStatus& status) const;
   // The job's step-time growth from the fail-slows on its slots' machines (the largest).
   double SlotSlowdown(const JobStatus& status) const;
+  // The agents' tracking of the job's iteration time: `slowdown` is the job's step-time
+  // growth now (while `training`). A change verified for the tracking latency is reported
+  // by every active agent of `attempt` (a decision is due); a wake-up is queued for it.
+  void TrackSlowdown(double slowdown, uint64_t attempt, bool training, int64_t now);
+  // A validation holds NCCL trapped on some agent: training is paused.
+  bool Paused() const { return trapped_ > 0; }
   // The machine (by id) has a fail-stop or fail-slow fault in force at `now`.
   bool MachineFaulty(const std::string& machine_id, int64_t now) const;
   int FreeMachines() const { return static_cast<int>(free_.size()); }
@@ -95,7 +122,12 @@ class SimCluster {
     int64_t broken_until = 0;   // a fail-stop in force until then
     bool quarantined = false;
     int64_t pod_uid = -1;       // -1: no pod
-    std::vector<double> slow;   // severities of the fail-slows in force
+    struct Slow {
+      FaultKind kind = FaultKind::kSlowCompute;
+      double severity = 0;
+      int gpu = 0;  // compute: the slow GPU's local rank
+    };
+    std::vector<Slow> slow;     // the fail-slows in force
   };
   struct PodMeta {
     int64_t uid = 0;
@@ -108,6 +140,15 @@ class SimCluster {
     bool converging = false;
     std::string converge_id;      // the command id (empty: the registration's ack)
     bool crashed = false;         // its training process crashed (software fault)
+    bool trapped = false;         // NCCL trapped by a validation (set_nccl_mode trap)
+  };
+  // What the agents have reported of the job's iteration time (TrackSlowdown).
+  struct Tracker {
+    uint64_t attempt = 0;
+    double reported = 0;    // the verified slowdown the agents report (0: healthy)
+    double pending = -1;    // a change seen, not yet verified (-1: none)
+    int64_t pending_since = 0;
+    int64_t onset = 0;      // the reported slowdown's onset (sim ns)
   };
   struct Command {
     int64_t uid = 0;
@@ -129,6 +170,14 @@ class SimCluster {
                      int64_t now);
   void Quarantine(const std::string& machine_id, int64_t now);
   double RestoreSeconds(const AssignmentSpec& assignment) const;
+  SlotSlowState MachineSlowState(int machine) const;
+  // The fail-slow state of every slot of the agents running `attempt` (by slot).
+  std::vector<SlotSlowState> SlotStates(uint64_t attempt) const;
+  void UpdateProfiles(uint64_t attempt);
+  void ReportSlowdown(int64_t now);
+  const std::vector<SlotSlowState>& CachedSlotStates(uint64_t attempt);
+  void FailSlowStateChanged();
+  void SetTrapped(size_t agent_index, bool trapped);
   static int MachineIndex(const std::string& machine_id);
 
   SimClusterOptions options_;
@@ -150,6 +199,14 @@ class SimCluster {
   int64_t next_uid_ = 1;
   int64_t next_command_ = 0;
   bool changed_ = true;
+  std::optional<ParallelLayout> layout_;
+  Tracker tracker_;
+  bool profiles_dirty_ = true;
+  std::vector<SlotSlowState> slot_states_;  // CachedSlotStates
+  uint64_t slot_states_attempt_ = 0;
+  bool slot_states_valid_ = false;
+  int trapped_ = 0;
+  LinkRoundsCache link_rounds_;
   int64_t faults_hit_ = 0, fail_stops_hit_ = 0, fail_slows_hit_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,48 @@ absl::Status ValidateFaults(const std::vector<FaultEvent>& faults, int fleet) {
     }
   }
   return absl::OkStatus();
+}
+
+// What the run has counted of each fail-slow finding (by id).
+struct SeenFinding {
+  bool localized = false;
+  bool validated = false;
+  uint64_t plans = 0;
+  bool replaced = false;
+};
+
+// Counts the findings of the status not counted yet: opened, localized (by kind),
+// validated, S2 plans sent, S4 decided. The status keeps at most kMaxFailSlowFindings;
+// the engine looks after every decision, so none is missed.
+void CountFailSlows(const JobStatus& status, std::map<uint64_t, SeenFinding>* seen, SimResult* result) {
+  for (const FailSlowFinding& f : status.fail_slows) {
+    auto [it, added] = seen->try_emplace(f.id);
+    SeenFinding& s = it->second;
+    if (added) ++result->failslow_findings;
+    if (!s.localized && f.state != FailSlowState::kProfiling && f.kind != FailSlowKind::kUnlocalized) {
+      s.localized = true;
+      ++result->failslow_localized;
+      if (f.kind == FailSlowKind::kCompute) ++result->failslow_compute;
+      if (f.kind == FailSlowKind::kCommunication) ++result->failslow_communication;
+      if (f.kind == FailSlowKind::kComputeAndCommunication) {
+        ++result->failslow_compute;
+        ++result->failslow_communication;
+      }
+    }
+    if (!s.validated && f.validation.verdict == ValidationVerdict::kConfirmed) {
+      s.validated = true;
+      ++result->failslow_confirmed;
+    }
+    const uint64_t plans = static_cast<uint64_t>(std::max(0, f.mitigation.microbatch_plan.plans));
+    if (plans > s.plans) {
+      result->failslow_s2_plans += static_cast<int64_t>(plans - s.plans);
+      s.plans = plans;
+    }
+    if (!s.replaced && f.mitigation.strategy == MitigationStrategy::kReplace) {
+      s.replaced = true;
+      ++result->failslow_s4;
+    }
+  }
 }
 
 }  // namespace
@@ -134,6 +177,11 @@ absl::StatusOr<SimResult> SimulatePeregrine(const JobShape& shape, const CostMod
   cluster_options.restore_from_memory = memory;
   cluster_options.checkpoint_interval_steps = interval;
   cluster_options.backed_up = job.spec.checkpoint.backup_copies > 0;
+  cluster_options.tensor = job.spec.parallelism.tensor;
+  cluster_options.pipeline = job.spec.parallelism.pipeline;
+  cluster_options.data = job.spec.parallelism.data;
+  cluster_options.step_time_s = shape.step_time_s;
+  cluster_options.verify_threshold = job.spec.fail_slow.verify_threshold;
   SimCluster cluster(cluster_options, faults, &queue);
   TimeLedger ledger(shape.step_time_s);
   const DecisionConfig config;
@@ -152,12 +200,15 @@ absl::StatusOr<SimResult> SimulatePeregrine(const JobShape& shape, const CostMod
   int64_t stopped_at = -1;  // training stopped by a fault at this time (a recovery is due)
   double held_machine_s = 0;
   int64_t held_since = 0;
+  std::map<uint64_t, SeenFinding> seen_findings;
 
   for (;;) {
     ledger.AdvanceTo(now);
     held_machine_s += NsToSeconds(now - held_since) * cluster.MachinesHeld();
     held_since = now;
     while (!queue.Empty() && queue.NextAt() <= now) cluster.OnEvent(queue.Pop(), now);
+    // The agents' iteration times, as they trained since the last step of the loop.
+    cluster.TrackSlowdown(training ? cluster.SlotSlowdown(status) : 0, status.attempt, training, now);
 
     if (cluster.changed() || now == wake || now >= next_resync) {
       const JobObservation& obs = cluster.Observe(now, status.attempt, ledger.CompletedSteps(), ledger.StepSeconds());
@@ -182,6 +233,7 @@ absl::StatusOr<SimResult> SimulatePeregrine(const JobShape& shape, const CostMod
       }
       cluster.Apply(&plan, now);
       status = std::move(plan.status);
+      CountFailSlows(status, &seen_findings, &result);
       wake = plan.requeue_after_ns > 0 ? now + plan.requeue_after_ns : -1;
       if (resync > 0) next_resync = now + resync;
     }
@@ -207,7 +259,10 @@ absl::StatusOr<SimResult> SimulatePeregrine(const JobShape& shape, const CostMod
         stopped_at = -1;
       }
     }
-    if (training) {
+    if (training && cluster.Paused()) {
+      // A fail-slow validation holds NCCL trapped: no progress, charged to diagnosis.
+      ledger.SetState(LedgerState::kDiagnosis);
+    } else if (training) {
       const double slow = cluster.SlotSlowdown(status);
       const bool started = ledger.state() != LedgerState::kTraining;
       ledger.SetRate(slow, checkpoint_per_step);

@@ -30,6 +30,7 @@ enum class SimEventKind {
   kCommandDone,    // a: pod uid, b: index of the command in the cluster's command table
   kFirstStep,      // b: the attempt whose first step completed
   kMachineReturn,  // a: machine index
+  kSlowCheck,      // wakes the engine when a change of the iteration time is verified
 };
 
 struct SimEvent {

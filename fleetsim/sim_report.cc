@@ -39,10 +39,11 @@ std::string FormatResultsTable(const JobShape& shape, const std::vector<SimResul
   const int w = static_cast<int>(width);
   absl::StrAppendFormat(&out,
                         "%-*s %7s %7s %8s | %7s %7s %7s %7s %7s %7s %7s | %6s %6s %8s %7s "
-                        "%10s | %8s %8s\n",
+                        "%10s | %8s %8s | %5s %5s %5s %5s %5s\n",
                         w, "policy", "ETTR", "goodput", "lost h", "detect", "diagn",
                         "restart", "redo", "slow", "ckpt", "wait", "evict", "false",
-                        "restarts", "exhaust", "mean rec s", "ETTR/1st", "lost/1st");
+                        "restarts", "exhaust", "mean rec s", "ETTR/1st", "lost/1st", "fs", "comp",
+                        "comm", "S2", "S4");
   if (results.empty()) {
     out += "(no results)\n";
     return out;
@@ -50,26 +51,31 @@ std::string FormatResultsTable(const JobShape& shape, const std::vector<SimResul
   const SimResult& first = results.front();
   for (const SimResult& r : results) {
     const auto hours = [](double s) { return absl::StrFormat("%.2f", s / kSecondsPerHour); };
+    // Fail-slow counts exist only for the rows of the decision core.
+    const auto core = [&r](int64_t v) { return r.decisions > 0 ? absl::StrCat(v) : std::string("-"); };
     const std::optional<double> mean = MeanRecovery(r);
     const std::optional<double> ettr_ratio = Ratio(r.ettr, first.ettr);
     const std::optional<double> lost_ratio = Ratio(r.lost.total(), first.lost.total());
     absl::StrAppendFormat(
         &out,
         "%-*s %7.4f %7.4f %8s | %7s %7s %7s %7s %7s %7s %7s | %6d %6d %8d %7d %10s | %8s "
-        "%8s\n",
+        "%8s | %5s %5s %5s %5s %5s\n",
         w, r.policy, r.ettr, r.goodput, hours(r.lost.total()), hours(r.lost.detection_s),
         hours(r.lost.diagnosis_s), hours(r.lost.restart_s), hours(r.lost.redo_s),
         hours(r.lost.slowdown_s), hours(r.lost.checkpoint_s), hours(r.lost.waiting_s),
         r.evictions, r.false_evictions, r.restarts, r.standby_exhaustions,
         mean.has_value() ? absl::StrFormat("%.1f", *mean) : std::string("-"),
         ettr_ratio.has_value() ? absl::StrFormat("%.4f", *ettr_ratio) : std::string("-"),
-        lost_ratio.has_value() ? absl::StrFormat("%.2f", *lost_ratio) : std::string("-"));
+        lost_ratio.has_value() ? absl::StrFormat("%.2f", *lost_ratio) : std::string("-"),
+        core(r.failslow_findings), core(r.failslow_compute), core(r.failslow_communication),
+        core(r.failslow_s2_plans), core(r.failslow_s4));
   }
   absl::StrAppendFormat(
       &out,
       "time lost in hours by cause; mean rec s: mean time from a fail-stop to training "
       "again; ETTR/1st and lost/1st: the row's ETTR and total time lost divided by the "
-      "first row's (%s)\n",
+      "first row's (%s); fs: fail-slow findings the core opened, comp / comm: localized to a "
+      "GPU / to a link, S2: micro-batch plans sent, S4: replacements decided\n",
       first.policy);
   return out;
 }
@@ -122,6 +128,13 @@ std::string FormatResultsJson(const JobShape& shape, const CostModel& costs,
                     {"recoveries", r.recoveries},
                     {"recovery_s", r.recovery_s},
                     {"mean_recovery_s", or_null(MeanRecovery(r))},
+                    {"failslow", {{"findings", r.failslow_findings},
+                                  {"localized", r.failslow_localized},
+                                  {"compute", r.failslow_compute},
+                                  {"communication", r.failslow_communication},
+                                  {"confirmed", r.failslow_confirmed},
+                                  {"s2_plans", r.failslow_s2_plans},
+                                  {"s4_replacements", r.failslow_s4}}},
                     {"decisions", r.decisions},
                     {"sim_cpu_s", r.sim_cpu_s},
                     {"ettr_vs_first", or_null(Ratio(r.ettr, first.ettr))},

@@ -47,6 +47,16 @@ struct SimResult {
   // on this).
   int64_t recoveries = 0;
   double recovery_s = 0;
+  // Fail-slow findings of the decision core (Peregrine only): opened, localized (by kind;
+  // compute+communication counts in both), validation confirmed, S2 micro-batch plans
+  // sent, S4 replacements decided (their evictions are in `evictions`).
+  int64_t failslow_findings = 0;
+  int64_t failslow_localized = 0;
+  int64_t failslow_compute = 0;
+  int64_t failslow_communication = 0;
+  int64_t failslow_confirmed = 0;
+  int64_t failslow_s2_plans = 0;
+  int64_t failslow_s4 = 0;
   int64_t decisions = 0;        // DecideJob calls (Peregrine only)
   double sim_cpu_s = 0;         // CPU time the simulation took (filled by the runner)
 };

@@ -33,6 +33,13 @@ SimResult Peregrine() {
   r.recoveries = 10;
   r.recovery_s = 1500;
   r.decisions = 4242;
+  r.failslow_findings = 3;
+  r.failslow_localized = 3;
+  r.failslow_compute = 2;
+  r.failslow_communication = 1;
+  r.failslow_confirmed = 2;
+  r.failslow_s2_plans = 0;
+  r.failslow_s4 = 1;
   r.sim_cpu_s = 0.25;
   return r;
 }
@@ -93,13 +100,15 @@ TEST_CASE("report table: one row per policy with hours by cause, counts and rati
   const std::vector<std::string> peregrine = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
   const std::vector<std::string> expected_peregrine = {
       "peregrine", "0.9583", "0.9500", "1.00", "|", "0.20", "0.10", "0.30", "0.20", "0.00",
-      "0.20", "0.00", "|", "11", "1", "10", "1", "150.0", "|", "1.0000", "1.00"};
+      "0.20", "0.00", "|", "11", "1", "10", "1", "150.0", "|", "1.0000", "1.00",
+      "|", "3", "2", "1", "0", "1"};
   CHECK(peregrine == expected_peregrine);
 
   const std::vector<std::string> requeue = absl::StrSplit(lines[3], ' ', absl::SkipEmpty());
   const std::vector<std::string> expected_requeue = {
       "requeue-disk-30min", "0.8333", "0.8333", "4.00", "|", "0.08", "0.00", "2.00", "1.25",
-      "0.00", "0.00", "0.67", "|", "10", "0", "10", "0", "2130.0", "|", "0.8696", "4.00"};
+      "0.00", "0.00", "0.67", "|", "10", "0", "10", "0", "2130.0", "|", "0.8696", "4.00",
+      "|", "-", "-", "-", "-", "-"};  // a baseline has no fail-slow findings
   CHECK(requeue == expected_requeue);
 
   const std::vector<std::string> oracle = absl::StrSplit(lines[4], ' ', absl::SkipEmpty());
@@ -155,7 +164,7 @@ TEST_CASE("report JSON: the job, the cost model and every result field, in a fix
                     "policy", "wall_s", "kept_s", "ettr", "goodput", "lost", "faults",
                     "fail_stops", "fail_slows", "evictions", "false_evictions", "restarts",
                     "standby_exhaustions", "recoveries", "recovery_s", "mean_recovery_s",
-                    "decisions", "sim_cpu_s", "ettr_vs_first", "lost_vs_first"});
+                    "failslow", "decisions", "sim_cpu_s", "ettr_vs_first", "lost_vs_first"});
   const SimResult want = Peregrine();
   CHECK(p["policy"] == "peregrine");
   CHECK(p["kept_s"] == want.kept_s);
@@ -179,6 +188,9 @@ TEST_CASE("report JSON: the job, the cost model and every result field, in a fix
   CHECK(p["recoveries"] == 10);
   CHECK(p["recovery_s"] == 1500.0);
   CHECK(p["mean_recovery_s"] == 150.0);
+  CHECK(p["failslow"] == nlohmann::ordered_json{{"findings", 3},   {"localized", 3}, {"compute", 2},
+                                                {"communication", 1}, {"confirmed", 2}, {"s2_plans", 0},
+                                                {"s4_replacements", 1}});
   CHECK(p["decisions"] == 4242);
   CHECK(p["sim_cpu_s"] == 0.25);
   CHECK(p["ettr_vs_first"] == 1.0);
