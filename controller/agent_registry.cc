@@ -1,6 +1,7 @@
 #include "controller/agent_registry.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,60 @@ void ApplyTraining(const v1::TrainingState& t, AgentObservation* obs) {
     exits.push_back(std::move(e));
   }
   obs->exits = std::move(exits);
+}
+
+// The parts of a heartbeat's effect on an observation that a decision reacts to at once
+// (everything but progress: steps, losses, iteration times and last_seen). Small: exits
+// and non-OK inspections are empty on a healthy machine.
+struct HeartbeatFacts {
+  uint64_t attempt = 0;
+  AgentTrainingPhase phase = AgentTrainingPhase::kUnknown;
+  std::vector<RankExit> exits;
+  std::vector<InspectionObservation> inspections;
+  std::optional<CheckpointReportObservation> checkpoint;
+  bool comm_profiles = false;
+};
+
+HeartbeatFacts FactsOf(const AgentObservation& obs) {
+  return HeartbeatFacts{obs.attempt,      obs.phase,      obs.exits, obs.inspections,
+                        obs.checkpoint,   !obs.comm_profiles.empty()};
+}
+
+bool SameExits(const std::vector<RankExit>& a, const std::vector<RankExit>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].global_rank != b[i].global_rank || a[i].exit_code != b[i].exit_code || a[i].signal != b[i].signal) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `at` is left out: an agent re-sends a lasting finding with each heartbeat.
+bool SameInspections(const std::vector<InspectionObservation>& a, const std::vector<InspectionObservation>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].kind != b[i].kind || a[i].component != b[i].component || a[i].status != b[i].status ||
+        a[i].summary != b[i].summary || a[i].machine_attributed != b[i].machine_attributed) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SameCheckpoint(const std::optional<CheckpointReportObservation>& a,
+                    const std::optional<CheckpointReportObservation>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  return a->stored_steps == b->stored_steps && a->backed_up_steps == b->backed_up_steps &&
+         a->persisted_steps == b->persisted_steps && a->store_bytes == b->store_bytes &&
+         a->memory_budget_bytes == b->memory_budget_bytes && a->held == b->held;
+}
+
+bool OnlyProgress(const HeartbeatFacts& before, const AgentObservation& after) {
+  return before.attempt == after.attempt && before.phase == after.phase && SameExits(before.exits, after.exits) &&
+         SameInspections(before.inspections, after.inspections) && SameCheckpoint(before.checkpoint, after.checkpoint) &&
+         !before.comm_profiles && after.comm_profiles.empty();
 }
 
 }  // namespace
@@ -231,6 +286,15 @@ std::vector<AgentObservation> AgentRegistry::Observe(const std::string& job_key)
     out.push_back(std::move(obs));
   }
   return out;
+}
+
+int AgentRegistry::ConnectedCount(const std::string& job_key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_key);
+  if (it == jobs_.end()) return 0;
+  int n = 0;
+  for (const auto& [pod, rec] : it->second.agents) n += rec.obs.connected ? 1 : 0;
+  return n;
 }
 
 v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now,
@@ -620,6 +684,7 @@ AgentRegistry::AgentRecord* AgentRegistry::FindBySink(const AgentStreamSink* sin
 
 absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::AgentMessage& message, int64_t now) {
   std::string key;
+  bool progress_only = false;  // a heartbeat that changed nothing but progress
   {
     absl::MutexLock lock(&mu_);
     AgentRecord* rec = FindBySink(sink, &key);
@@ -631,6 +696,7 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
         return absl::InvalidArgumentError("register sent twice on one stream");
       case v1::AgentMessage::kHeartbeat: {
         const v1::Heartbeat& hb = message.heartbeat();
+        const HeartbeatFacts before = FactsOf(obs);
         ApplyTraining(hb.training(), &obs);
         double iter_sum = 0;
         int iter_n = 0;
@@ -672,6 +738,7 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
           if (r.status() == v1::INSPECTION_STATUS_OK || r.status() == v1::INSPECTION_STATUS_NOT_PRESENT) continue;
           obs.inspections.push_back(ToObservation(r, r.observed_at() != 0 ? r.observed_at() : now));
         }
+        progress_only = OnlyProgress(before, obs);
         break;
       }
       case v1::AgentMessage::kEvent: {
@@ -752,6 +819,15 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
       }
       case v1::AgentMessage::BODY_NOT_SET:
         return absl::InvalidArgumentError("agent message has no body");
+    }
+    // Progress alone wakes the job at most once per heartbeat interval; anything else at
+    // once. Either way the round reads every agent's latest state.
+    auto job = jobs_.find(key);
+    if (job != jobs_.end()) {
+      std::optional<int64_t>& last = job->second.notified_at;
+      const int64_t interval = static_cast<int64_t>(heartbeat_interval_ms_) * 1000000;
+      if (progress_only && last.has_value() && now >= *last && now - *last < interval) return absl::OkStatus();
+      last = now;
     }
   }
   Notify(key);

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,8 @@ class AgentRegistry {
   // committed checkpoint step changed since it was last told.
   void SetDesired(const std::string& job_key, const std::map<std::string, DesiredAgent>& desired);
   std::vector<AgentObservation> Observe(const std::string& job_key) const;
+  // The job's connected agents (Observe's count of `connected`, without copying them).
+  int ConnectedCount(const std::string& job_key) const;
   // Sends a command (or re-sends it if it is not pending yet); a no-op while the pod's
   // agent is not connected: it is sent when it registers.
   void Send(const std::string& job_key, const CommandToSend& command, int64_t now);
@@ -108,9 +111,17 @@ class AgentRegistry {
   // Jobs the registry holds anything for (bound, desired or agents), for tests.
   size_t JobCountForTest() const;
   // Called (without locks held) whenever something a job's decision depends on changed.
+  // A heartbeat that changed only progress (steps, losses, iteration times, last_seen)
+  // calls it only when no agent message of the job called it within the last heartbeat
+  // interval: the decision sees progress at most one interval late, and a job of N
+  // agents is not decided N times a second. Registrations, disconnects, events, command
+  // results and any other change a heartbeat carries (attempt, phase, exits, non-OK
+  // inspections, checkpoint report, NCCL profiles) call it at once.
   void SetChangeCallback(std::function<void(const std::string& job_key)> callback);
   // Recent process exits with their log tails, for the incident timeline.
   std::vector<std::string> RecentExitSummaries(const std::string& job_key, size_t max) const;
+  // The interval the acks tell agents to heartbeat at (and progress's wake-up interval,
+  // see SetChangeCallback). Set before agents connect.
   void SetHeartbeatIntervalMs(uint32_t ms) { heartbeat_interval_ms_ = ms; }
   // The agent key (64 hex characters) agents' credentials derive from; empty (the
   // default) authenticates nobody and accepts any registration. kInvalidArgument for a
@@ -155,6 +166,7 @@ class AgentRegistry {
     std::map<std::string, DesiredAgent> desired;
     std::map<int, std::string> pod_of_slot;     // the active pods of `desired`, by slot
     std::map<std::string, AgentRecord> agents;  // by pod
+    std::optional<int64_t> notified_at;         // when an agent message last woke the job
   };
   AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Slot -> the data address of the agent of the pod desired in that slot, for the slots

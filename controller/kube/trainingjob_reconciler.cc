@@ -345,8 +345,7 @@ absl::StatusOr<std::string> TrainingJobReconciler::UpdateCode(const std::string&
 // peregrine_agents_connected: the sum over jobs of their connected agents, recounted
 // for a job each time it is reconciled (an agent connecting or leaving wakes its job).
 void TrainingJobReconciler::CountConnectedAgents(const std::string& key) {
-  int n = 0;
-  for (const AgentObservation& a : deps_.registry->Observe(key)) n += a.connected ? 1 : 0;
+  const int n = deps_.registry->ConnectedCount(key);
   absl::MutexLock lock(&mu_);
   if (n == 0) {
     connected_agents_.erase(key);
