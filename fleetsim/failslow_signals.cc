@@ -14,17 +14,22 @@
 // group has at least `collectives` pairs). For one collective every member arrives at
 //   arrival_i = lateness_i + jitter_i
 // (jitter: a deterministic hash of rank, kind and sequence, below jitter_fraction x step;
-// lateness: a slow GPU's rank severity x step / sync_points, the other ranks of its
-// machine half that outside their TP group) and every member leaves when the last one has
-// arrived and the transfer is done:
+// lateness in TP and PP: a slow GPU's rank severity x step / sync_points; in DP: the
+// replica's step compute over the fastest replica's, (factor_r - min factor) x step, since
+// the gradient all-reduce waits once per step for the slowest replica, whose pipeline runs
+// at its slowest stage's pace) and every member leaves when the last one has arrived and
+// the transfer is done:
 //   duration_i = max_j arrival_j - arrival_i + transfer
 // transfer = the kind's fraction of the step, plus, for a DP group with a member on a
 // congested machine, that machine's link severity x step (the job's whole slowdown shows
 // in its gradient all-reduce). So the slow rank has the shortest stay (it arrives last) in
 // every group it is in, and a congested group's shortest stay (its transfer) is longer
 // than the median of its kind: what CompareGroups (diagnosis/group_comparison.h) reads.
-// Clocks: enter = sequence x step + arrival on each member's own clock; only durations are
-// compared by the core.
+// Clocks: enter = sequence x the job's step + arrival on each member's own clock; only
+// durations (and, for S2's measure of each replica's waiting share, the span of the DP
+// collectives) are read by the core: a replica's busy time per step comes out as
+// factor_r x step, what MeasureReplicaSpeeds (microbatch_mitigation.h) turns into its time
+// per micro-batch.
 
 namespace peregrine::fleetsim {
 namespace {
@@ -53,8 +58,45 @@ double TrackingLatencySeconds(const FailSlowSignalOptions& options, double step_
   return options.verify_iterations * step_s * (1 + std::max(0.0, slowdown)) + options.heartbeat_s;
 }
 
+std::vector<double> ReplicaStepFactors(const ParallelLayout& layout, const std::vector<SlotSlowState>& slots,
+                                       const std::vector<uint32_t>& micro_batches,
+                                       const FailSlowSignalOptions& options) {
+  const int n = layout.data();
+  std::vector<double> slow(static_cast<size_t>(n), 0.0);
+  const int machines = std::min(layout.machines(), static_cast<int>(slots.size()));
+  for (int m = 0; m < machines; ++m) {
+    if (slots[static_cast<size_t>(m)].compute <= 0) continue;
+    for (int r : layout.RanksOfMachine(m)) {
+      double& s = slow[static_cast<size_t>(layout.Coordinates(r).dp)];
+      s = std::max(s, slots[static_cast<size_t>(m)].compute);
+    }
+  }
+  const bool plan = static_cast<int>(micro_batches.size()) == n;
+  double mean = options.micro_batches;
+  if (plan) {
+    double sum = 0;
+    for (uint32_t c : micro_batches) sum += c;
+    mean = sum / n;
+  }
+  std::vector<double> factors(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    const double share = plan && mean > 0 ? micro_batches[static_cast<size_t>(d)] / mean : 1.0;
+    factors[static_cast<size_t>(d)] = share * (1 + slow[static_cast<size_t>(d)]);
+  }
+  return factors;
+}
+
+double JobSlowdown(const std::vector<double>& replica_factors, const std::vector<SlotSlowState>& slots) {
+  double worst = 1;
+  for (double f : replica_factors) worst = std::max(worst, f);
+  double link = 0;
+  for (const SlotSlowState& s : slots) link = std::max(link, s.link);
+  return std::max(worst - 1, link);
+}
+
 std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const ParallelLayout& layout,
                                                                         const std::vector<SlotSlowState>& slots,
+                                                                        const std::vector<uint32_t>& micro_batches,
                                                                         double step_s,
                                                                         const FailSlowSignalOptions& options) {
   const int machines = layout.machines();
@@ -70,13 +112,16 @@ std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const Pa
   const double step_ns = step_s * 1e9;
   const int n = std::max(1, options.collectives);
   const double jitter_ns = options.jitter_fraction * step_ns;
+  const std::vector<double> factors = ReplicaStepFactors(layout, slots, micro_batches, options);
+  const double fastest = *std::min_element(factors.begin(), factors.end());
+  const double slowest = *std::max_element(factors.begin(), factors.end());
+  const double job_step_ns = slowest * step_ns;
 
   auto lateness = [&](int rank, GroupKind kind) {
+    if (kind == GroupKind::kData) return (factors[static_cast<size_t>(layout.Coordinates(rank).dp)] - fastest) * step_ns;
     const SlotSlowState& s = slots[static_cast<size_t>(layout.MachineOf(rank))];
-    if (s.compute <= 0 || s.slow_gpu < 0) return 0.0;
-    const double d = s.compute * step_ns / std::max(1, options.sync_points);
-    if (layout.LocalRank(rank) == s.slow_gpu) return d;
-    return kind == GroupKind::kTensor ? 0.0 : d / 2;
+    if (s.compute <= 0 || s.slow_gpu < 0 || layout.LocalRank(rank) != s.slow_gpu) return 0.0;
+    return s.compute * step_ns / std::max(1, options.sync_points);
   };
   auto jitter = [&](int rank, size_t kpos, uint64_t seq) {
     const uint64_t h = Mix((static_cast<uint64_t>(rank) << 24) ^ (static_cast<uint64_t>(kpos) << 20) ^ seq);
@@ -120,7 +165,7 @@ std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const Pa
             CollectiveObservation c;
             c.sequence = static_cast<uint64_t>(seq);
             c.op = "all_reduce";
-            c.enter = static_cast<int64_t>(std::llround(seq * step_ns + a));
+            c.enter = static_cast<int64_t>(std::llround(seq * job_step_ns + a));
             c.exit = c.enter + static_cast<int64_t>(std::llround(last - a + transfer));
             profile(g.ranks[static_cast<size_t>(i)], kpos).collectives.push_back(std::move(c));
           }
@@ -140,7 +185,7 @@ std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const Pa
             const double as = late[static_cast<size_t>(s)] + jitter(sr, kpos, seq_key);
             const double ad = late[static_cast<size_t>(d)] + jitter(dr, kpos, seq_key + 1000);
             const double last = std::max(as, ad);
-            const double base = (2 * k + dir) * step_ns;
+            const double base = (2 * k + dir) * job_step_ns;
             CollectiveObservation send;
             send.sequence = static_cast<uint64_t>(k);
             send.op = "send";
@@ -206,6 +251,7 @@ DiagnosticOutcome SimulatedLinkRounds(const ParallelLayout& layout, int slot, co
   o.seconds = options.links_s;
   o.detail = "simulated link rounds (oracle of the fault list)";
   const int world = layout.world_size();
+  if (slot < 0 || slot >= layout.machines() || static_cast<int>(slots.size()) != layout.machines()) return o;
   for (const auto& [s, d] : links) {
     if (s < 0 || d < 0 || s >= world || d >= world || layout.MachineOf(s) != slot) continue;
     const int dm = layout.MachineOf(d);

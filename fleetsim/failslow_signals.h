@@ -34,10 +34,11 @@ struct FailSlowSignalOptions {
   int verify_iterations = 8;
   double heartbeat_s = 1.0;
   // Profiles: each communicator's recent collectives (the policy compares at least 8 per
-  // communicator). Transfer time of one collective as a fraction of the healthy step
+  // communicator; S2 measures a replica's waiting share over the spans of its newest 8 DP
+  // collectives, which needs 9). Transfer time of one collective as a fraction of the healthy step
   // (assumed: a tensor-parallel all-reduce inside the machine, a pipeline send/recv, the
   // data-parallel gradient all-reduce), and the arrival jitter of healthy ranks.
-  int collectives = 8;
+  int collectives = 9;
   double tp_transfer_fraction = 0.002;
   double pp_transfer_fraction = 0.005;
   double dp_transfer_fraction = 0.05;
@@ -56,6 +57,10 @@ struct FailSlowSignalOptions {
   double inter_link_gbps = 25;
   double gemm_s = 10;
   double links_s = 20;
+  // S2: the micro-batches each data-parallel replica runs per step without a plan
+  // (assumed; the trainer follows the core's set_microbatch_plan). A replica's step
+  // compute is proportional to its micro-batches times its slowest GPU's slowdown.
+  uint32_t micro_batches = 16;
 };
 
 // A slot's fail-slow state: a compute episode slows one GPU (`slow_gpu`, its local rank)
@@ -69,10 +74,23 @@ struct SlotSlowState {
 // Seconds from a change of the job's iteration time to the agents' report of it.
 double TrackingLatencySeconds(const FailSlowSignalOptions& options, double step_s, double slowdown);
 
+// Each data-parallel replica's step time relative to the healthy step: its micro-batches
+// (`micro_batches` per replica; empty: options.micro_batches each) over the even share,
+// times 1 + the largest compute slowdown of its slots.
+std::vector<double> ReplicaStepFactors(const ParallelLayout& layout, const std::vector<SlotSlowState>& slots,
+                                       const std::vector<uint32_t>& micro_batches,
+                                       const FailSlowSignalOptions& options);
+
+// The job's step-time growth: the slowest replica's factor - 1, or the largest link
+// slowdown if larger (S2 does not help a congested link).
+double JobSlowdown(const std::vector<double>& replica_factors, const std::vector<SlotSlowState>& slots);
+
 // The comm profiles of every rank, by slot (slot s: its ranks' profiles, one per
-// communicator of size >= 2). `slots` has layout.machines() entries. Deterministic.
+// communicator of size >= 2). `slots` has layout.machines() entries; `micro_batches` as
+// for ReplicaStepFactors. Deterministic.
 std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const ParallelLayout& layout,
                                                                         const std::vector<SlotSlowState>& slots,
+                                                                        const std::vector<uint32_t>& micro_batches,
                                                                         double step_s,
                                                                         const FailSlowSignalOptions& options);
 

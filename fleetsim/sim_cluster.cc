@@ -419,6 +419,16 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
         if (!c.nccl_profiling) agent->comm_profiles.clear();
         SetTrapped(a, c.nccl_trap);
       }
+      if (c.kind == CommandKind::kSetMicroBatchPlan && layout_) {
+        const std::vector<uint32_t>& counts = c.microbatch_plan.counts;
+        std::vector<uint32_t> next;
+        if (static_cast<int>(counts.size()) == layout_->data()) next = counts;
+        if (next != micro_batches_) {
+          micro_batches_ = std::move(next);
+          plan_attempt_ = agent->attempt;
+          FailSlowStateChanged();
+        }
+      }
       if (c.kind == CommandKind::kRunDiagnostic &&
           (c.diagnostic.kind == DiagnosticKind::kGemm || c.diagnostic.kind == DiagnosticKind::kP2pRounds)) {
         // The fail-slow validation's measurements: an oracle of the fault list.
@@ -476,6 +486,10 @@ void SimCluster::OnEvent(const SimEvent& e, int64_t now) {
 const JobObservation& SimCluster::Observe(int64_t now, uint64_t attempt, uint64_t step, double iteration_s) {
   changed_ = false;
   const int64_t unix_now = SimToUnix(now);
+  if (!micro_batches_.empty() && attempt != plan_attempt_) {
+    micro_batches_.clear();  // the new attempt's trainers start on the even split
+    FailSlowStateChanged();
+  }
   const uint64_t k = options_.checkpoint_interval_steps;
   const uint64_t checkpoint = k > 0 ? step / k * k : 0;
   for (size_t i = 0; i < obs_.agents.size(); ++i) {
@@ -487,6 +501,18 @@ const JobObservation& SimCluster::Observe(int64_t now, uint64_t attempt, uint64_
     if (attempt == 0 || a.attempt != attempt || meta.converging) continue;
     a.rank_steps[meta.first_rank] = step;
     a.mean_iteration_seconds = iteration_s;
+    if (a.nccl_profiling && layout_) {
+      // The iteration summaries S2 reads (sent with the profiles, see the header).
+      for (int r = meta.first_rank; r < meta.first_rank + options_.gpus_per_machine && r < layout_->world_size(); ++r) {
+        RankIterationObservation& it = a.rank_iterations[r];
+        it.step = step;
+        it.mean_iteration_seconds = iteration_s;
+        const size_t d = static_cast<size_t>(layout_->Coordinates(r).dp);
+        it.micro_batches = d < micro_batches_.size() ? micro_batches_[d] : options_.signals.micro_batches;
+      }
+    } else if (!a.rank_iterations.empty()) {
+      a.rank_iterations.clear();
+    }
     if (k > 0 && checkpoint > 0) {
       if (!a.checkpoint) a.checkpoint.emplace();
       CheckpointReportObservation& r = *a.checkpoint;
@@ -529,19 +555,35 @@ bool SimCluster::SlotWaitingForMachine(const JobStatus& status) const {
 }
 
 double SimCluster::SlotSlowdown(const JobStatus& status) const {
+  // Only the slowed machines are looked at (slow_machines_): each one's slot through its
+  // agent's first rank, checked against the status (a scan of the slots only when the
+  // agent is not there yet).
   double slow = 0;
+  std::vector<SlotSlowState> slots;
+  const bool plan = layout_ && !micro_batches_.empty();
+  if (plan) slots.resize(static_cast<size_t>(options_.job_machines));
   for (int m : slow_machines_) {
     const Machine& machine = machines_[static_cast<size_t>(m)];
     if (machine.pod_uid < 0) continue;
     auto p = pod_by_uid_.find(machine.pod_uid);
     if (p == pod_by_uid_.end()) continue;
     const std::string& pod = obs_.pods[p->second].name;
-    const bool slot = std::any_of(status.slots.begin(), status.slots.end(),
-                                  [&](const SlotStatus& s) { return s.pod == pod; });
-    if (!slot) continue;
-    for (const Machine::Slow& s : machine.slow) slow = std::max(slow, s.severity);
+    int slot = -1;
+    auto a = agent_by_pod_.find(pod);
+    const int first = a == agent_by_pod_.end() ? -1 : agent_meta_[a->second].first_rank;
+    const size_t s = first < 0 ? status.slots.size() : static_cast<size_t>(first / options_.gpus_per_machine);
+    if (s < status.slots.size() && status.slots[s].pod == pod) {
+      slot = static_cast<int>(s);
+    } else if (std::none_of(status.slots.begin(), status.slots.end(),
+                            [&](const SlotStatus& x) { return x.pod == pod; })) {
+      continue;
+    }
+    const SlotSlowState state = MachineSlowState(m);
+    slow = std::max({slow, state.compute, state.link});
+    if (plan && slot >= 0 && slot < options_.job_machines) slots[static_cast<size_t>(slot)] = state;
   }
-  return slow;
+  if (!plan) return slow;
+  return JobSlowdown(ReplicaStepFactors(*layout_, slots, micro_batches_, options_.signals), slots);
 }
 
 bool SimCluster::MachineFaulty(const std::string& machine_id, int64_t now) const {
@@ -616,7 +658,7 @@ void SimCluster::UpdateProfiles(uint64_t attempt) {
   // Every profiling agent reports its ranks' latest collectives: all built in one pass
   // over the layout's groups (failslow_signals.cc), only when the state changed.
   std::vector<std::vector<CommProfileObservation>> profiles =
-      SynthesizeCommProfiles(*layout_, CachedSlotStates(attempt), options_.step_time_s, options_.signals);
+      SynthesizeCommProfiles(*layout_, CachedSlotStates(attempt), micro_batches_, options_.step_time_s, options_.signals);
   for (size_t i = 0; i < obs_.agents.size(); ++i) {
     AgentObservation& a = obs_.agents[i];
     if (!a.nccl_profiling || a.attempt != attempt || a.registered_as_standby || agent_meta_[i].first_rank < 0) continue;

@@ -22,7 +22,12 @@
 // agent reports its ranks' comm profiles, synthesised from the layout and the slots'
 // fail-slow state, rebuilt only when that state or the profiling agents change; a trap
 // (set_nccl_mode with trap) pauses training (Paused) until released; the validation's
-// gemm and p2p_rounds diagnostics are answered from the fault list (an oracle).
+// gemm and p2p_rounds diagnostics are answered from the fault list (an oracle). While
+// profiling is on, an agent also reports its ranks' iteration summaries (step, iteration
+// time, micro-batches of its replica): what S2 measures. A set_microbatch_plan changes
+// the replicas' micro-batches when it is answered (the trainer follows it; the plan's
+// from_step, a few steps ahead, is not waited for) and so the job's step time
+// (ReplicaStepFactors); an empty plan, or a new attempt, restores the even split.
 //
 // The engine (sim_engine.h) owns time, the training progress and the decision calls; the
 // cluster schedules its own future events on the EventQueue it is given. Machines are named
@@ -203,6 +208,8 @@ class SimCluster {
   Tracker tracker_;
   bool profiles_dirty_ = true;
   std::vector<SlotSlowState> slot_states_;  // CachedSlotStates
+  std::vector<uint32_t> micro_batches_;     // per replica under a plan; empty: even split
+  uint64_t plan_attempt_ = 0;
   uint64_t slot_states_attempt_ = 0;
   bool slot_states_valid_ = false;
   int trapped_ = 0;

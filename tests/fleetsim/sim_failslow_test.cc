@@ -58,7 +58,7 @@ Run Simulate(const std::vector<FaultEvent>& faults, PeregrineVariant variant = P
   return run;
 }
 
-TEST_CASE("a long compute fail-slow is found, localized to its machine, validated and evicted at S4", "[unit]") {
+TEST_CASE("a long compute fail-slow is found, localized to its machine, validated, redistributed at S2 and evicted at S4", "[unit]") {
   // Machine 5 runs one GPU 50% slower for 4 hours.
   const Run run = Simulate({Slow(5, 1 * kHour, 5 * kHour, FaultKind::kSlowCompute, 0.5)});
   INFO(absl::StrJoin(run.log, "\n"));
@@ -68,11 +68,16 @@ TEST_CASE("a long compute fail-slow is found, localized to its machine, validate
   CHECK(r.failslow_compute >= 1);
   CHECK(r.failslow_communication == 0);
   CHECK(r.failslow_confirmed >= 1);  // the GEMM names the slow GPU
+  // S2 first: 2 replicas of 16 micro-batches, one 1.5x slower, best split 13 / 19 leaves
+  // +22%, above mitigateThreshold (10%), so the ladder moves on to S4.
+  CHECK(r.failslow_s2_plans >= 1);
+  CHECK(run.Logged("MicroBatchPlanInForce"));
   CHECK(r.failslow_s4 == 1);
   CHECK(r.evictions == 1);
   CHECK(r.false_evictions == 0);
   CHECK(run.Logged("on machine(s) m5"));
   CHECK(run.Logged("S4 replace: evict machine(s) m5"));
+  CHECK(run.Logged("S2 plan 1 withdrawn"));  // the restart ends the plan
   // Paid for far less than the 4 hours at +50% the job would otherwise lose (4 h x 0.5 / 1.5).
   CHECK(r.lost.slowdown_s < 0.5 * 4 * 3600 * 0.5 / 1.5);
   CHECK(r.lost.diagnosis_s > 0);  // the validation's pause
@@ -84,6 +89,7 @@ TEST_CASE("without fail-slow mitigation the same episode is found and localized 
   const Run monitor = Simulate(faults, PeregrineVariant::kNoFailSlowMitigation);
   CHECK(monitor.result.failslow_localized >= 1);
   CHECK(monitor.result.failslow_s4 == 0);
+  CHECK(monitor.result.failslow_s2_plans == 0);
   CHECK(monitor.result.evictions == 0);
   CHECK(monitor.Logged("mitigation MonitorOnly: no action"));
   // Four hours at +50%: the slowdown share of the steps, less the detection and pause.
@@ -99,6 +105,7 @@ TEST_CASE("a link fail-slow is named as communication and evicts nothing", "[uni
   CHECK(r.failslow_communication >= 1);
   CHECK(r.failslow_compute == 0);
   CHECK(r.failslow_s4 == 0);
+  CHECK(r.failslow_s2_plans == 0);  // the replicas compute at the same speed
   CHECK(r.evictions == 0);
   CHECK(run.Logged("is communication"));
   CHECK(run.Logged("slow link(s)"));  // the link rounds confirm it
