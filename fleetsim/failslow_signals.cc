@@ -114,8 +114,8 @@ std::vector<std::vector<CommProfileObservation>> SynthesizeCommProfiles(const Pa
   const double jitter_ns = options.jitter_fraction * step_ns;
   const std::vector<double> factors = ReplicaStepFactors(layout, slots, micro_batches, options);
   const double fastest = *std::min_element(factors.begin(), factors.end());
-  const double slowest = *std::max_element(factors.begin(), factors.end());
-  const double job_step_ns = slowest * step_ns;
+  // One step of the job: the slowest replica, or a congested link if slower.
+  const double job_step_ns = (1 + JobSlowdown(factors, slots)) * step_ns;
 
   auto lateness = [&](int rank, GroupKind kind) {
     if (kind == GroupKind::kData) return (factors[static_cast<size_t>(layout.Coordinates(rank).dp)] - fastest) * step_ns;

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   const int spares = FleetMachines(line.shape, line.options) - line.shape.machines();
 
   std::vector<SimResult> results;
+  std::vector<std::string> events;
   auto timed = [&](auto run) -> absl::Status {
     const double start = CpuSeconds();
     absl::StatusOr<SimResult> r = run();
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     return timed([&]() {
       SimOptions options = line.options;
       options.variant = variant;
+      if (line.events && variant == PeregrineVariant::kFull) options.event_log = &events;
       return SimulatePeregrine(line.shape, line.costs, *faults, options);
     });
   };
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
   if (s.ok()) {
     s = timed([&]() -> absl::StatusOr<SimResult> { return RunOracle(*faults, line.shape, line.costs, spares); });
   }
+  for (const std::string& e : events) std::cerr << e << "\n";
   if (!s.ok()) return Fail(s);
   std::cout << (line.json ? FormatResultsJson(line.shape, line.costs, results)
                           : FormatResultsTable(line.shape, results));

@@ -130,9 +130,12 @@ absl::StatusOr<SimCommandLine> ParseSimCommandLine(const std::vector<std::string
       value = arg.substr(eq + 1);
       has_value = true;
     }
-    if (flag == "--json" || flag == "--help" || flag == "--skip-variants") {
+    if (flag == "--json" || flag == "--help" || flag == "--skip-variants" || flag == "--events") {
       if (has_value) return absl::InvalidArgumentError(absl::StrCat(flag, ": takes no value"));
-      (flag == "--json" ? line.json : flag == "--help" ? line.help : line.skip_variants) = true;
+      (flag == "--json"   ? line.json
+       : flag == "--help" ? line.help
+       : flag == "--events" ? line.events
+                            : line.skip_variants) = true;
       continue;
     }
     const bool known = flag == "--gpus" || flag == "--gpus-per-machine" || flag == "--days" ||
@@ -171,12 +174,13 @@ absl::StatusOr<SimCommandLine> ParseSimCommandLine(const std::vector<std::string
 std::string SimUsage() {
   return absl::StrCat(
       "usage: peregrine-sim [--gpus N] [--gpus-per-machine N] [--days D] [--step-time S] [--seed N]\n"
-      "                     [--trace FILE] [--json] [--skip-variants] [--set=NAME=VALUE ...]\n"
+      "                     [--trace FILE] [--json] [--skip-variants] [--events] [--set=NAME=VALUE ...]\n"
       "Simulates a training job of N GPUs over D days on Peregrine's decision core and beside\n"
       "the baselines (requeue from disk, warm standby without in-memory checkpoints, no\n"
       "fail-slow mitigation, an oracle), on the same faults: drawn from the fault model for\n"
       "the seed, or read from FILE (CSV node,start_s,end_s,kind[,severity]). --skip-variants\n"
-      "leaves out the two Peregrine variants (timing runs).\n"
+      "leaves out the two Peregrine variants (timing runs); --events prints the decision core's\n"
+      "events of the first (peregrine) run on stderr, one a line with its simulated second.\n"
       "Defaults: --gpus 1024 --gpus-per-machine 8 --days 7 --step-time 10 --seed 1.\n"
       "--set fields: ",
       absl::StrJoin(SimFieldNames(), ", "), "\n");

@@ -32,6 +32,7 @@ struct SimCommandLine {
   // Only Peregrine and the event-replay baselines (requeue, oracle): the two Peregrine
   // variants, each as costly as Peregrine itself, are left out (for timing runs).
   bool skip_variants = false;
+  bool events = false;  // print the peregrine run's events on stderr
 };
 
 // The arguments after the program name. InvalidArgumentError naming the flag and what is
