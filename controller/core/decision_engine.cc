@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -272,8 +273,13 @@ std::string StandbyPodName(const std::string& job, uint64_t serial) { return abs
 
 JobPlan DecideJob(const TrainingJob& job, const JobStatus& status, const JobObservation& obs, int64_t now,
                   const DecisionConfig& config) {
-  JobObservation observed = obs;
-  FailStuckStandbys(status, now, config.standby_pending_timeout_ns, observed.pods);
+  // The observation is copied only when a stuck standby is to be marked failed in it.
+  std::optional<JobObservation> adjusted;
+  if (AnyStuckStandby(status, now, config.standby_pending_timeout_ns, obs.pods)) {
+    adjusted = obs;
+    FailStuckStandbys(status, now, config.standby_pending_timeout_ns, adjusted->pods);
+  }
+  const JobObservation& observed = adjusted ? *adjusted : obs;
   JobPlan plan = decision_internal::Decider(job, status, observed, now, config).Run();
   ApplyFailSlowPolicy(job, obs, now, &plan, config.failslow, config.failslow_validation);
   return plan;

@@ -9,13 +9,35 @@
 
 namespace peregrine {
 
-void FailStuckStandbys(const JobStatus& status, int64_t now, int64_t timeout_ns, std::vector<PodObservation>& pods) {
+namespace {
+
+// A standby of `standbys` waiting to start for at least `timeout_ns` (FailStuckStandbys).
+bool StuckStandby(const PodObservation& p, const std::set<std::string>& standbys, int64_t now, int64_t timeout_ns) {
+  if (p.running || p.failed || p.waiting_reason.empty() || p.created_at <= 0 || !standbys.count(p.name)) return false;
+  return now - p.created_at >= timeout_ns;
+}
+
+std::set<std::string> StandbyPods(const JobStatus& status) {
   std::set<std::string> standbys;
   for (const StandbyStatus& s : status.standbys) standbys.insert(s.pod);
+  return standbys;
+}
+
+}  // namespace
+
+bool AnyStuckStandby(const JobStatus& status, int64_t now, int64_t timeout_ns, const std::vector<PodObservation>& pods) {
+  const std::set<std::string> standbys = StandbyPods(status);
+  for (const PodObservation& p : pods) {
+    if (StuckStandby(p, standbys, now, timeout_ns)) return true;
+  }
+  return false;
+}
+
+void FailStuckStandbys(const JobStatus& status, int64_t now, int64_t timeout_ns, std::vector<PodObservation>& pods) {
+  const std::set<std::string> standbys = StandbyPods(status);
   for (PodObservation& p : pods) {
-    if (p.running || p.failed || p.waiting_reason.empty() || p.created_at <= 0 || !standbys.count(p.name)) continue;
+    if (!StuckStandby(p, standbys, now, timeout_ns)) continue;
     const int64_t pending = now - p.created_at;
-    if (pending < timeout_ns) continue;
     p.failed = true;
     p.reason = absl::StrCat("stuck Pending for ",
                             absl::FormatDuration(absl::Trunc(absl::Nanoseconds(pending), absl::Seconds(1))), ": ",

@@ -28,6 +28,10 @@ inline constexpr char kNodeUnreachableCondition[] = "NodeUnreachable";
 // pods and pods within the timeout are left as they are.
 void FailStuckStandbys(const JobStatus& status, int64_t now, int64_t timeout_ns, std::vector<PodObservation>& pods);
 
+// True when FailStuckStandbys would mark at least one of `pods` failed (so a caller copies
+// the observation only then).
+bool AnyStuckStandby(const JobStatus& status, int64_t now, int64_t timeout_ns, const std::vector<PodObservation>& pods);
+
 // "<pod>: <waiting reason>; ..." of the pods that cannot start, at most five named then
 // "and N more"; "" when none is stuck.
 std::string StuckPodsMessage(const std::vector<PodObservation>& pods);
