@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -98,7 +99,8 @@ struct Localization {
   std::string detail;
 };
 
-Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions& options, double healthy_seconds) {
+Localization Localize(const FailSlowPolicyInput& in, const std::vector<AgentObservation>& agents,
+                      const FailSlowPolicyOptions& options, double healthy_seconds) {
   Localization out;
   const ParallelLayout& layout = *in.layout;
   // comm id -> rank_in_comm -> (global rank, timings). Collectives are keyed by their
@@ -113,7 +115,7 @@ Localization Localize(const FailSlowPolicyInput& in, const FailSlowPolicyOptions
   std::map<uint64_t, std::map<int, Member>> comms;
   std::map<uint64_t, int> comm_size;
   std::set<int> profiled_ranks;
-  for (const AgentObservation& a : in.agents) {
+  for (const AgentObservation& a : agents) {
     if (!CurrentActive(a, in.attempt)) continue;
     for (const CommProfileObservation& p : a.comm_profiles) {
       if (p.comm_id == 0 || p.comm_size <= 0 || p.rank_in_comm < 0 || p.rank_in_comm >= p.comm_size) continue;
@@ -247,7 +249,12 @@ FailSlowTier FailSlowTierOf(const FailSlowSpec& spec, double severity) {
   return FailSlowTier::kMonitor;
 }
 
-FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, const FailSlowPolicyOptions& options) {
+namespace {
+
+// DecideFailSlow on `agents` in place of in.agents (ApplyFailSlowPolicy reads the
+// observation's agents where they are, without copying them).
+FailSlowDecision DecideFailSlowOn(const FailSlowPolicyInput& in, const std::vector<AgentObservation>& agents,
+                                  int64_t now, const FailSlowPolicyOptions& options) {
   FailSlowDecision d;
   d.findings = in.findings;
   d.next_finding_id = std::max<uint64_t>(in.next_finding_id, 1);
@@ -258,7 +265,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   int64_t onset = 0;
   int64_t recovery = 0;  // the latest recovery onset the agents reported
   double severity = 0, healthy = 0, slow_level = 0;
-  for (const AgentObservation& a : in.agents) {
+  for (const AgentObservation& a : agents) {
     if (!CurrentActive(a, in.attempt)) continue;
     for (const auto& [rank, fs] : a.fail_slow) {
       if (!fs.slow) {
@@ -277,7 +284,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   // The peer view: a slowdown most ranks share is job-wide; persistent stragglers are slow
   // too when counted (their excess over the ranks' median is their severity).
   const PeerSlowdownClassification peers =
-      ClassifyAgentSlowdowns(in.agents, in.attempt, in.layout->world_size(), options.peers);
+      ClassifyAgentSlowdowns(agents, in.attempt, in.layout->world_size(), options.peers);
   const bool counted = options.peers.stragglers_are_slow;
   const bool only_stragglers = counted && slow_ranks.empty() && !peers.stragglers.empty();
   for (size_t i = 0; counted && i < peers.stragglers.size(); ++i) {
@@ -351,7 +358,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
 
   // Localization while profiling.
   if (open != nullptr && open->state == FailSlowState::kProfiling) {
-    Localization loc = Localize(in, options, open->healthy_iteration_seconds);
+    Localization loc = Localize(in, agents, options, open->healthy_iteration_seconds);
     if (loc.ready && loc.kind != FailSlowKind::kUnlocalized) {
       open->state = FailSlowState::kLocalized;
       open->kind = loc.kind;
@@ -396,7 +403,7 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
   for (const FailSlowFinding& f : d.findings) plan_in_force = plan_in_force || PlanInForce(f.mitigation.microbatch_plan);
   const bool want = open != nullptr || plan_in_force;
   const uint64_t id = open != nullptr ? open->id : (d.findings.empty() ? 0 : d.findings.back().id);
-  for (const AgentObservation& a : in.agents) {
+  for (const AgentObservation& a : agents) {
     if (!CurrentActive(a, in.attempt)) continue;
     if (a.nccl_profiling == want) continue;
     if (!want && id == 0) continue;
@@ -412,6 +419,12 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, cons
     d.mode_changes.push_back(std::move(c));
   }
   return d;
+}
+
+}  // namespace
+
+FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& in, int64_t now, const FailSlowPolicyOptions& options) {
+  return DecideFailSlowOn(in, in.agents, now, options);
 }
 
 void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observation, int64_t now, JobPlan* plan,
@@ -440,8 +453,7 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
       slot_addresses[slot.index] = absl::StrCat(slot.pod, ".", observation.rendezvous_domain);
     }
   }
-  in.agents = agents;
-  FailSlowDecision d = DecideFailSlow(in, now, options);
+  FailSlowDecision d = DecideFailSlowOn(in, agents, now, options);
   status.fail_slows = std::move(d.findings);
   status.next_fail_slow_id = d.next_finding_id;
   for (const NcclModeChange& c : d.mode_changes) {
@@ -464,6 +476,7 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
   v.slot_machines = in.slot_machines;
   v.slot_addresses = slot_addresses;
   v.candidate_port = observation.candidate_master_port;
+  const std::string validation_prefix = absl::StrCat(job.metadata.name, "-failslow-", v.finding.id, "-");
   for (const AgentObservation& a : agents) {
     ValidationAgent va;
     va.pod = a.pod;
@@ -471,8 +484,14 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     va.slot = slot == slot_of_pod.end() ? -1 : slot->second;
     va.active = CurrentActive(a, status.attempt);
     va.profiling = a.nccl_profiling;
-    va.pending_command_ids = a.pending_command_ids;
-    for (const auto& [id, r] : a.command_results) {
+    // The validation looks up only its own commands ("<job>-failslow-<finding>-..."): the
+    // agents' other results (up to their bound each) are not copied.
+    for (const std::string& id : a.pending_command_ids) {
+      if (absl::StartsWith(id, validation_prefix)) va.pending_command_ids.push_back(id);
+    }
+    for (auto r_it = a.command_results.lower_bound(validation_prefix);
+         r_it != a.command_results.end() && absl::StartsWith(r_it->first, validation_prefix); ++r_it) {
+      const auto& [id, r] = *r_it;
       ValidationCommandOutcome o;
       o.ok = r.ok;
       o.error = r.message;
