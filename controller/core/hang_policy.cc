@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -591,10 +595,17 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
       in.fail_slow_profiling_since = f.detected_at;
     }
   }
-  std::map<std::string, const PodObservation*> pods;
+  std::unordered_map<std::string_view, const PodObservation*> pods;
   for (const PodObservation& p : obs.pods) pods[p.name] = &p;
-  std::map<std::string, const AgentObservation*> agents;
+  std::unordered_map<std::string_view, const AgentObservation*> agents;
   for (const AgentObservation& a : obs.agents) agents[a.pod] = &a;
+  // DecideHang reads the replies of the newest investigation (while open) and of one it
+  // starts this round (ids from next_id) only: older investigations' replies, which the
+  // agents keep up to their bound, are not parsed or copied.
+  uint64_t first_investigation = status.stack_diagnosis.next_id;
+  if (!status.stack_diagnosis.investigations.empty()) {
+    first_investigation = std::min(first_investigation, status.stack_diagnosis.investigations.back().id);
+  }
   const int gpus = job.spec.gpus_per_machine;
   double iter_sum = 0;
   int iter_n = 0;
@@ -621,8 +632,15 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
     for (const std::string& id : agent->pending_command_ids) {
       if (id.rfind(own, 0) == 0) in.pending.insert(id);
     }
-    for (const auto& [id, result] : agent->command_results) {
-      if (id.rfind(own, 0) != 0) continue;
+    for (auto r_it = agent->command_results.lower_bound(own);
+         r_it != agent->command_results.end() && absl::StartsWith(r_it->first, own); ++r_it) {
+      const auto& [id, result] = *r_it;
+      // "<own><investigation>-<round>": an id that does not parse is kept.
+      const absl::string_view rest = absl::string_view(id).substr(own.size());
+      uint64_t investigation = 0;
+      if (absl::SimpleAtoi(rest.substr(0, rest.find('-')), &investigation) && investigation < first_investigation) {
+        continue;
+      }
       StackCaptureReply reply;
       reply.ok = result.ok;
       reply.error = result.message;

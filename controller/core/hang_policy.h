@@ -119,8 +119,9 @@ int64_t HangTimeoutNanos(int hang_timeout_seconds, double mean_iteration_seconds
 std::string StackCaptureCommandId(const std::string& command_prefix, const std::string& pod, uint64_t id,
                                   int round);
 
-// The policy's input for the decision engine's round: slots from `status`, replies and
-// pending ids from the slots' agents (a reply's parsed threads, or its raw text parsed when
+// The policy's input for the decision engine's round: slots from `status`, replies (of the
+// newest investigation and later ones, the only ones DecideHang reads) and pending ids
+// from the slots' agents (a reply's parsed threads, or its raw text parsed when
 // an agent sent none; processes that are no rank, e.g. a per-machine launcher, count for
 // every rank of their pod), the iteration times and the fail-slow findings. `steady`: the
 // job runs with no open incident or triage; `other_failure`: another failure this round.

@@ -12,6 +12,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "controller/core/decision_engine.h"
@@ -41,6 +43,8 @@ class Decider {
           const DecisionConfig& config)
       : job_(job), spec_(job.spec), obs_(obs), now_(now), config_(config) {
     plan_.status = status;
+    pods_.reserve(obs.pods.size());
+    agents_.reserve(obs.agents.size());
     for (const PodObservation& p : obs.pods) pods_[p.name] = &p;
     for (const AgentObservation& a : obs.agents) agents_[a.pod] = &a;
   }
@@ -156,8 +160,9 @@ class Decider {
   const int64_t now_;
   const DecisionConfig& config_;
   JobPlan plan_;
-  std::map<std::string, const PodObservation*> pods_;
-  std::map<std::string, const AgentObservation*> agents_;
+  // By name, pointing into obs_ (a later duplicate name wins).
+  std::unordered_map<std::string_view, const PodObservation*> pods_;
+  std::unordered_map<std::string_view, const AgentObservation*> agents_;
 };
 
 }  // namespace peregrine::decision_internal
