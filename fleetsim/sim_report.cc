@@ -75,7 +75,8 @@ std::string FormatResultsTable(const JobShape& shape, const std::vector<SimResul
       "time lost in hours by cause; mean rec s: mean time from a fail-stop to training "
       "again; ETTR/1st and lost/1st: the row's ETTR and total time lost divided by the "
       "first row's (%s); fs: fail-slow findings the core opened, comp / comm: localized to a "
-      "GPU / to a link, S2: micro-batch plans sent, S4: replacements decided\n",
+      "GPU / to a link, S2: micro-batch plans sent, S4: replacements decided (the simulated agents' "
+      "diagnostics, the fail-slow validation's included, are an oracle of the fault list)\n",
       first.policy);
   return out;
 }

@@ -12,7 +12,7 @@ namespace {
 TEST_CASE("peregrine-sim flags set the job, the models and the output", "[unit]") {
   absl::StatusOr<SimCommandLine> line = ParseSimCommandLine(
       {"--gpus", "2048", "--gpus-per-machine=4", "--days", "3.5", "--step-time=2", "--seed", "7", "--trace", "f.csv",
-       "--json", "--skip-variants", "--set=restart_s=45", "--set", "slow_link.severity_median=0.3",
+       "--json", "--skip-variants", "--events", "--set=restart_s=45", "--set", "slow_link.severity_median=0.3",
        "--set=grey_fraction=0.1", "--set=spare_machines=3", "--set=resync_s=0"});
   REQUIRE(line.ok());
   CHECK(line->shape.gpus == 2048);
@@ -23,11 +23,21 @@ TEST_CASE("peregrine-sim flags set the job, the models and the output", "[unit]"
   CHECK(line->trace_path == "f.csv");
   CHECK(line->json);
   CHECK(line->skip_variants);
+  CHECK(line->events);
   CHECK(line->costs.restart_s == 45);
   CHECK(line->faults.slow_link.severity_median == 0.3);
   CHECK(line->faults.grey_fraction == 0.1);
   CHECK(line->options.spare_machines == 3);
   CHECK(line->options.resync_s == 0);
+}
+
+TEST_CASE("peregrine-sim prints no events unless asked, and --events takes no value", "[unit]") {
+  absl::StatusOr<SimCommandLine> line = ParseSimCommandLine({"--gpus", "64"});
+  REQUIRE(line.ok());
+  CHECK_FALSE(line->events);
+  absl::StatusOr<SimCommandLine> bad = ParseSimCommandLine({"--events=yes"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) == "--events: takes no value");
 }
 
 TEST_CASE("every --set field the usage names is accepted", "[unit]") {

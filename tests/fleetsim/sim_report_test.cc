@@ -116,6 +116,7 @@ TEST_CASE("report table: one row per policy with hours by cause, counts and rati
   CHECK(oracle[19] == "1.0435");
   CHECK(oracle[20] == "0.00");
   CHECK(lines[5].find("first row's (peregrine)") != std::string::npos);
+  CHECK(lines[5].find("oracle of the fault list") != std::string::npos);
 }
 
 TEST_CASE("report table: a first row that lost nothing gives no time-lost ratio, and no results says so", "[unit]") {
