@@ -453,7 +453,10 @@ void AgentRegistry::Forget(const std::string& job_key, const std::string& pod) {
   if (job == jobs_.end()) return;
   auto it = job->second.agents.find(pod);
   if (it == job->second.agents.end()) return;
-  if (it->second.sink) by_sink_.erase(it->second.sink.get());
+  if (it->second.sink) {
+    by_sink_.erase(it->second.sink.get());
+    --job->second.open_streams;
+  }
   job->second.agents.erase(it);
 }
 
@@ -601,10 +604,10 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     if (desired == job->second.desired.end()) {
       return absl::NotFoundError(absl::StrCat("pod ", reg.pod_name(), " is not part of job ", key));
     }
-    size_t open_streams = 0;
-    for (const auto& [pod, other] : job->second.agents) {
-      if (other.sink && pod != reg.pod_name()) ++open_streams;
-    }
+    // The job's open streams but this pod's own (which this registration replaces).
+    auto own = job->second.agents.find(reg.pod_name());
+    const size_t open_streams =
+        job->second.open_streams - (own != job->second.agents.end() && own->second.sink ? 1 : 0);
     const size_t cap = job->second.desired.size() + kAgentStreamMargin;
     if (open_streams >= cap) {
       return absl::ResourceExhaustedError(
@@ -613,10 +616,12 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     AgentRecord& rec = job->second.agents[reg.pod_name()];
     if (rec.sink) {
       by_sink_.erase(rec.sink.get());
+      --job->second.open_streams;
       if (rec.sink != sink) replaced = std::move(rec.sink);
     }
     rec.sink = sink;
-    by_sink_[sink.get()] = {key, reg.pod_name()};
+    by_sink_[sink.get()] = SinkEntry{key, &job->second, &rec};
+    ++job->second.open_streams;
     ack.set_agent_credential(credential);
     ack.set_data_token(data_token);
     AgentObservation& obs = rec.obs;
@@ -671,15 +676,16 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
   return ack;
 }
 
-AgentRegistry::AgentRecord* AgentRegistry::FindBySink(const AgentStreamSink* sink, std::string* job_key) {
+// A by_sink_ entry exists exactly while its record holds that sink (OnRegister adds it,
+// OnDisconnect, a newer registration, Forget and UnbindJob remove it before the record
+// goes), so the pointers it keeps are valid.
+AgentRegistry::AgentRecord* AgentRegistry::FindBySink(const AgentStreamSink* sink, std::string* job_key,
+                                                      JobRecord** job) {
   auto it = by_sink_.find(sink);
   if (it == by_sink_.end()) return nullptr;
-  auto job = jobs_.find(it->second.first);
-  if (job == jobs_.end()) return nullptr;
-  auto rec = job->second.agents.find(it->second.second);
-  if (rec == job->second.agents.end()) return nullptr;
-  *job_key = it->second.first;
-  return &rec->second;
+  *job_key = it->second.job_key;
+  if (job != nullptr) *job = it->second.job;
+  return it->second.record;
 }
 
 absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::AgentMessage& message, int64_t now) {
@@ -687,7 +693,8 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
   bool progress_only = false;  // a heartbeat that changed nothing but progress
   {
     absl::MutexLock lock(&mu_);
-    AgentRecord* rec = FindBySink(sink, &key);
+    JobRecord* job = nullptr;
+    AgentRecord* rec = FindBySink(sink, &key, &job);
     if (rec == nullptr) return absl::FailedPreconditionError("the first message on a stream must be register");
     AgentObservation& obs = rec->obs;
     obs.last_seen = now;
@@ -822,13 +829,10 @@ absl::Status AgentRegistry::OnMessage(const AgentStreamSink* sink, const v1::Age
     }
     // Progress alone wakes the job at most once per heartbeat interval; anything else at
     // once. Either way the round reads every agent's latest state.
-    auto job = jobs_.find(key);
-    if (job != jobs_.end()) {
-      std::optional<int64_t>& last = job->second.notified_at;
-      const int64_t interval = static_cast<int64_t>(heartbeat_interval_ms_) * 1000000;
-      if (progress_only && last.has_value() && now >= *last && now - *last < interval) return absl::OkStatus();
-      last = now;
-    }
+    std::optional<int64_t>& last = job->notified_at;
+    const int64_t interval = static_cast<int64_t>(heartbeat_interval_ms_) * 1000000;
+    if (progress_only && last.has_value() && now >= *last && now - *last < interval) return absl::OkStatus();
+    last = now;
   }
   Notify(key);
   return absl::OkStatus();
@@ -838,10 +842,12 @@ void AgentRegistry::OnDisconnect(const AgentStreamSink* sink, int64_t now) {
   std::string key;
   {
     absl::MutexLock lock(&mu_);
-    AgentRecord* rec = FindBySink(sink, &key);
+    JobRecord* job = nullptr;
+    AgentRecord* rec = FindBySink(sink, &key, &job);
     by_sink_.erase(sink);
     if (rec == nullptr || rec->sink.get() != sink) return;
     rec->sink.reset();
+    --job->open_streams;
     rec->obs.connected = false;
     rec->obs.last_seen = now;
   }

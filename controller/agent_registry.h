@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/agent_credentials.h"
@@ -166,9 +167,16 @@ class AgentRegistry {
     std::map<std::string, DesiredAgent> desired;
     std::map<int, std::string> pod_of_slot;     // the active pods of `desired`, by slot
     std::map<std::string, AgentRecord> agents;  // by pod
+    size_t open_streams = 0;                    // agents with a sink (by_sink_ entries of the job)
     std::optional<int64_t> notified_at;         // when an agent message last woke the job
   };
-  AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct SinkEntry {
+    std::string job_key;
+    JobRecord* job;
+    AgentRecord* record;
+  };
+  AgentRecord* FindBySink(const AgentStreamSink* sink, std::string* job_key, JobRecord** job = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Slot -> the data address of the agent of the pod desired in that slot, for the slots
   // `assignment`'s checkpoint plan names (its backup and restore peers): O(peers log N),
   // not O(N), since it runs for every registration ack and command under the lock.
@@ -182,7 +190,7 @@ class AgentRegistry {
   std::shared_ptr<AgentBootstrapVerifier> bootstrap_verifier_ ABSL_GUARDED_BY(mu_);
   uint64_t dropped_results_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<const AgentStreamSink*, std::pair<std::string, std::string>> by_sink_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const AgentStreamSink*, SinkEntry> by_sink_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> on_change_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "prometheus/text_serializer.h"
 
 namespace peregrine {
@@ -240,12 +242,15 @@ void ControllerMetrics::ObserveAgents(const std::string& ns, const std::string& 
   int connected = 0;
   int disconnected = 0;
   std::map<std::pair<std::string, std::string>, int> problems;  // (kind, status) -> count
+  // The agents by pod (the last of a pod wins), so a round is O(N), not O(N^2).
+  absl::flat_hash_map<absl::string_view, const AgentObservation*> by_pod;
+  by_pod.reserve(obs.agents.size());
+  for (const AgentObservation& a : obs.agents) by_pod.insert_or_assign(absl::string_view(a.pod), &a);
   for (const std::string& pod : held) {
-    const AgentObservation* agent = nullptr;
-    for (const AgentObservation& a : obs.agents) {
-      if (a.pod == pod && !pod.empty()) agent = &a;
-    }
-    if (agent == nullptr) continue;  // never registered: the pod is still starting
+    if (pod.empty()) continue;
+    auto found = by_pod.find(absl::string_view(pod));
+    if (found == by_pod.end()) continue;  // never registered: the pod is still starting
+    const AgentObservation* agent = found->second;
     ++(agent->connected ? connected : disconnected);
     for (const InspectionObservation& i : agent->inspections) {
       if (i.status != InspectionStatus::kOk) ++problems[{i.kind, StatusLabel(i.status)}];
