@@ -75,7 +75,8 @@ function(peregrine_test_suite)
   target_include_directories(${ARG_NAME}_tests PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   # Test code is compiled without optimisation: it halves the suites' compile time (most of
   # the build) and the code under test is the libraries', which keep the build type's flags.
-  target_compile_options(${ARG_NAME}_tests PRIVATE ${PEREGRINE_WARNINGS} ${PEREGRINE_TEST_OPTIMIZATION})
+  target_compile_options(${ARG_NAME}_tests PRIVATE ${PEREGRINE_WARNINGS} ${PEREGRINE_TEST_OPTIMIZATION} -pthread -Winvalid-pch)
+  target_precompile_headers(${ARG_NAME}_tests REUSE_FROM peregrine_test_pch)
   target_link_libraries(${ARG_NAME}_tests PRIVATE peregrine_catch_main peregrine::testing ${ARG_DEPS})
   target_compile_definitions(${ARG_NAME}_tests PRIVATE
     PEREGRINE_BINARY_DIR="${PROJECT_BINARY_DIR}" PEREGRINE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
