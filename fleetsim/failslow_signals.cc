@@ -239,6 +239,7 @@ const std::vector<std::pair<int, int>>& LinkRoundsCache::Links(const std::string
       links_.emplace_back(s, d);
     }
   }
+  std::sort(links_.begin(), links_.end());  // by sender: each machine reads its own range
   return links_;
 }
 
@@ -252,8 +253,11 @@ DiagnosticOutcome SimulatedLinkRounds(const ParallelLayout& layout, int slot, co
   o.detail = "simulated link rounds (oracle of the fault list)";
   const int world = layout.world_size();
   if (slot < 0 || slot >= layout.machines() || static_cast<int>(slots.size()) != layout.machines()) return o;
-  for (const auto& [s, d] : links) {
-    if (s < 0 || d < 0 || s >= world || d >= world || layout.MachineOf(s) != slot) continue;
+  const int gpus = layout.gpus_per_machine();
+  auto it = std::lower_bound(links.begin(), links.end(), std::make_pair(slot * gpus, -1));
+  for (; it != links.end() && it->first < (slot + 1) * gpus; ++it) {
+    const auto& [s, d] = *it;
+    if (d < 0 || d >= world) continue;
     const int dm = layout.MachineOf(d);
     double rate = options.intra_link_gbps;
     if (dm != slot) {

@@ -101,7 +101,7 @@ DiagnosticOutcome SimulatedGemm(const SlotSlowState& slot, int gpus_per_machine,
 // text seen (every machine of a validation gets the same one).
 class LinkRoundsCache {
  public:
-  // The (sender, receiver) links; an unparsable pair is skipped.
+  // The (sender, receiver) links, sorted; an unparsable pair is skipped.
   const std::vector<std::pair<int, int>>& Links(const std::string& rounds);
 
  private:
@@ -111,7 +111,8 @@ class LinkRoundsCache {
 };
 
 // The `p2p_rounds` diagnostic of slot `slot`: figures link_<s>_<d>_gbps for the links
-// whose sender is one of its ranks. `slots` as for SynthesizeCommProfiles.
+// whose sender is one of its ranks. `links` sorted (LinkRoundsCache::Links); `slots` as
+// for SynthesizeCommProfiles.
 DiagnosticOutcome SimulatedLinkRounds(const ParallelLayout& layout, int slot, const std::vector<SlotSlowState>& slots,
                                       const std::vector<std::pair<int, int>>& links,
                                       const FailSlowSignalOptions& options);
