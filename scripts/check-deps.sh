@@ -42,12 +42,20 @@ impure='^(<(thread|mutex|shared_mutex|condition_variable|future|chrono|fstream|f
 # Our top-level folders: an include starting with one of these is one of ours.
 ours='^(base|fleetsim|node_inspector|proto|diagnosis|checkpoint|client|controller|cli|agent|sim|tests|bench|peregrine/v1)/'
 
-folder_of() {  # the longest key of `allowed` that is a folder prefix of $1
-  local f="$1" best=""
+# Sets `folder` to the longest key of `allowed` that is a folder prefix of $1 (no
+# subshell: the script runs it for every include of the tree).
+declare -A folder_cache=()
+folder_of() {
+  local f="$1" dir="${1%/*}" best=""
+  if [[ -v folder_cache[$dir] ]]; then
+    folder="${folder_cache[$dir]}"
+    return
+  fi
   for k in "${!allowed[@]}"; do
     if [[ "$f" == "$k/"* && ${#k} -gt ${#best} ]]; then best="$k"; fi
   done
-  echo "$best"
+  folder_cache[$dir]="$best"
+  folder="$best"
 }
 
 violations=0
@@ -64,14 +72,16 @@ fi
 
 for f in "${files[@]}"; do
   [ -f "$f" ] || continue
-  folder="$(folder_of "$f")"
+  folder_of "$f"
   [ -n "$folder" ] || continue  # tests/, bench/, examples/: anything
   pure=0
   case "$folder" in controller/core | diagnosis) pure=1 ;; esac
   own="$folder/"
+  own_folder="$folder"
   # controller/ owns only its top-level files; its subfolders are other folders.
   while IFS=: read -r line text; do
-    header="$(sed -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*//; s/[[:space:]].*$//' <<<"$text")"
+    [[ "$text" =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*([^[:space:]]*) ]]
+    header="${BASH_REMATCH[1]}"
     name="${header:1:${#header}-2}"
     if ((pure)) && [[ "$header" =~ $impure ]]; then
       report "$f:$line: $folder is pure and may not include $header (no wire formats, I/O, threads or clocks)"
@@ -82,14 +92,18 @@ for f in "${files[@]}"; do
     ok=0
     if [[ "$name" == "$own"* ]]; then
       # Inside its own folder, but a subfolder that is a folder of its own is not "own".
-      sub="$(folder_of "$name")"
+      folder_of "$name"
+      sub="$folder"
+      folder="$own_folder"
       [[ "$sub" == "$folder" ]] && ok=1
     fi
     for p in ${allowed[$folder]} ${main_extra[$f]:-}; do
       if [[ "$p" == */ ]]; then
         if [[ "$name" == "$p"* ]]; then
           # "controller/" means controller's own top-level files, not its subfolders.
-          sub="$(folder_of "$name")"
+          folder_of "$name"
+          sub="$folder"
+          folder="$own_folder"
           if [[ "$p" == "controller/" && "$sub" != "controller" ]]; then continue; fi
           ok=1
         fi
