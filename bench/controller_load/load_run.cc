@@ -262,6 +262,11 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration deadline) {
 
 }  // namespace
 
+namespace {
+std::string Seconds(const std::optional<absl::Duration>& d);
+std::string MiB(uint64_t kib);
+}  // namespace
+
 absl::StatusOr<LoadReport> RunControllerLoad(const LoadTestOptions& o) {
   auto say = [&o](const std::string& line) {
     if (o.progress) o.progress(line);
@@ -450,6 +455,13 @@ absl::StatusOr<LoadReport> RunControllerLoad(const LoadTestOptions& o) {
   r.kubelet_errors = static_cast<int>(kubelet.Errors().size());
   r.fleet = fleet.Counts();
   r.load_average_end = LoadAverage();
+  // The headline figures before the shutdown, so a run whose shutdown fails keeps them.
+  say(absl::StrFormat(
+      "recovered: steady %.2f cores (busiest %.2f) for %d heartbeats/s, %.1f us of controller CPU per heartbeat; "
+      "RSS %s steady, %s peak; burst -> decision %s, every slot held %.3f s",
+      r.steady_cpu_cores, r.steady_cpu_max_cores, r.heartbeats_per_second,
+      r.heartbeats_per_second > 0 ? r.steady_cpu_cores * 1e6 / static_cast<double>(r.heartbeats_per_second) : 0.0,
+      MiB(r.steady_rss_kib), MiB(r.peak_rss_kib), Seconds(r.decision), absl::ToDoubleSeconds(r.recovery)));
   say("recovered; stopping the agents and the controller");
 
   fleet.Shutdown();
