@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,10 +129,11 @@ void Decider::TearDownStandbys() {
 // Pods the cluster shows for the job that are neither a slot nor a standby (an evicted
 // pod whose deletion failed, a leftover after a controller restart) are deleted.
 void Decider::DeleteOrphans() {
-  std::set<std::string> wanted;
+  std::unordered_set<std::string_view> wanted;
+  wanted.reserve(plan_.status.slots.size() + plan_.status.standbys.size());
   for (const SlotStatus& s : plan_.status.slots) wanted.insert(s.pod);
   for (const StandbyStatus& s : plan_.status.standbys) wanted.insert(s.pod);
-  std::set<std::string> already;
+  std::set<std::string> already;  // copies: delete_pods grows below
   for (const PodToDelete& d : plan_.delete_pods) already.insert(d.name);
   for (const PodObservation& p : obs_.pods) {
     if (!wanted.count(p.name) && !already.count(p.name) && (p.running || p.failed)) {

@@ -473,7 +473,7 @@ HangDecision Decider::RunHangPolicy(bool other_failure) {
   }
   if (partitioned && steady) in.held = true;
   HangDecision d = DecideHang(in, now_);
-  st.stack_diagnosis = d.state;
+  st.stack_diagnosis = std::move(d.state);  // the caller reads the verdict only
   for (const StackCaptureRequest& r : d.captures) {
     CommandToSend c;
     c.pod = r.pod;

@@ -320,7 +320,18 @@ std::map<int, AssignmentSpec> DesiredAssignments(const TrainingJobSpec& spec, co
 std::map<std::string, DesiredAgent> DesiredAgents(const TrainingJobSpec& spec, const JobStatus& st) {
   std::map<std::string, DesiredAgent> desired;
   std::map<int, AssignmentSpec> assignments = DesiredAssignments(spec, st);
-  for (const SlotStatus& slot : st.slots) desired[slot.pod] = DesiredAgent{false, assignments[slot.index]};
+  // Each slot's assignment is moved into place when no other slot has its index (as the
+  // engine numbers them: slot i at position i), else copied.
+  bool unique = true;
+  for (size_t i = 0; i < st.slots.size() && unique; ++i) unique = st.slots[i].index == static_cast<int>(i);
+  for (const SlotStatus& slot : st.slots) {
+    AssignmentSpec& a = assignments[slot.index];
+    if (unique) {
+      desired[slot.pod] = DesiredAgent{false, std::move(a)};
+    } else {
+      desired[slot.pod] = DesiredAgent{false, a};
+    }
+  }
   for (const StandbyStatus& sb : st.standbys) desired[sb.pod] = DesiredAgent{true, {}};
   return desired;
 }

@@ -599,12 +599,13 @@ HangPolicyInput MakeHangPolicyInput(const TrainingJob& job, const JobStatus& sta
   for (const PodObservation& p : obs.pods) pods[p.name] = &p;
   std::unordered_map<std::string_view, const AgentObservation*> agents;
   for (const AgentObservation& a : obs.agents) agents[a.pod] = &a;
-  // DecideHang reads the replies of the newest investigation (while open) and of one it
-  // starts this round (ids from next_id) only: older investigations' replies, which the
+  // DecideHang reads the replies of the newest investigation while it is open and of one
+  // it starts this round (ids from next_id) only: older investigations' replies, which the
   // agents keep up to their bound, are not parsed or copied.
+  const std::vector<StackInvestigation>& investigations = status.stack_diagnosis.investigations;
   uint64_t first_investigation = status.stack_diagnosis.next_id;
-  if (!status.stack_diagnosis.investigations.empty()) {
-    first_investigation = std::min(first_investigation, status.stack_diagnosis.investigations.back().id);
+  if (!investigations.empty() && IsOpen(investigations.back())) {
+    first_investigation = std::min(first_investigation, investigations.back().id);
   }
   const int gpus = job.spec.gpus_per_machine;
   double iter_sum = 0;
