@@ -77,7 +77,10 @@ function(peregrine_test_suite)
   # the build) and the code under test is the libraries', which keep the build type's flags.
   target_compile_options(${ARG_NAME}_tests PRIVATE ${PEREGRINE_WARNINGS} ${PEREGRINE_TEST_OPTIMIZATION} -pthread -Winvalid-pch)
   target_precompile_headers(${ARG_NAME}_tests REUSE_FROM peregrine_test_pch)
-  target_link_libraries(${ARG_NAME}_tests PRIVATE peregrine_catch_main peregrine::testing ${ARG_DEPS})
+  # cpp-httplib's feature macros (TLS, zlib, brotli) change its classes' layout: every
+  # suite gets the ones the libraries are built with, so that a test including httplib.h
+  # and a library using it agree (at -O0 a mismatch corrupted memory in controller_tests).
+  target_link_libraries(${ARG_NAME}_tests PRIVATE peregrine_catch_main peregrine::testing PkgConfig::HTTPLIB ${ARG_DEPS})
   target_compile_definitions(${ARG_NAME}_tests PRIVATE
     PEREGRINE_BINARY_DIR="${PROJECT_BINARY_DIR}" PEREGRINE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   set_target_properties(${ARG_NAME}_tests PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
