@@ -101,6 +101,9 @@ struct LocalMode::Impl {
       node_health_stop = true;
       node_health_cv.Signal();
     }
+    // A running sweep would hold the join until its check ends (a hung GPU's self-test
+    // runs to its timeout, minutes): interrupt it.
+    if (node_health != nullptr) node_health->Cancel();
     node_health_thread.join();
   }
   ~Impl() { StopNodeHealth(); }

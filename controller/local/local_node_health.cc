@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -32,12 +32,14 @@ struct RunResult {
   int exit_code = -1;
   std::string output;
   bool timed_out = false;
+  bool cancelled = false;  // `cancel` was set: the group was killed
 };
 
 // Runs argv with `env` added to this process's environment, in its own process group,
-// stdout and stderr into one pipe; kills the group past `timeout`.
+// stdout and stderr into one pipe; kills the group past `timeout`, or within a second of
+// `cancel` becoming true.
 absl::StatusOr<RunResult> RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                                     absl::Duration timeout) {
+                                     absl::Duration timeout, const std::atomic<bool>& cancel) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
   std::vector<std::string> env_strings;
@@ -73,6 +75,11 @@ absl::StatusOr<RunResult> RunProcess(const std::vector<std::string>& argv, const
   char buf[4096];
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
+    if (cancel.load()) {
+      r.cancelled = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
     if (left <= absl::ZeroDuration()) {
       r.timed_out = true;
       kill(-pid, SIGKILL);
@@ -168,7 +175,9 @@ absl::Status LocalNodeHealth::ApplyLocked(const std::string& machine, NodeInput 
     if (n >= kMaxInputsPerApply) return absl::InternalError("local node health: too many chained inputs");
     if (inputs.empty()) {
       if (records_[machine].state == NodeHealth::kSweeping && records_[machine].sweep_attempts == sweep->sweep_attempt) {
-        inputs.push_back(RunSweep(machine, sweep->sweep_kind, sweep->sweep_attempt));
+        std::optional<NodeInput> result = RunSweep(machine, sweep->sweep_kind, sweep->sweep_attempt);
+        if (!result) return absl::CancelledError(absl::StrCat("local node health: sweep of ", machine, " cancelled"));
+        inputs.push_back(*std::move(result));
       }
       sweep.reset();
       continue;
@@ -223,7 +232,7 @@ absl::Status LocalNodeHealth::ApplyLocked(const std::string& machine, NodeInput 
 
 // Each check is one peregrine-diagnose process; the sweep passes when every check's result
 // says passed (a check whose tool or hardware is absent passes as not present).
-NodeInput LocalNodeHealth::RunSweep(const std::string& machine, SweepKind kind, int attempt) {
+std::optional<NodeInput> LocalNodeHealth::RunSweep(const std::string& machine, SweepKind kind, int attempt) {
   NodeInput out;
   out.sweep_attempt = attempt;
   std::vector<std::string> failed;
@@ -234,7 +243,9 @@ NodeInput LocalNodeHealth::RunSweep(const std::string& machine, SweepKind kind, 
       argv.push_back("--param");
       argv.push_back(absl::StrCat(k, "=", v));
     }
-    auto run = RunProcess(argv, options_.env, options_.check_timeout);
+    if (cancelled_.load()) return std::nullopt;
+    auto run = RunProcess(argv, options_.env, options_.check_timeout, cancelled_);
+    if (run.ok() && run->cancelled) return std::nullopt;
     if (!run.ok()) {
       failed.push_back(absl::StrCat(check.kind, ": ", run.status().message()));
       continue;
@@ -255,6 +266,8 @@ NodeInput LocalNodeHealth::RunSweep(const std::string& machine, SweepKind kind, 
   out.detail = absl::StrJoin(failed, "; ");
   return out;
 }
+
+void LocalNodeHealth::Cancel() { cancelled_.store(true); }
 
 absl::Status LocalNodeHealth::Pass() {
   absl::MutexLock lock(&mu_);

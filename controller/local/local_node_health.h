@@ -19,10 +19,12 @@
 #define PEREGRINE_CONTROLLER_LOCAL_LOCAL_NODE_HEALTH_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,11 @@ class LocalNodeHealth {
   absl::Status Quarantine(const std::string& machine, const std::string& reason);
   // Steps every record whose timers are due now (ListDueWork): due sweeps run here.
   absl::Status Pass();
+  // Stops a sweep that is running (its check's process group is killed within a second)
+  // and every later one: for shutdown. The interrupted sweep records no result; its
+  // record stays sweeping, which the next load counts as an interrupted, failed sweep.
+  // Callable from any thread.
+  void Cancel();
 
   std::vector<NodeHealthRecord> Records();
   std::array<int64_t, kNodeHealthStates> Counts();
@@ -73,11 +80,13 @@ class LocalNodeHealth {
   absl::Status ApplyLocked(const std::string& machine, NodeInput input, bool run_sweeps)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs the sweep's checks; the input they amount to (passed / failed).
-  NodeInput RunSweep(const std::string& machine, SweepKind kind, int attempt);
+  // Runs the sweep's checks; the input they amount to (passed / failed), or nullopt when
+  // Cancel() interrupted it.
+  std::optional<NodeInput> RunSweep(const std::string& machine, SweepKind kind, int attempt);
   void Log(const std::string& line);
 
   const LocalNodeHealthOptions options_;
+  std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;
   std::map<std::string, NodeHealthRecord> records_ ABSL_GUARDED_BY(mu_);
 };

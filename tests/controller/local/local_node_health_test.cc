@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "controller/local/local_cluster.h"
 #include "controller/local/local_node_health.h"
 #include "sim/fault/fault_control.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/files.h"
 #include "tests/testing/process_guard.h"
 #include "tests/testing/temp_dir.h"
@@ -185,6 +187,37 @@ TEST_CASE("local node health: records survive a restart, and a sweep cut short b
   auto bad = LocalNodeHealth::Create(env.options);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("machine 9") && Catch::Contains(kNodeHealthSinceAnnotation));
+}
+
+TEST_CASE("local node health: Cancel interrupts a running sweep of a hung GPU and the restart counts it as interrupted", "[integration]") {
+  testing::DescendantGuard guard;
+  Env env;
+  // A hung GPU: its self-test blocks until the check's deadline (minutes), as a sweep of a
+  // machine evicted for a hang would; shutdown must not wait for it.
+  env.options.check_timeout = absl::Minutes(30);
+  env.Open();
+  sim::RankFault hang;
+  hang.hang = true;
+  REQUIRE(sim::SetRankFault(env.faults, 6, 0, hang).ok());
+  REQUIRE(env.health->Quarantine("6", "machine 6 (slot 2, pod demo-m2): hang").ok());
+  absl::Status pass;
+  std::thread sweeper([&] { pass = env.health->Pass(); });
+  // Cancel once the sweep's process runs (the record says sweeping, durably).
+  REQUIRE(testing::Eventually([&] {
+    const nlohmann::json table = nlohmann::json::parse(testing::ReadFile(env.dir.path() + "/node-health.json"));
+    return table.dump().find("sweeping") != std::string::npos;
+  }, absl::Seconds(120)));
+  env.health->Cancel();
+  sweeper.join();
+  CHECK(pass.code() == absl::StatusCode::kCancelled);
+  CHECK_THAT(std::string(pass.message()), Catch::Contains("sweep of 6 cancelled"));
+  CHECK(env.Record("6").state == NodeHealth::kSweeping);  // no result recorded
+  // The next controller counts the cut sweep as a failed, interrupted one.
+  env.health.reset();
+  env.Open();
+  const NodeHealthRecord r = env.Record("6");
+  CHECK(r.state == NodeHealth::kQuarantined);
+  CHECK_THAT(r.reason, Catch::Contains("interrupted"));
 }
 
 TEST_CASE("local node health: a sweep that cannot start keeps the machine quarantined with the reason", "[integration]") {
