@@ -364,15 +364,18 @@ class RestClient::Impl {
     return client;
   }
 
-  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> AcquireConnection() {
+  // An idle pooled connection when there is one (*reused = true), else a new one.
+  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> AcquireConnection(bool* reused) {
     {
       absl::MutexLock lock(&mu_);
       if (!idle_.empty()) {
         auto client = std::move(idle_.back());
         idle_.pop_back();
+        *reused = true;
         return client;
       }
     }
+    *reused = false;
     return NewConnection(options_.request_timeout);
   }
 
@@ -412,7 +415,8 @@ class RestClient::Impl {
   HttpResult SendOnce(const std::string& method, const std::string& target, const std::string& body,
                       const std::string& content_type) {
     HttpResult result;
-    absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> client = AcquireConnection();
+    bool reused = false;
+    absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> client = AcquireConnection(&reused);
     if (!client.ok()) {
       result.transport_error = std::string(client.status().message());
       return result;
@@ -426,6 +430,19 @@ class RestClient::Impl {
       request.body = body;
     }
     httplib::Result response = (*client)->send(request);
+    // A pooled keep-alive connection the server has closed meanwhile (idle timeout, or
+    // after an error response) fails without a response: the request goes again once on a
+    // new connection when the server cannot have acted on it (the write failed) or when
+    // repeating it is harmless (GET, PUT, DELETE), as Go's net/http does for client-go.
+    if (!response && reused &&
+        (response.error() == httplib::Error::Write || method == "GET" || method == "PUT" || method == "DELETE")) {
+      client = NewConnection(options_.request_timeout);
+      if (!client.ok()) {
+        result.transport_error = std::string(client.status().message());
+        return result;
+      }
+      response = (*client)->send(request);
+    }
     if (!response) {
       result.transport_error = TransportError(client->get(), response.error());
       return result;  // the connection is dropped, not pooled

@@ -164,6 +164,7 @@ TEST_CASE("kube integration: 429 with Retry-After is retried and 5xx maps to Una
   f.server.FailNextRequestsForTest("get", "pods", 1, 429);
   const int before = f.server.RequestCountForTest("get", "pods");
   auto got = f.client->Get(kPods, "p-0");
+  INFO(got.status().ToString());
   REQUIRE(got.ok());
   CHECK(f.server.RequestCountForTest("get", "pods") == before + 2);
   CHECK(f.observer.Count("GET pods 429") == 1);
