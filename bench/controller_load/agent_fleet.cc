@@ -36,6 +36,17 @@
 // the same stream inline on the calling thread, and the reaction takes those locks.
 // A stream is owned by shared pointers (the agent's, and its own until OnDone), so it
 // can be used outside the agent's lock.
+//
+// Where the last reference to a channel is dropped matters. gRPC 1.51 (Debian's) runs
+// client callbacks on a completion queue shared by every channel of the process, polled
+// by its own "nexting" threads; the channel that drops its last reference stops that
+// queue and joins those threads. On one of those threads (an OnDone that destroys the
+// stream, whose ClientContext holds the channel, and the agent, which holds it too) that
+// is a thread joining itself and freeing the queue it is still polling: the heap
+// corruption the load test hit at shutdown in about one run in four. So a stream never
+// holds the last reference: a removed agent stays in the fleet's `retired_` list until
+// its streams are destroyed (counted by a member destroyed last), and the tickers, or
+// Shutdown once every stream is gone, release it on their own threads.
 
 namespace peregrine::loadtest {
 
@@ -93,6 +104,8 @@ class AgentFleet::Impl {
   std::vector<v1::AgentMessage> OnCommand(Agent& agent, const AgentStream* stream, const v1::Command& command)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(agent.mu);
   void OnStreamDone(Agent& agent, const AgentStream* stream, const grpc::Status& status);
+  // A stream object is destroyed, with its context and its reference to the agent.
+  void OnStreamDestroyed();
   void CountReject() { rejects_.fetch_add(1, std::memory_order_relaxed); }
   void CountDroppedHeartbeat() { dropped_heartbeats_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -109,6 +122,8 @@ class AgentFleet::Impl {
   v1::TrainingState Training(Agent& agent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(agent.mu);
   uint64_t Step(const Agent& agent, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(agent.mu);
   std::shared_ptr<grpc::Channel> ChannelFor(size_t index);
+  // Releases the retired agents no stream refers to any more, on the calling thread.
+  void ReleaseRetired();
 
   const AgentFleetOptions options_;
   std::vector<std::unique_ptr<Ticker>> tickers_;
@@ -116,12 +131,14 @@ class AgentFleet::Impl {
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Agent>> live_ ABSL_GUARDED_BY(mu_);  // by pod
+  // Removed agents, held until no stream refers to them (see the top of this file).
+  std::vector<std::shared_ptr<Agent>> retired_ ABSL_GUARDED_BY(mu_);
   size_t added_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<grpc::Channel>> shared_channels_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex streams_mu_;
-  int open_streams_ ABSL_GUARDED_BY(streams_mu_) = 0;
+  int open_streams_ ABSL_GUARDED_BY(streams_mu_) = 0;  // stream objects not yet destroyed
 
   std::atomic<uint64_t> heartbeats_{0}, commands_{0}, rejects_{0}, streams_started_{0}, streams_failed_{0},
       dropped_heartbeats_{0};
@@ -131,7 +148,8 @@ namespace {
 
 class AgentStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  AgentStream(AgentFleet::Impl* fleet, std::shared_ptr<Agent> agent) : agent_(std::move(agent)), fleet_(fleet) {}
+  AgentStream(AgentFleet::Impl* fleet, std::shared_ptr<Agent> agent)
+      : destroyed_(fleet), agent_(std::move(agent)), fleet_(fleet) {}
 
   // Opens the stream with `reg` as its first message; the stream keeps itself alive
   // until OnDone.
@@ -218,6 +236,13 @@ class AgentStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::C
   }
 
  private:
+  // Declared first, so destroyed last: tells the fleet once the context and the agent
+  // reference (both hold the channel) are gone.
+  struct DestroyedSignal {
+    explicit DestroyedSignal(AgentFleet::Impl* f) : fleet(f) {}
+    ~DestroyedSignal() { fleet->OnStreamDestroyed(); }
+    AgentFleet::Impl* const fleet;
+  } destroyed_;
   const std::shared_ptr<Agent> agent_;  // declared before context_: outlives it
   AgentFleet::Impl* const fleet_;
   std::shared_ptr<AgentStream> self_;
@@ -285,10 +310,15 @@ class AgentFleet::Impl::Ticker {
         }
       }
       due.clear();
+      if (now >= next_release_) {
+        fleet_->ReleaseRetired();
+        next_release_ = now + absl::Seconds(1);
+      }
     }
   }
 
   Impl* const fleet_;
+  absl::Time next_release_ = absl::InfinitePast();  // the loop's own
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::priority_queue<Entry> queue_ ABSL_GUARDED_BY(mu_);
@@ -355,7 +385,8 @@ bool AgentFleet::Impl::Remove(const std::string& pod) {
     absl::MutexLock lock(&mu_);
     auto it = live_.find(pod);
     if (it == live_.end()) return false;
-    agent = std::move(it->second);
+    agent = it->second;
+    retired_.push_back(std::move(it->second));
     live_.erase(it);
   }
   std::shared_ptr<AgentStream> stream;
@@ -381,15 +412,40 @@ void AgentFleet::Impl::Shutdown() {
     for (const auto& [pod, agent] : live_) pods.push_back(pod);
   }
   for (const std::string& pod : pods) Remove(pod);
-  // Every reactor refers to this object until its OnDone: wait for all of them.
-  absl::MutexLock lock(&streams_mu_);
-  auto none_open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_) { return open_streams_ == 0; };
-  if (!streams_mu_.AwaitWithTimeout(absl::Condition(&none_open), absl::Minutes(2))) {
-    std::fprintf(stderr, "agent fleet: %d stream(s) still open 2 minutes after they were cancelled\n", open_streams_);
-    std::abort();  // their reactors would outlive the fleet
+  // Every stream refers to this object until it is destroyed: wait for all of them.
+  {
+    absl::MutexLock lock(&streams_mu_);
+    auto none_open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_) { return open_streams_ == 0; };
+    if (!streams_mu_.AwaitWithTimeout(absl::Condition(&none_open), absl::Minutes(2))) {
+      std::fprintf(stderr, "agent fleet: %d stream(s) still open 2 minutes after they were cancelled\n", open_streams_);
+      std::abort();  // their reactors would outlive the fleet
+    }
   }
-  absl::MutexLock fleet_lock(&mu_);
-  shared_channels_.clear();
+  // No stream is left: the channels go here, on the caller's thread.
+  std::vector<std::shared_ptr<Agent>> retired;
+  std::vector<std::shared_ptr<grpc::Channel>> shared;
+  {
+    absl::MutexLock lock(&mu_);
+    retired.swap(retired_);
+    shared.swap(shared_channels_);
+  }
+}
+
+void AgentFleet::Impl::ReleaseRetired() {
+  // Declared before the lock, so the agents (and their channels, which may take gRPC's
+  // locks as they go) are released after it.
+  std::vector<std::shared_ptr<Agent>> released;
+  absl::MutexLock lock(&mu_);
+  // A count of 1 is exact here: only this list holds the agent, and nothing can take a
+  // new reference to it (no weak pointers, no other list).
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (it->use_count() == 1) {
+      released.push_back(std::move(*it));
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 absl::Time AgentFleet::Impl::Tick(const std::shared_ptr<Agent>& agent, absl::Time now) {
@@ -493,6 +549,9 @@ void AgentFleet::Impl::OnStreamDone(Agent& agent, const AgentStream* stream, con
     }
     if (!agent.stopped && !status.ok()) streams_failed_.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void AgentFleet::Impl::OnStreamDestroyed() {
   absl::MutexLock lock(&streams_mu_);
   --open_streams_;
 }

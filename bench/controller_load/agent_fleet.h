@@ -17,8 +17,9 @@
 // every agent has its own channel and TCP connection, as separate machines do.
 //
 // Thread-safe: every method may be called from any thread. Shutdown() (also run by the
-// destructor) stops the tickers, cancels every stream and waits until every stream's
-// reactor is done, so nothing outlives the fleet.
+// destructor) stops the tickers, cancels every stream, waits until every stream is
+// destroyed and then releases the channels on the calling thread, so nothing outlives
+// the fleet and no channel is released on one of gRPC's callback threads.
 #ifndef PEREGRINE_BENCH_CONTROLLER_LOAD_AGENT_FLEET_H_
 #define PEREGRINE_BENCH_CONTROLLER_LOAD_AGENT_FLEET_H_
 
@@ -65,7 +66,7 @@ struct AgentSnapshot {
 struct FleetCounts {
   int agents = 0;        // added and not removed
   int connected = 0;     // of those, acknowledged on their current stream
-  int open_streams = 0;  // reactors not yet done (all agents, removed ones too)
+  int open_streams = 0;  // streams not yet destroyed (all agents, removed ones too)
   uint64_t heartbeats = 0, commands = 0, rejects = 0;
   uint64_t streams_started = 0, streams_failed = 0;  // failed: ended by the controller or an error
   uint64_t dropped_heartbeats = 0;  // superseded while the stream's writes were backed up
