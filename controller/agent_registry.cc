@@ -225,13 +225,27 @@ CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e,
   return o;
 }
 
+const std::string& AgentRegistry::AddressOfSlot(const JobRecord& job, int slot) {
+  static const std::string* const kNone = new std::string();
+  auto pod = job.pod_of_slot.find(slot);
+  if (pod == job.pod_of_slot.end()) return *kNone;
+  auto rec = job.agents.find(pod->second);
+  return rec == job.agents.end() ? *kNone : rec->second.obs.data_address;
+}
+
+AgentRegistry::CommitSent AgentRegistry::CommitOf(const JobRecord& job, const AssignmentSpec& assignment) {
+  CommitSent c;
+  c.attempt = assignment.attempt;
+  c.committed_step = assignment.checkpoint.committed_step;
+  for (int slot : assignment.checkpoint.backup_to) c.backup_addresses.push_back(AddressOfSlot(job, slot));
+  return c;
+}
+
 std::map<int, std::string> AgentRegistry::DataAddresses(const JobRecord& job, const AssignmentSpec& assignment) {
   std::map<int, std::string> out;
   auto add = [&](int slot) {
-    auto pod = job.pod_of_slot.find(slot);
-    if (pod == job.pod_of_slot.end()) return;
-    auto rec = job.agents.find(pod->second);
-    if (rec != job.agents.end() && !rec->second.obs.data_address.empty()) out[slot] = rec->second.obs.data_address;
+    const std::string& address = AddressOfSlot(job, slot);
+    if (!address.empty()) out[slot] = address;
   };
   for (int slot : assignment.checkpoint.backup_to) add(slot);
   for (int slot : assignment.checkpoint.restore_from) add(slot);
@@ -253,21 +267,38 @@ void AgentRegistry::SetDesired(const std::string& job_key, const std::map<std::s
     for (const auto& [pod, want] : desired) {
       if (!want.standby && want.assignment.slot >= 0) job.pod_of_slot[want.assignment.slot] = pod;
     }
-    // A committed step that advanced while an attempt runs reaches the connected agents
-    // of that attempt (their stores keep it); the ack or command of a new attempt carries
-    // its own.
+    // While an attempt runs, its connected agents hear of a committed step that advanced
+    // (their stores keep it) and of backup holders whose addresses became known (a slot
+    // refilled by a new pod, whose agent registered after the attempt's assignments went
+    // out) or changed; the ack or command of a new attempt carries its own.
     for (const auto& [pod, want] : desired) {
       const CheckpointPlanSpec& plan = want.assignment.checkpoint;
-      if (want.standby || plan.interval_steps == 0 || plan.committed_step == 0) continue;
+      if (want.standby || plan.interval_steps == 0) continue;
       auto rec = job.agents.find(pod);
       if (rec == job.agents.end() || !rec->second.sink) continue;
       AgentRecord& r = rec->second;
       if (r.obs.acked_attempt != want.assignment.attempt && r.obs.attempt != want.assignment.attempt) continue;
-      if (r.commit_sent == std::make_pair(want.assignment.attempt, plan.committed_step)) continue;
-      r.commit_sent = {want.assignment.attempt, plan.committed_step};
+      // Compared in place: this runs for every agent on every call.
+      CommitSent& sent = r.commit_sent;
+      const bool attempt_known = sent.attempt == want.assignment.attempt;
+      const bool step_news = plan.committed_step != 0 && (!attempt_known || sent.committed_step != plan.committed_step);
+      bool peer_news = !attempt_known || sent.backup_addresses.size() != plan.backup_to.size();
+      for (size_t i = 0; !peer_news && i < plan.backup_to.size(); ++i) {
+        peer_news = sent.backup_addresses[i] != AddressOfSlot(job, plan.backup_to[i]);
+      }
+      if (!step_news && !peer_news) continue;
+      sent = CommitOf(job, want.assignment);
       v1::ControllerMessage m;
-      m.mutable_checkpoint_commit()->set_attempt(want.assignment.attempt);
-      m.mutable_checkpoint_commit()->set_committed_step(plan.committed_step);
+      v1::CheckpointCommit* commit = m.mutable_checkpoint_commit();
+      commit->set_attempt(sent.attempt);
+      if (step_news) commit->set_committed_step(sent.committed_step);
+      if (peer_news) {
+        for (size_t i = 0; i < plan.backup_to.size(); ++i) {
+          v1::CheckpointPeerAddress* p = commit->add_backup_to();
+          p->set_slot(static_cast<uint32_t>(std::max(plan.backup_to[i], 0)));
+          p->set_address(sent.backup_addresses[i]);
+        }
+      }
       out.emplace_back(r.sink, std::move(m));
     }
   }
@@ -415,8 +446,11 @@ void AgentRegistry::Send(const std::string& job_key, const CommandToSend& comman
     AgentRecord& rec = job->second.agents[command.pod];
     if (rec.obs.pod.empty()) rec.obs.pod = command.pod;
     if (rec.pending.count(command.id)) return;
-    v1::Command wire =
-        CommandToWire(command, job->second.binding.spec, now, DataAddresses(job->second, command.assignment));
+    const std::map<int, std::string> addresses = DataAddresses(job->second, command.assignment);
+    v1::Command wire = CommandToWire(command, job->second.binding.spec, now, addresses);
+    if (command.kind == CommandKind::kRestartInPlace || command.kind == CommandKind::kActivate) {
+      rec.commit_sent = CommitOf(job->second, command.assignment);
+    }
     rec.pending[command.id] = wire;
     rec.pending_sent_at[command.id] = now;
     if (command.kind != CommandKind::kStop) rec.obs.failed_commands.erase(command.id);
@@ -640,9 +674,10 @@ absl::StatusOr<v1::RegisterAck> AgentRegistry::OnRegister(std::shared_ptr<AgentS
     const DesiredAgent& want = desired->second;
     ack.set_role(want.standby ? v1::AGENT_ROLE_STANDBY : v1::AGENT_ROLE_ACTIVE);
     if (!want.standby) {
-      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, DataAddresses(job->second, want.assignment));
+      const std::map<int, std::string> addresses = DataAddresses(job->second, want.assignment);
+      *ack.mutable_assignment() = ToWire(want.assignment, binding.spec, addresses);
       obs.acked_attempt = want.assignment.attempt;
-      rec.commit_sent = {want.assignment.attempt, want.assignment.checkpoint.committed_step};
+      rec.commit_sent = CommitOf(job->second, want.assignment);
       // The ack converges an agent; it is no longer a standby once told to be active.
       if (want.assignment.attempt > 0) obs.registered_as_standby = false;
     }

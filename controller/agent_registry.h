@@ -152,6 +152,12 @@ class AgentRegistry {
   int ConnectedCountForTest() const;
 
  private:
+  struct CommitSent {
+    uint64_t attempt = 0;
+    uint64_t committed_step = 0;
+    std::vector<std::string> backup_addresses;  // the plan's backup_to, in order ("": unknown)
+    bool operator==(const CommitSent&) const = default;
+  };
   struct AgentRecord {
     std::shared_ptr<AgentStreamSink> sink;  // null while disconnected
     AgentObservation obs;
@@ -159,8 +165,9 @@ class AgentRegistry {
     std::map<std::string, int64_t> pending_sent_at;  // id -> when last sent
     std::vector<std::string> recent_exit_summaries;
     std::vector<std::string> result_order;  // command_results ids, oldest first
-    // (attempt, committed step) last told to the agent (ack or CheckpointCommit).
-    std::pair<uint64_t, uint64_t> commit_sent{0, 0};
+    // What the agent was last told of its attempt's checkpoint plan (by its ack, the
+    // command that began the attempt, or a CheckpointCommit).
+    CommitSent commit_sent;
   };
   struct JobRecord {
     JobBinding binding;
@@ -181,6 +188,11 @@ class AgentRegistry {
   // `assignment`'s checkpoint plan names (its backup and restore peers): O(peers log N),
   // not O(N), since it runs for every registration ack and command under the lock.
   static std::map<int, std::string> DataAddresses(const JobRecord& job, const AssignmentSpec& assignment);
+  // The data address of the agent of the pod desired in `slot` ("" when none is known).
+  static const std::string& AddressOfSlot(const JobRecord& job, int slot);
+  // What an agent given `assignment` now knows of its checkpoint plan (the backup holders'
+  // addresses as AddressOfSlot has them).
+  static CommitSent CommitOf(const JobRecord& job, const AssignmentSpec& assignment);
   void Notify(const std::string& job_key);
 
   const std::string controller_id_;

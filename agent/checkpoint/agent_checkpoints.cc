@@ -130,7 +130,9 @@ absl::Status AgentCheckpoints::ApplyAssignment(const v1::Assignment& assignment,
 }
 
 void AgentCheckpoints::ApplyCommit(const v1::CheckpointCommit& commit, std::optional<uint64_t> running_attempt) {
-  if (ForRunningAttempt(commit.attempt(), running_attempt)) store_->SetCommittedStep(commit.committed_step());
+  if (!ForRunningAttempt(commit.attempt(), running_attempt)) return;
+  if (commit.committed_step() > 0) store_->SetCommittedStep(commit.committed_step());
+  if (!commit.backup_to().empty() && store_->SetBackupPeers(commit.backup_to())) sender_->Wake();
 }
 
 }  // namespace peregrine::checkpoint

@@ -89,8 +89,9 @@ class AgentCheckpoints {
   // for) reach the store when it is the running attempt's (`running_attempt`) and has a
   // plan and ranks; ignored otherwise.
   absl::Status ApplyAssignment(const peregrine::v1::Assignment& assignment, std::optional<uint64_t> running_attempt);
-  // The job's committed step advanced: the store keeps it from now on, when `commit` is
-  // for the running attempt; ignored otherwise.
+  // For the running attempt (ignored otherwise): the job's committed step advanced (the
+  // store keeps it from now on) and/or the backup holders' addresses changed (the backup
+  // sender copies to the new ones).
   void ApplyCommit(const peregrine::v1::CheckpointCommit& commit, std::optional<uint64_t> running_attempt);
 
   // The job's data token from a RegisterAck: what the data channel accepts and sends from

@@ -186,6 +186,21 @@ void ShardStore::SetCommittedStep(uint64_t step) {
   plan_.set_committed_step(step);
 }
 
+bool ShardStore::SetBackupPeers(const google::protobuf::RepeatedPtrField<v1::CheckpointPeerAddress>& peers) {
+  absl::MutexLock lock(&mu_);
+  if (peers.size() != plan_.backup_to().size()) return false;
+  for (int i = 0; i < peers.size(); ++i) {
+    if (peers[i].slot() != plan_.backup_to(i).slot()) return false;
+  }
+  bool changed = false;
+  for (int i = 0; i < peers.size(); ++i) {
+    if (peers[i].address() == plan_.backup_to(i).address()) continue;
+    plan_.mutable_backup_to(i)->set_address(peers[i].address());
+    changed = true;
+  }
+  return changed;
+}
+
 std::vector<RankFiles> ShardStore::ScanOwn(const std::vector<uint32_t>& ranks, std::vector<v1::CheckpointEvent>* events) {
   std::vector<RankFiles> out;
   std::vector<std::string> to_queue;
@@ -362,6 +377,7 @@ std::optional<BackupJob> ShardStore::NextBackup() const {
   for (uint32_t rank : ranks_) job.shards.push_back(BackupJob::Shard{rank, OwnShardPath(rank, *step)});
   const auto acked = acks_.find(*step);
   for (const v1::CheckpointPeerAddress& peer : plan_.backup_to()) {
+    if (peer.address().empty()) continue;  // not registered yet: its address comes later
     for (uint32_t rank : ranks_) {
       if (acked == acks_.end() || !acked->second.contains({peer.address(), rank})) {
         job.peers.push_back(peer.address());

@@ -90,6 +90,12 @@ class ShardStore {
                          const peregrine::v1::CheckpointPlan& plan);
   // Updates only the committed step (a newer assignment of the same plan).
   void SetCommittedStep(uint64_t step);
+  // Updates only the backup holders' addresses: `peers` must name the plan's backup_to
+  // slots in the plan's order (else it is ignored and false returned: it belongs to
+  // another plan); an empty address means that holder is not known yet. True when an
+  // address changed. Acknowledgements are per address, so a holder at a new address gets
+  // every step again.
+  bool SetBackupPeers(const google::protobuf::RepeatedPtrField<peregrine::v1::CheckpointPeerAddress>& peers);
 
   // One pass over the store (see the file comment); returns the events since the last
   // call, including those of the data channel (received corrupt shards, failed copies).
@@ -101,7 +107,9 @@ class ShardStore {
   void AddEvent(peregrine::v1::CheckpointEvent event);
 
   // Backups. The next step to copy, or nullopt when the newest stored step is acknowledged
-  // by every holder (or there are none).
+  // by every holder (or there are none). Its peers are the holders that lack it and have
+  // an address (a holder with none yet is skipped, not failed; the step is not backed up
+  // until it has the copy).
   std::optional<BackupJob> NextBackup() const;
   void AcknowledgeBackup(uint64_t step, const std::string& peer, uint32_t global_rank);
   uint64_t backup_bandwidth() const;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "controller/agent_registry.h"
 #include "controller/job_parser.h"
 #include "controller/status_json.h"
@@ -106,7 +107,9 @@ TEST_CASE("a committed step that advances while an attempt runs reaches its agen
   const auto commits = [](const RecordingSink& sink) {
     std::vector<std::pair<uint64_t, uint64_t>> out;
     for (const v1::ControllerMessage& m : sink.sent) {
-      if (m.has_checkpoint_commit()) out.emplace_back(m.checkpoint_commit().attempt(), m.checkpoint_commit().committed_step());
+      if (m.has_checkpoint_commit() && m.checkpoint_commit().committed_step() != 0) {
+        out.emplace_back(m.checkpoint_commit().attempt(), m.checkpoint_commit().committed_step());
+      }
     }
     return out;
   };
@@ -128,6 +131,47 @@ TEST_CASE("a committed step that advances while an attempt runs reaches its agen
   CHECK(commits(*s0).back() == std::pair<uint64_t, uint64_t>{1, 50});
   CHECK(commits(*s1).size() == 1);
 }
+TEST_CASE("a backup holder whose agent registers after its peers' assignment reaches them in a CheckpointCommit, once", "[unit]") {
+  const TrainingJobSpec spec = testing::TrainJob(2, 2, 2).spec;
+  AgentRegistry registry("test");
+  registry.BindJob("default/j", AgentRegistry::JobBinding{spec, ""});
+  const std::map<std::string, DesiredAgent> desired = {{"j-m0", DesiredAgent{false, WithPlan(0, 1)}},
+                                                       {"j-m1", DesiredAgent{false, WithPlan(1, 0)}}};
+  registry.SetDesired("default/j", desired);
+  const auto peer_updates = [](const RecordingSink& sink) {
+    std::vector<std::string> out;
+    for (const v1::ControllerMessage& m : sink.sent) {
+      if (!m.has_checkpoint_commit()) continue;
+      CHECK(m.checkpoint_commit().attempt() == 1);
+      CHECK(m.checkpoint_commit().committed_step() == 0);  // unchanged: the ack had it
+      for (const v1::CheckpointPeerAddress& p : m.checkpoint_commit().backup_to()) {
+        out.push_back(absl::StrCat(p.slot(), "=", p.address()));
+      }
+    }
+    return out;
+  };
+  // Slot 0's agent registers first: its holder (slot 1, a new pod) is not known yet.
+  auto s0 = std::make_shared<RecordingSink>();
+  absl::StatusOr<v1::RegisterAck> ack = registry.OnRegister(s0, "", Reg("j-m0", "10.0.0.1:7000"), 1);
+  REQUIRE(ack.ok());
+  REQUIRE(ack->assignment().checkpoint().backup_to_size() == 1);
+  CHECK(ack->assignment().checkpoint().backup_to(0).address().empty());
+  registry.SetDesired("default/j", desired);
+  CHECK(peer_updates(*s0).empty());
+  // The holder's agent registers: slot 0 hears its address once.
+  auto s1 = std::make_shared<RecordingSink>();
+  REQUIRE(registry.OnRegister(s1, "", Reg("j-m1", "10.0.0.2:7000"), 2).ok());
+  registry.SetDesired("default/j", desired);
+  registry.SetDesired("default/j", desired);
+  CHECK(peer_updates(*s0) == std::vector<std::string>{"1=10.0.0.2:7000"});
+  CHECK(peer_updates(*s1).empty());  // its ack named slot 0's address
+  // The holder's agent restarts on another port: slot 0 hears the new address.
+  auto s1b = std::make_shared<RecordingSink>();
+  REQUIRE(registry.OnRegister(s1b, "", Reg("j-m1", "10.0.0.2:7001"), 3).ok());
+  registry.SetDesired("default/j", desired);
+  CHECK(peer_updates(*s0) == std::vector<std::string>{"1=10.0.0.2:7000", "1=10.0.0.2:7001"});
+}
+
 TEST_CASE("store reports and events become the agent's observation", "[unit]") {
   AgentRegistry registry("test");
   registry.BindJob("default/j", AgentRegistry::JobBinding{testing::TrainJob(2, 2, 2).spec, ""});

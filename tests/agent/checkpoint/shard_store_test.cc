@@ -8,6 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "agent/checkpoint/shard_files.h"
@@ -91,6 +94,53 @@ TEST_CASE("published shards are finished (checksummed) and a step is stored once
   CHECK(report.stored_steps(0) == 10);
   CHECK(report.store_bytes() == 2 * (kShardHeaderBytes + 100032));
   CHECK(f.events.empty());
+}
+
+TEST_CASE("a backup holder with no address yet is skipped, not failed, and gets the step once its address arrives", "[integration]") {
+  StoreFixture f;
+  v1::CheckpointPlan plan;
+  plan.set_backup_copies(2);
+  v1::CheckpointPeerAddress* known = plan.add_backup_to();
+  known->set_slot(1);
+  known->set_address("10.0.0.2:7000");
+  plan.add_backup_to()->set_slot(3);  // a new pod's slot: its agent has not registered
+  f.Configure({0}, plan);
+  PublishShard(f.store->OwnRankDir(0), 10, SampleShard(10, 0, 1000));
+  REQUIRE(f.PollUntil([](const v1::CheckpointReport& r) { return r.stored_steps_size() == 1; }));
+  std::optional<BackupJob> job = f.store->NextBackup();
+  REQUIRE(job.has_value());
+  CHECK(job->peers == std::vector<std::string>{"10.0.0.2:7000"});
+  f.store->AcknowledgeBackup(10, "10.0.0.2:7000", 0);
+  // One holder has it; the step is not backed up while the other lacks it.
+  CHECK(f.store->Report().backed_up_steps_size() == 0);
+  job = f.store->NextBackup();
+  REQUIRE(job.has_value());
+  CHECK(job->peers.empty());
+
+  // Addresses for another plan (other slots or another count) are ignored.
+  v1::CheckpointCommit other;
+  other.add_backup_to()->set_slot(1);
+  CHECK_FALSE(f.store->SetBackupPeers(other.backup_to()));
+  other.add_backup_to()->set_slot(2);
+  other.mutable_backup_to(1)->set_address("10.0.0.9:7000");
+  CHECK_FALSE(f.store->SetBackupPeers(other.backup_to()));
+
+  v1::CheckpointCommit commit;
+  *commit.add_backup_to() = *known;
+  v1::CheckpointPeerAddress* late = commit.add_backup_to();
+  late->set_slot(3);
+  late->set_address("10.0.0.4:7000");
+  CHECK(f.store->SetBackupPeers(commit.backup_to()));
+  CHECK_FALSE(f.store->SetBackupPeers(commit.backup_to()));  // nothing new
+  job = f.store->NextBackup();
+  REQUIRE(job.has_value());
+  CHECK(job->step == 10);
+  CHECK(job->peers == std::vector<std::string>{"10.0.0.4:7000"});
+  f.store->AcknowledgeBackup(10, "10.0.0.4:7000", 0);
+  const v1::CheckpointReport report = f.store->Report();
+  REQUIRE(report.backed_up_steps_size() == 1);
+  CHECK(report.backed_up_steps(0) == 10);
+  CHECK_FALSE(f.store->NextBackup().has_value());
 }
 
 TEST_CASE("a corrupt or truncated shard is refused with an event and removed", "[integration]") {

@@ -85,6 +85,55 @@ TEST_CASE("sim-trainer TPxPPxDP: a killed machine's shards come from its backup 
   CHECK(FinalLines(run.logs, "weight_digest", kWorld) == reference);
 }
 
+// With no standby pool, a lost machine's slot goes to a new pod whose agent registers
+// only after the surviving slots were told the attempt's backup peers. They must learn its
+// address then and back up to it again: the job's complete checkpoint advances past the
+// resume step (a step counts as complete only when every slot's backups are
+// acknowledged), and a second machine loss restores its shards from the new pod.
+TEST_CASE("sim-trainer without standbys: the new pod of a lost machine receives backups again and a second loss restores from it", "[e2e]") {
+  TrainingJob job = CheckpointedSimJob(150, 50);
+  job.spec.standby.min = 0;
+  job.spec.standby.max = 0;
+  const std::map<int, FinalLine> reference = ReferenceDigests(job);
+
+  TempDir dir;
+  constexpr int kFirst = 2;
+  int second = -1;
+  const JobRun run = RunJob(
+      dir, job, [](LocalMode& mode) { return WaitCheckpointComplete(mode, kInterval, 3 * kInterval, kInterval / 2); },
+      [&second](LocalMode& mode, const JobStatus&) {
+        KillSlot(mode, kFirst);
+        JobStatus after;
+        REQUIRE(WaitForStatus(mode, [&after](const JobStatus& s) {
+          after = s;
+          return Finished(s) || (s.phase == JobPhase::kRunning && s.incidents.size() == 1 &&
+                                 s.checkpoint.last_complete_step >= s.incidents[0].resume_step + kInterval);
+        }));
+        INFO(TimelineText(mode, after));
+        INFO("complete checkpoint step " << after.checkpoint.last_complete_step << ", steps completed up to "
+                                         << after.max_completed_step);
+        REQUIRE(after.phase == JobPhase::kRunning);
+        // The slot whose backups the new pod in kFirst's slot holds.
+        for (const CheckpointSlotPlacement& p : after.checkpoint.placement) {
+          if (p.slot != kFirst && !p.holders.empty() && p.holders[0] == kFirst) second = p.slot;
+        }
+        REQUIRE(second >= 0);
+        KillSlot(mode, second);
+      });
+  INFO(run.timeline);
+  const JobStatus& st = run.status;
+  REQUIRE(st.phase == JobPhase::kSucceeded);
+  REQUIRE(st.incidents.size() == 2);
+  CHECK(st.incidents[0].kind == IncidentKind::kMachineLost);
+  CHECK(st.incidents[1].kind == IncidentKind::kMachineLost);
+  CHECK(st.incidents[1].resume_step >= st.incidents[0].resume_step + kInterval);
+  std::string details;
+  CHECK(RestoredRanks(st, st.incidents[1].resume_step, &details) == std::set<int>{2 * second, 2 * second + 1});
+  INFO(details);
+  CHECK_THAT(details, Catch::Contains("fetched from slot " + std::to_string(kFirst) + " ("));
+  CHECK(FinalLines(run.logs, "weight_digest", kWorld) == reference);
+}
+
 bool HaveStackTool() {
   return std::filesystem::exists("/usr/bin/eu-stack") || std::filesystem::exists("/usr/bin/gdb");
 }
