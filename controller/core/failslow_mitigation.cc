@@ -42,6 +42,32 @@
 // slow ranks' machines; communication: only the machines of the GPUs the validation found
 // slow, a congested link alone names no single machine to evict), and a restart cost is
 // measured. While one is missing the ladder stays and reports why, once per reason.
+//
+// S4's evidence gate. An open finding is never re-localized by the profiles: it stays
+// open while the job is slow, whatever makes it slow. When the GPU it was localized to
+// recovers while another slowdown (a congested link elsewhere) keeps the job slow, the
+// ladder would go on paying rent against the recovered machine and evict a healthy one.
+// So at S4's break-even the ladder asks whether the attributed machines are still the
+// slow ones: the evidence is the newest GEMM judged (validation or re-confirmation, its
+// ended_at), and it must be at most evidence_max_age_ns old. Re-profiling cannot answer
+// this while an S2 plan is in force: the plan gives the slow replica less work, so its
+// rank stops arriving last. A GEMM can: it measures the GPU alone, training paused.
+//  - stale or missing: gemm_wanted (a GEMM-only re-run of the validation on the same
+//    machines, failslow_validation.h) and stay; the next rounds see it in progress, then
+//    done and fresh. A re-confirmation that failed is asked again only after the bound
+//    (at most one pause per bound);
+//  - fresh, naming a slow GPU on some attributed machines: S4 evicts those machines only;
+//  - fresh, naming none of them: refuted. The ladder stops and the finding is closed
+//    (ApplyFailSlowPolicy: Recovered at now), not re-localized in place. Closing, because
+//    the finding's content (its machines, its validation, its S2 plan's speeds and the
+//    rent paid on its ladder) describes a cause that is gone; if the job is still slow,
+//    the next round opens a new finding that is profiled and localized from scratch, with
+//    its own command ids, validation and ladder, so the loss the gone cause accumulated is
+//    not spent on evicting for a different one. Re-localizing in place would keep that
+//    rent and the old validation's results under the same ids.
+// MonitorOnly never acts, so it never asks for evidence (it reports the break-even as
+// before). The bound keeps the rule cheap: S4 decided within it of the validation (the
+// common case: a restart cheaper than a long S2) needs no second pause.
 
 namespace peregrine {
 namespace {
@@ -66,6 +92,13 @@ double WastedFraction(const FailSlowFinding& f, double measured_iteration_second
     return (f.slow_iteration_seconds - f.healthy_iteration_seconds) / f.slow_iteration_seconds;
   }
   return f.severity > 0 ? f.severity / (1 + f.severity) : 0;
+}
+
+// A GEMM of the validation (or a re-confirmation) was judged: the run is done with a
+// verdict from its measurements.
+bool GemmJudged(const FailSlowValidation& v) {
+  return v.state == ValidationState::kDone && v.ended_at > 0 &&
+         (v.verdict == ValidationVerdict::kConfirmed || v.verdict == ValidationVerdict::kNotConfirmed);
 }
 
 // The machines S4 would evict, or why there are none.
@@ -235,6 +268,9 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
     }
   }
   std::vector<std::string> machines;
+  // A communication finding whose GEMM never ran (its validation was deferred): S4 may
+  // still evict a GPU that GEMM finds slow, so at the break-even it asks for one.
+  bool gemm_never_ran = false;
   if (next == MitigationStrategy::kReplace) {
     std::string why;
     if (f.state != FailSlowState::kLocalized) {
@@ -243,8 +279,10 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
       why = "its validation (training paused) is in progress";
     } else {
       machines = AttributedMachines(in, &why);
+      gemm_never_ran = machines.empty() && !monitor_only && f.kind == FailSlowKind::kCommunication &&
+                       !GemmJudged(f.validation);
     }
-    if (machines.empty()) {
+    if (machines.empty() && !gemm_never_ran) {
       wait(absl::StrCat(Rung(next), " needs the slow machine: ", why));
       return d;
     }
@@ -259,6 +297,66 @@ FailSlowMitigationDecision DecideFailSlowMitigation(const FailSlowMitigationInpu
   if (r.loss_seconds < cost) {
     wait("");
     return d;
+  }
+  if (next == MitigationStrategy::kReplace && !monitor_only) {
+    // The evidence gate (see the top of this file): S4 evicts only machines a GEMM judged
+    // at most evidence_max_age_ns ago names.
+    const FailSlowValidation& v = f.validation;
+    const double max_age_s = static_cast<double>(in.evidence_max_age_ns) / kNanos;
+    const bool fresh = GemmJudged(v) && now - v.ended_at <= in.evidence_max_age_ns;
+    if (!fresh) {
+      if (v.state == ValidationState::kDone && v.verdict == ValidationVerdict::kFailed && v.ended_at > 0 &&
+          now - v.ended_at <= in.evidence_max_age_ns) {
+        // One pause per bound at most: a GEMM that cannot run is not retried every round.
+        wait(absl::StrFormat("%s needs a GEMM at most %.0f s old naming the machine: the last one failed (%s); it "
+                             "is asked for again %.0f s after it ended",
+                             Rung(next), max_age_s, v.detail, max_age_s));
+        return d;
+      }
+      d.gemm_wanted = true;
+      wait(gemm_never_ran
+               ? absl::StrFormat("%s break-even reached on a communication finding whose GEMM never ran: asking "
+                                 "for one (a GPU it finds slow is evicted, a congested link alone is not)",
+                                 Rung(next))
+               : absl::StrFormat("%s break-even reached on evidence %s: asking for a GEMM re-confirmation of "
+                                 "machine(s) %s before evicting",
+                                 Rung(next),
+                                 GemmJudged(v) ? absl::StrFormat("older than the %.0f s bound (its GEMM ended "
+                                                                 "%.0f s after detection)",
+                                                                 max_age_s,
+                                                                 static_cast<double>(v.ended_at - f.detected_at) / kNanos)
+                                               : std::string("that no GEMM measured"),
+                                 absl::StrJoin(machines, ",")));
+      return d;
+    }
+    // Fresh: keep the attributed machines on which the GEMM measured a slow GPU.
+    std::vector<std::string> named;
+    for (const std::string& m : machines) {
+      for (int rank : v.slow_gpus) {
+        auto it = in.rank_machines.find(rank);
+        if (it != in.rank_machines.end() && it->second == m) {
+          named.push_back(m);
+          break;
+        }
+      }
+    }
+    if (named.empty()) {
+      // Refuted: the slow GPU the attribution rested on measures like its peers now.
+      d.refuted = true;
+      d.refuted_reason = absl::StrFormat(
+          "the GEMM of %.0f s ago names no slow GPU on machine(s) %s (%s): the attributed machine is not the slow "
+          "one any more; closing the finding instead of evicting it",
+          static_cast<double>(now - v.ended_at) / kNanos, absl::StrJoin(machines, ","), v.detail);
+      r.stopped_at = now;
+      r.loss_rate = 0;
+      r.blocker.clear();
+      r.detail = d.refuted_reason;
+      event(JobEventType::kWarning, "FailSlowAttributionRefuted",
+            absl::StrFormat("%s not taken after %.2f s of loss on %s: %s", Rung(next), r.loss_seconds,
+                            Rung(r.strategy), d.refuted_reason));
+      return d;
+    }
+    machines = std::move(named);
   }
   const std::string figures = absl::StrFormat(
       "severity +%.0f%% (iteration %.1f ms -> %.1f ms, %.0f%% of wall time wasted); accumulated loss %.2f s on %s "

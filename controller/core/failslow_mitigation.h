@@ -19,6 +19,15 @@
 // Costs are measured (MeasureRestartCost: the job's own recoveries, else its start-up);
 // with nothing measured the ladder does not escalate and says so.
 //
+// S4 acts only on fresh evidence: a GEMM judged at most evidence_max_age_ns ago (the
+// validation's, or a re-confirmation the ladder asks for) must name a slow GPU on each
+// machine it evicts. Older evidence makes the ladder ask for a GEMM re-confirmation
+// (gemm_wanted: ApplyFailSlowPolicy runs it through the validation, training paused) and
+// wait; fresh evidence that names none of the attributed machines refutes the
+// attribution: the ladder stops and the finding is closed (refuted), never escalated.
+// A communication finding whose validation was deferred (failslow_validation.h) asks for
+// its GEMM at the same point, the only one where a measured slow GPU leads to an action.
+//
 // S4 is decided here and carried out by the decision engine (decide_triage.cc through
 // PendingFailSlowReplacement): the machines are evicted under an incident of kind
 // FailSlow as for any machine fault (cordoned, a standby activated, restart from the
@@ -75,6 +84,8 @@ struct FailSlowMitigationInput {
   // running); > 0 replaces the finding's slow level in the loss rate (the residual
   // slowdown against the healthy level). 0: not measured.
   double measured_iteration_seconds = 0;
+  // S4 needs a GEMM judged at most this long ago naming the machine (see above).
+  int64_t evidence_max_age_ns = 300'000'000'000;
 };
 
 // An action of the ladder, as data: S2 (the plan is microbatch_mitigation.h's), S3 (not
@@ -89,6 +100,13 @@ struct FailSlowMitigationDecision {
   FailSlowMitigationRecord record;
   std::vector<MitigationAction> actions;  // decided in this call (also in the record)
   std::vector<JobEvent> events;
+  // The ladder is at S4's break-even without fresh GEMM evidence: a GEMM (re-)confirmation
+  // of the finding's machines is wanted now (ApplyFailSlowPolicy starts it).
+  bool gemm_wanted = false;
+  // Fresh GEMM evidence names none of the attributed machines: the ladder stopped
+  // (record.stopped_at) and the finding is to be closed; refuted_reason has the figures.
+  bool refuted = false;
+  std::string refuted_reason;
 };
 
 // Never fails. A finding the ladder never saw that has already ended is left as is.

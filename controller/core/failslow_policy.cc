@@ -505,25 +505,34 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
     }
     v.agents.push_back(std::move(va));
   }
-  FailSlowValidationDecision vd = DecideFailSlowValidation(v, now, validation_options);
-  status.fail_slows.back().validation = vd.validation;
-  for (const ValidationCommand& c : vd.commands) {
-    CommandToSend cmd;
-    cmd.pod = c.pod;
-    cmd.id = c.id;
-    if (c.kind == ValidationCommand::Kind::kSetNcclMode) {
-      cmd.kind = CommandKind::kSetNcclMode;
-      cmd.nccl_profiling = c.profiling;
-      cmd.nccl_trap = c.trap;
-    } else {
-      cmd.kind = CommandKind::kRunDiagnostic;
-      cmd.diagnostic.kind = c.diagnostic;
-      cmd.diagnostic.params = c.params;
-      cmd.diagnostic.timeout_ms = c.timeout_ms;
+  // S3 (remap) has no delivery path in this version: the ladder skips it, and a
+  // communication-only finding's validation is deferred (failslow_validation.h).
+  StrategyAvailability remap;
+  remap.unavailable_reason =
+      "the trainer cannot be handed a new rank-to-slot mapping in this version (no delivery path)";
+  v.remap_available = remap.available;
+  auto validate = [&]() {
+    FailSlowValidationDecision vd = DecideFailSlowValidation(v, now, validation_options);
+    status.fail_slows.back().validation = vd.validation;
+    for (const ValidationCommand& c : vd.commands) {
+      CommandToSend cmd;
+      cmd.pod = c.pod;
+      cmd.id = c.id;
+      if (c.kind == ValidationCommand::Kind::kSetNcclMode) {
+        cmd.kind = CommandKind::kSetNcclMode;
+        cmd.nccl_profiling = c.profiling;
+        cmd.nccl_trap = c.trap;
+      } else {
+        cmd.kind = CommandKind::kRunDiagnostic;
+        cmd.diagnostic.kind = c.diagnostic;
+        cmd.diagnostic.params = c.params;
+        cmd.diagnostic.timeout_ms = c.timeout_ms;
+      }
+      plan->commands.push_back(std::move(cmd));
     }
-    plan->commands.push_back(std::move(cmd));
-  }
-  for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
+    for (JobEvent& e : vd.events) plan->events.push_back(std::move(e));
+  };
+  validate();
 
   // The mitigation ladder on each finding (failslow_mitigation.h); S4 is carried out by
   // the decision engine's next round (PendingFailSlowReplacement).
@@ -583,11 +592,27 @@ void ApplyFailSlowPolicy(const TrainingJob& job, const JobObservation& observati
         speeds.ok && speeds.micro_batches == s2.counts) {
       m.measured_iteration_seconds = speeds.iteration_seconds;
     }
-    m.remap.unavailable_reason = "the trainer cannot be handed a new rank-to-slot mapping in this version (no delivery path)";
+    m.remap = remap;
     m.restart_cost = MeasureRestartCost(status, f.healthy_iteration_seconds);
+    m.evidence_max_age_ns = options.evidence_max_age_ns;
     FailSlowMitigationDecision md = DecideFailSlowMitigation(m, now);
     f.mitigation = std::move(md.record);
     for (JobEvent& e : md.events) plan->events.push_back(std::move(e));
+    // The evidence gate (failslow_mitigation.cc). Only the newest finding can be open.
+    if (md.gemm_wanted && &f == &status.fail_slows.back()) {
+      v.finding = f;
+      v.gemm_requested = true;
+      validate();
+    }
+    if (md.refuted && f.ended_at == 0) {
+      f.ended_at = now;
+      f.state = FailSlowState::kRecovered;
+      f.detail = absl::StrCat(f.detail, "; closed: ", md.refuted_reason);
+      plan->events.push_back(JobEvent{JobEventType::kNormal, "FailSlowRecovered",
+                                      absl::StrFormat("fail-slow #%d closed: %s; if the job is still slow, a new "
+                                                      "finding is localized from scratch",
+                                                      f.id, md.refuted_reason)});
+    }
     // S4: look again at once so the decision engine opens its incident.
     if (!md.actions.empty() && (plan->requeue_after_ns == 0 || plan->requeue_after_ns > kMitigationRequeueNs)) {
       plan->requeue_after_ns = kMitigationRequeueNs;

@@ -43,6 +43,9 @@ struct FailSlowPolicyOptions {
   double min_excess_transfer_fraction = 0.02;
   // Job-wide slowdowns and persistent stragglers relative to the peers (failslow_peers.h).
   PeerSlowdownOptions peers;
+  // S4 evicts only on a GEMM judged at most this long ago that names the machine; older
+  // evidence is re-confirmed first (FailSlowMitigationInput::evidence_max_age_ns).
+  int64_t evidence_max_age_ns = 300'000'000'000;
 };
 
 // The job's fail-slow inputs: its spec section, layout, persisted findings, the machine of
@@ -84,7 +87,9 @@ FailSlowDecision DecideFailSlow(const FailSlowPolicyInput& input, int64_t now,
 // on the newest finding, then the mitigation ladder (failslow_mitigation.h) on every
 // finding, and merges them into the plan (status findings with their validation and
 // mitigation record, set_nccl_mode and run_diagnostic commands, events; a requeue of
-// 100 ms when the ladder decided S2 or S4, S4 being carried out by the decision engine),
+// 100 ms when the ladder decided S2 or S4, S4 being carried out by the decision engine;
+// the GEMM re-confirmation the ladder asks for before S4, started in the same round; a
+// finding whose attribution the fresh GEMM refuted closed as Recovered at `now`),
 // and keeps S2's micro-batch plan (microbatch_mitigation.h: set_microbatch_plan commands;
 // profiling stays on while a plan is in force). The link rounds'
 // rendezvous is slot 0's pod ("<pod>.<rendezvous domain>", 127.0.0.1 without a domain) at

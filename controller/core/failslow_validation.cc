@@ -74,7 +74,7 @@ double Median(std::vector<double> v) {
 class Validator {
  public:
   Validator(const FailSlowValidationInput& in, int64_t now, const FailSlowValidationOptions& options)
-      : in_(in), now_(now), options_(options), prefix_(absl::StrCat(in.job_name, "-failslow-", in.finding.id, "-")) {
+      : in_(in), now_(now), options_(options), base_(absl::StrCat(in.job_name, "-failslow-", in.finding.id, "-")) {
     d_.validation = in.finding.validation;
     for (const ValidationAgent& a : in.agents) {
       if (a.active && a.slot >= 0 && a.slot < in.layout->machines()) by_slot_[a.slot] = &a;
@@ -86,7 +86,11 @@ class Validator {
     FailSlowValidation& v = d_.validation;
     // One state may lead to the next within the round: each step runs on the state the
     // previous one left.
-    if (v.state == ValidationState::kNotStarted && !Start()) return std::move(d_);
+    if (in_.gemm_requested && (v.state == ValidationState::kNotStarted || v.state == ValidationState::kDone)) {
+      if (!Start(/*gemm_only=*/true)) return std::move(d_);
+    } else if (v.state == ValidationState::kNotStarted && !Start(/*gemm_only=*/false)) {
+      return std::move(d_);
+    }
     if (v.state == ValidationState::kPausing) Pausing();
     if (v.state == ValidationState::kGemm) Gemm();
     if (v.state == ValidationState::kLinks) Links();
@@ -139,16 +143,44 @@ class Validator {
   ValidationCommand NcclMode(const ValidationAgent& a, bool trap) const {
     ValidationCommand c;
     c.kind = ValidationCommand::Kind::kSetNcclMode;
-    c.id = absl::StrCat(prefix_, trap ? "trap-on-" : "trap-off-", a.pod);
+    c.id = absl::StrCat(Prefix(), trap ? "trap-on-" : "trap-off-", a.pod);
     c.profiling = a.profiling;
     c.trap = trap;
     return c;
   }
 
-  bool Start() {
+  // The command ids' prefix: the finding's, plus "c<started_at>-" for a run after an
+  // earlier one (its ended_at kept while it runs; see the header).
+  std::string Prefix() const {
+    if (v().ended_at != 0 && v().started_at > v().ended_at) return absl::StrCat(base_, "c", v().started_at, "-");
+    return base_;
+  }
+
+  // Starts a run: the full validation, or (gemm_only) the GEMM of a (re-)confirmation.
+  bool Start(bool gemm_only) {
     const FailSlowFinding& f = in_.finding;
     if (f.state != FailSlowState::kLocalized || f.ended_at != 0 || !in_.spec.enabled) return false;
+    if (!gemm_only && f.kind == FailSlowKind::kCommunication && in_.spec.mitigation == FailSlowMitigation::kAuto &&
+        !in_.remap_available) {
+      // Deferred (header): recorded once, training not paused.
+      const std::string why =
+          "not run: a communication-only finding can lead to no action now (S3 remap unavailable, a congested link "
+          "names no machine to evict); the GEMM runs if the ladder reaches S4's break-even";
+      if (v().detail != why) {
+        v().detail = why;
+        d_.events.push_back(JobEvent{JobEventType::kNormal, "FailSlowValidationDeferred",
+                                     absl::StrFormat("fail-slow #%d: validation %s", f.id, why)});
+      }
+      return false;
+    }
     absl::StatusOr<std::vector<CommGroup>> groups = SuspectGroups(*in_.layout, f);
+    if (gemm_only) {
+      // A new run: the earlier one's results are replaced; its ended_at stays until this
+      // one ends (Prefix).
+      const int64_t previous_end = v().ended_at;
+      v() = FailSlowValidation{};
+      v().ended_at = previous_end;
+    }
     v().started_at = now_;
     if (!groups.ok()) {
       Fail(std::string(groups.status().message()));
@@ -173,10 +205,18 @@ class Validator {
     }
     v().machines.clear();
     for (int s : slots) v().machines.push_back(MachineOfSlot(s));
-    v().link_kinds = absl::StrJoin(kinds, ",");
+    v().link_kinds = gemm_only ? std::string() : absl::StrJoin(kinds, ",");
     v().master_addr = in_.slot_addresses.empty() || in_.slot_addresses[0].empty() ? "127.0.0.1" : in_.slot_addresses[0];
     v().master_port = in_.candidate_port;
     Enter(ValidationState::kPausing);
+    if (gemm_only) {
+      d_.events.push_back(JobEvent{
+          JobEventType::kNormal, "FailSlowValidationStarted",
+          absl::StrFormat("fail-slow #%d: pausing training (NCCL trap) for a GEMM confirmation before S4: GEMM on "
+                          "machine(s) %s, no link rounds",
+                          f.id, absl::StrJoin(v().machines, ","))});
+      return true;
+    }
     d_.events.push_back(JobEvent{
         JobEventType::kNormal, "FailSlowValidationStarted",
         absl::StrFormat("fail-slow #%d: pausing training (NCCL trap) to validate: GEMM on machine(s) %s, link rounds "
@@ -239,7 +279,7 @@ class Validator {
         if (a == nullptr) return Fail(absl::StrCat("no active agent on machine ", machine, " for GEMM"));
         ValidationCommand c;
         c.kind = ValidationCommand::Kind::kRunDiagnostic;
-        c.id = absl::StrCat(prefix_, "gemm", pass, "-", a->pod);
+        c.id = absl::StrCat(Prefix(), "gemm", pass, "-", a->pod);
         c.diagnostic = DiagnosticKind::kGemm;
         c.params = {{"dtype", options_.gemm_dtype}};
         if (options_.gemm_size > 0) c.params["size"] = absl::StrCat(options_.gemm_size);
@@ -322,7 +362,7 @@ class Validator {
       for (const auto& [slot, a] : by_slot_) {
         ValidationCommand c;
         c.kind = ValidationCommand::Kind::kRunDiagnostic;
-        c.id = absl::StrCat(prefix_, "links", pass, "-", a->pod);
+        c.id = absl::StrCat(Prefix(), "links", pass, "-", a->pod);
         c.diagnostic = DiagnosticKind::kP2pRounds;
         c.params = {{"master_addr", v().master_addr},
                     {"master_port", absl::StrCat(v().master_port)},
@@ -430,7 +470,7 @@ class Validator {
   const FailSlowValidationInput& in_;
   const int64_t now_;
   const FailSlowValidationOptions& options_;
-  const std::string prefix_;
+  const std::string base_;
   double ratio_ = 1.1;
   std::map<int, const ValidationAgent*> by_slot_;
   FailSlowValidationDecision d_;

@@ -10,6 +10,19 @@
 // while it has no result and is not pending, so deciding again on the applied state emits
 // nothing new. The phases and judging rules are described in failslow_validation.cc.
 //
+// Two cases beyond the validation at localization:
+//  - deferred: with mitigation Auto, a communication-only finding is not validated while
+//    S3 (remap) is unavailable (remap_available false): the only action its link rounds
+//    could lead to is S3, so pausing for them buys nothing. It is recorded (detail, event
+//    FailSlowValidationDeferred) and its GEMM runs only if the ladder reaches S4's
+//    break-even (gemm_requested), where a GPU measured slow is evicted. MonitorOnly
+//    validates as before (it measures and reports what Auto would meet);
+//  - GEMM (re-)confirmation (gemm_requested, asked by the ladder before S4): a run with
+//    GEMM only (no link rounds, link_kinds ""), from NotStarted or Done. While it runs
+//    after an earlier run, ended_at keeps that run's end (started_at > ended_at) and its
+//    command ids carry "c<started_at>-" after the finding's prefix, so the earlier run's
+//    results are never taken for its own.
+//
 // Pure: no clocks, no I/O; `now` is an input. Thread-safe (no shared state).
 #ifndef PEREGRINE_CONTROLLER_CORE_FAILSLOW_VALIDATION_H_
 #define PEREGRINE_CONTROLLER_CORE_FAILSLOW_VALIDATION_H_
@@ -85,6 +98,8 @@ struct FailSlowValidationInput {
   std::vector<std::string> slot_addresses;  // rendezvous host of slot i's pod
   uint32_t candidate_port = 0;              // a free port (recorded when validation starts)
   std::vector<ValidationAgent> agents;
+  bool remap_available = false;  // S3 can be delivered for the job (else deferral, above)
+  bool gemm_requested = false;   // the ladder wants a GEMM (re-)confirmation now
 };
 
 struct ValidationCommand {
@@ -109,8 +124,9 @@ struct FailSlowValidationDecision {
 // True while the validation holds training paused or is releasing it.
 bool ValidationInProgress(const FailSlowValidation& v);
 
-// Starts a validation for a Localized finding whose validation has not run, advances one
-// in progress, and otherwise returns the state unchanged with no commands.
+// Starts a validation for a Localized finding whose validation has not run (unless
+// deferred), a GEMM-only run when gemm_requested and none is in progress, advances one in
+// progress, and otherwise returns the state unchanged with no commands.
 FailSlowValidationDecision DecideFailSlowValidation(const FailSlowValidationInput& input, int64_t now,
                                                     const FailSlowValidationOptions& options = {});
 

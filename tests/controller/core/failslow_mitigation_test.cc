@@ -38,6 +38,8 @@ FailSlowFinding Compute() {
   f.localized_at = kT0;
   f.validation.state = ValidationState::kDone;
   f.validation.verdict = ValidationVerdict::kConfirmed;
+  f.validation.ended_at = kT0;    // its GEMM named rank 3 at detection (S4's evidence,
+  f.validation.slow_gpus = {3};   // fresh for 300 s: failslow_evidence_test.cc)
   return f;
 }
 
@@ -252,8 +254,10 @@ TEST_CASE("Ladder: without a measured restart cost it does not escalate and says
   }
   CHECK(Count(events, "one-time cost is not measured yet") == 1);
   CHECK(in.finding.mitigation.loss_seconds == Approx(500));
-  // A measurement arrives: the accumulated loss already exceeds it.
+  // A measurement arrives: the accumulated loss already exceeds it (and a GEMM
+  // re-confirmed rank 3 just before: the detection's is past S4's evidence bound).
   in.restart_cost = RestartCost{30, "measured later"};
+  in.finding.validation.ended_at = kT0 + 1000 * kSec;
   FailSlowMitigationDecision d = Step(in, kT0 + 1001 * kSec);
   REQUIRE(d.actions.size() == 1);
   CHECK(Count(d.events, "(measured later)") == 1);
@@ -478,6 +482,8 @@ struct LadderWorld : testing::PlanWorld {
       f.machines = {slow_machine};
       f.validation.state = ValidationState::kDone;
       f.validation.verdict = ValidationVerdict::kConfirmed;
+      f.validation.slow_gpus = {3};  // its GEMM named rank 3 when detected (S4's evidence)
+      if (f.validation.ended_at == 0) f.validation.ended_at = f.detected_at;
     }
     JobPlan plan = Step();
     events.insert(events.end(), plan.events.begin(), plan.events.end());

@@ -335,6 +335,7 @@ TEST_CASE("FailSlowValidation: a slow GPU is confirmed by GEMM, then training is
 
 TEST_CASE("FailSlowValidation: a congested link is confirmed by the link rounds of its kind", "[unit]") {
   Harness h(CongestedDpFinding());
+  h.in.spec.mitigation = FailSlowMitigation::kMonitorOnly;  // Auto without S3 defers it (below)
   FailSlowValidationDecision d = h.Step();
   CHECK(d.validation.link_kinds == "dp");
   // GEMM on every machine by default: the whole job is paused anyway.
@@ -371,6 +372,7 @@ TEST_CASE("FailSlowValidation: GEMM on every machine names a slow GPU the profil
 
 TEST_CASE("FailSlowValidation: the best of two passes counts, each link pass on a fresh port", "[unit]") {
   Harness h(CongestedDpFinding());
+  h.in.remap_available = true;  // Auto with S3: validated at once
   h.options.passes = 2;
   FailSlowValidationDecision d = h.StepPastTrap();
   REQUIRE(d.commands.size() == 4);
@@ -507,6 +509,100 @@ TEST_CASE("FailSlowValidation: only a localized, ongoing finding starts one", "[
   d = h.Step();
   CHECK(d.validation.state == ValidationState::kNotStarted);
   CHECK_FALSE(ValidationInProgress(d.validation));
+}
+
+TEST_CASE("FailSlowValidation: with Auto and S3 unavailable a communication-only finding is recorded, not paused for", "[unit]") {
+  Harness h(CongestedDpFinding());
+  h.in.spec.mitigation = FailSlowMitigation::kAuto;
+  h.in.remap_available = false;
+  FailSlowValidationDecision d = h.Step();
+  CHECK(d.validation.state == ValidationState::kNotStarted);
+  CHECK(d.validation.started_at == 0);
+  CHECK_FALSE(d.trap_wanted);
+  CHECK(d.commands.empty());
+  REQUIRE(d.events.size() == 1);
+  CHECK(d.events[0].reason == "FailSlowValidationDeferred");
+  CHECK_THAT(d.validation.detail, Catch::Contains("S3 remap unavailable"));
+  // Level-based: recorded once.
+  d = h.Step();
+  CHECK(d.commands.empty());
+  CHECK(d.events.empty());
+  // A finding with a slow rank (compute+communication) can lead to S4: validated.
+  Harness both(Finding(FailSlowKind::kComputeAndCommunication, {3}, "dp 0"));
+  CHECK(both.Step().validation.state == ValidationState::kPausing);
+  // With S3 available, or MonitorOnly (which measures what Auto would meet): validated.
+  Harness remap(CongestedDpFinding());
+  remap.in.remap_available = true;
+  CHECK(remap.Step().validation.state == ValidationState::kPausing);
+  Harness monitor(CongestedDpFinding());
+  monitor.in.spec.mitigation = FailSlowMitigation::kMonitorOnly;
+  CHECK(monitor.Step().validation.state == ValidationState::kPausing);
+  // The ladder asks for its GEMM at S4's break-even: GEMM only, no link rounds.
+  h.in.gemm_requested = true;
+  d = h.Step();
+  CHECK(d.validation.state == ValidationState::kPausing);
+  CHECK(d.validation.link_kinds.empty());
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == "j-failslow-7-trap-on-" + c.pod);
+}
+
+TEST_CASE("FailSlowValidation: a GEMM re-confirmation after a done validation runs GEMM only, under its own ids", "[unit]") {
+  Harness h(Finding(FailSlowKind::kCompute, {3}));
+  // The first validation, to the end: rank 3 slow.
+  h.StepPastTrap();
+  h.Answer("gemm", Gemm(h.layout, {3}));
+  FailSlowValidationDecision d = h.Step();
+  REQUIRE(d.validation.state == ValidationState::kLinks);
+  std::string rounds;
+  for (const ValidationCommand& c : d.commands) rounds = c.params.at("rounds");
+  h.Answer("links", Links(h.layout, rounds, {}));
+  h.Step();
+  h.Answer("trap-off", [](const ValidationAgent&) { return Ok(); });
+  d = h.Step();
+  REQUIRE(d.validation.state == ValidationState::kDone);
+  const int64_t first_end = d.validation.ended_at;
+  REQUIRE(d.validation.slow_gpus == std::vector<int>{3});
+
+  // Not requested: Done stays Done.
+  d = h.Step(300 * kSec);
+  CHECK(d.commands.empty());
+  // Requested: a new run, ids "c<started_at>-", the earlier results not reused.
+  h.in.gemm_requested = true;
+  d = h.Step();
+  const int64_t start = h.now;
+  const std::string prefix = absl::StrCat("j-failslow-7-c", start, "-");
+  CHECK(d.validation.state == ValidationState::kPausing);
+  CHECK(d.validation.started_at == start);
+  CHECK(d.validation.ended_at == first_end);  // kept while it runs
+  CHECK(d.validation.verdict == ValidationVerdict::kNone);
+  CHECK(d.validation.slow_gpus.empty());
+  CHECK(d.validation.link_kinds.empty());
+  CHECK(d.trap_wanted);
+  REQUIRE(d.commands.size() == 4);
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == prefix + "trap-on-" + c.pod);
+  REQUIRE(d.events.size() == 1);
+  CHECK_THAT(d.events[0].message, Catch::Contains("GEMM confirmation before S4"));
+  // Deciding again (still requested) while it runs: nothing new.
+  d = h.Step();
+  CHECK(d.commands.empty());
+  CHECK(d.validation.started_at == start);
+  h.in.gemm_requested = false;
+  REQUIRE(h.Answer(prefix + "trap-on", [](const ValidationAgent&) { return Ok(); }) == 4);
+  d = h.Step();
+  REQUIRE(d.validation.state == ValidationState::kGemm);
+  REQUIRE(d.commands.size() == 4);
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == prefix + "gemm1-" + c.pod);
+  // The GPU recovered: every GPU normal; no link rounds; training released.
+  REQUIRE(h.Answer(prefix + "gemm", Gemm(h.layout, {})) == 4);
+  d = h.Step();
+  CHECK(d.validation.state == ValidationState::kResuming);
+  CHECK(d.validation.verdict == ValidationVerdict::kNotConfirmed);
+  CHECK(d.validation.slow_gpus.empty());
+  for (const ValidationCommand& c : d.commands) CHECK(c.id == prefix + "trap-off-" + c.pod);
+  REQUIRE(h.Answer(prefix + "trap-off", [](const ValidationAgent&) { return Ok(); }) == 4);
+  d = h.Step();
+  CHECK(d.validation.state == ValidationState::kDone);
+  CHECK(d.validation.ended_at == h.now);
+  CHECK(d.commands.empty());
 }
 
 }  // namespace

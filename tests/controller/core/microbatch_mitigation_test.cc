@@ -416,6 +416,9 @@ TEST_CASE("Ladder with S2: S1 -> S2 at the switch cost, then S4 when the residua
   in.finding.slow_iteration_seconds = 0.122;
   in.finding.detected_at = kNow;
   in.finding.validation.state = ValidationState::kDone;
+  in.finding.validation.verdict = ValidationVerdict::kConfirmed;  // its GEMM named rank 0 (S4's evidence)
+  in.finding.validation.slow_gpus = {0};
+  in.finding.validation.ended_at = kNow;
   in.rank_machines = {{0, "m0"}};
   in.job_machines = {"m0", "m1", "m2", "m3"};
   in.remap.unavailable_reason = "no";
@@ -529,6 +532,8 @@ struct S2World : testing::PlanWorld {
       f.machines = {slow_machine};
       f.validation.state = ValidationState::kDone;
       f.validation.verdict = ValidationVerdict::kConfirmed;
+      f.validation.slow_gpus = {0};  // its GEMM named rank 0 when detected (S4's evidence)
+      if (f.validation.ended_at == 0) f.validation.ended_at = f.detected_at;
     }
     JobPlan plan = Step();
     events.insert(events.end(), plan.events.begin(), plan.events.end());
