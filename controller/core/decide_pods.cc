@@ -85,6 +85,30 @@ void Decider::ReplaceFailedStandbys() {
   TrimFront(st.evicted, config_.max_evictions);
 }
 
+// Before an attempt starts (the first, or the next after a suspension) no rank trains, so
+// a slot whose pod is lost (failed, or gone without Peregrine deleting it: evicted,
+// deleted by someone, or a pod from before a suspension that a lagging cache showed for a
+// moment) has nothing to recover: its pod is created again, with no incident and no
+// machine blamed. Without this the slot stayed observed with no pod and the job waited
+// in Pending for ever.
+void Decider::RecreateLostPendingSlots() {
+  JobStatus& st = plan_.status;
+  if (st.attempt != 0 && st.phase != JobPhase::kPending) return;
+  for (SlotStatus& slot : st.slots) {
+    std::string reason;
+    if (!PodLost(slot.pod, slot.observed, &reason)) continue;
+    if (Pod(slot.pod) != nullptr) {
+      plan_.delete_pods.push_back(PodToDelete{slot.pod, absl::StrCat("lost before the attempt started: ", reason)});
+    }
+    Event(JobEventType::kWarning, "PodRecreated",
+          absl::StrFormat("machine slot %d: pod %s (machine %s) was lost before the attempt started (%s); it is created "
+                          "again",
+                          slot.index, slot.pod, slot.machine_id.empty() ? "unknown" : slot.machine_id, reason));
+    slot.observed = false;
+    slot.machine_id.clear();
+  }
+}
+
 void Decider::EnsurePods() {
   for (const SlotStatus& slot : plan_.status.slots) {
     if (!slot.observed && Pod(slot.pod) == nullptr) {

@@ -77,6 +77,7 @@ JobPlan Decider::Run() {
   }
   SizeStandbyPool();
   ReplaceFailedStandbys();
+  RecreateLostPendingSlots();
   EnsurePods();
   // Pending: the first attempt, or the next one after a suspension, waits for every slot.
   if (st.attempt == 0 || st.phase == JobPhase::kPending) {

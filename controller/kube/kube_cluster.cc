@@ -20,7 +20,8 @@
 //   - CreatePod submits BuildPod's pod, which carries the ownerReference; a cached pod
 //     of that name owned by the job is OK, one not owned by it is kFailedPrecondition.
 //   - ListPods maps the cached pods labelled peregrine.dev/job=<name> and owned by the
-//     job (excluding those with a deletionTimestamp) to PodObservation with
+//     job (excluding those being deleted: with a deletionTimestamp, or a uid this process
+//     deleted whose deletion the cache has not shown yet) to PodObservation with
 //     ObservePodObject (pod_observer.h); what a stuck pod means is the decision core's
 //     (controller/core/pod_health.h).
 //   - DeletePod deletes only a cached pod the job owns, with gracePeriodSeconds and a uid
@@ -101,6 +102,12 @@ absl::StatusOr<std::vector<PodObservation>> KubeCluster::ListPods(const Training
     if (const json* ts = Path(*pod, {"metadata", "deletionTimestamp"}); ts != nullptr && !ts->is_null()) continue;
     // The label is not ownership: an un-owned pod (or an older job's) is not this job's.
     if (!OwnedByJob(*pod, job.metadata.uid)) continue;
+    // Deleted already, the cache lagging: a decision must not take it for a live pod (a
+    // suspended job resumed at once would count its old pods as its new ones).
+    if (const json* uid = Path(*pod, {"metadata", "uid"}); uid != nullptr && uid->is_string()) {
+      absl::MutexLock lock(&deleted_mu_);
+      if (deleted_uids_.count(uid->get<std::string>()) > 0) continue;
+    }
     kube::ObjectPtr node;
     if (const json* n = Path(*pod, {"spec", "nodeName"}); n && n->is_string() && !n->get<std::string>().empty()) {
       node = nodes_->Get(n->get<std::string>());

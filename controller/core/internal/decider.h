@@ -62,6 +62,8 @@ class Decider {
   void SizeStandbyPool();
   void ReplaceFailedStandbys();
   void EnsurePods();
+  // Before an attempt starts: a slot whose pod was lost is created again.
+  void RecreateLostPendingSlots();
   void ReplenishStandbys();
   void TearDownStandbys();
   // Pods the cluster shows for the job that are neither a slot nor a standby (an evicted

@@ -252,7 +252,6 @@ class FakeKubelet {
     std::unique_ptr<TestAgent> agent;
     {
       absl::MutexLock lock(&mu_);
-      dead_.insert(pod);
       if (auto it = agents_.find(pod); it != agents_.end()) {
         agent = std::move(it->second);
         agents_.erase(it);
@@ -268,7 +267,6 @@ class FakeKubelet {
     std::unique_ptr<TestAgent> agent;
     {
       absl::MutexLock lock(&mu_);
-      dead_.insert(pod);
       if (auto it = agents_.find(pod); it != agents_.end()) {
         agent = std::move(it->second);
         agents_.erase(it);
@@ -410,21 +408,28 @@ class FakeKubelet {
     while (!stop_.load()) {
       absl::SleepFor(absl::Milliseconds(10));
       if (!informer_->HasSynced()) continue;
-      std::set<std::string> live;
+      // Pods are told apart by uid, as the kubelet does: a pod deleted and created again
+      // under the same name between two passes (a suspended job resumed, on a loaded
+      // machine) is a new pod whose old agent must stop and whose new one must start.
+      std::map<std::string, std::string> live;  // name -> uid
+      std::vector<kube::ObjectPtr> to_start;
+      std::vector<std::unique_ptr<TestAgent>> gone;
       for (const kube::ObjectPtr& pod : informer_->List()) {
         const std::string name = (*pod)["metadata"]["name"];
         const bool deleting = (*pod)["metadata"].contains("deletionTimestamp");
         if (deleting) continue;
-        live.insert(name);
-        bool known;
-        {
-          absl::MutexLock lock(&mu_);
-          known = started_.count(name) > 0;
-          if (!known) started_.insert(name);
+        const std::string uid = (*pod)["metadata"].value("uid", "");
+        live[name] = uid;
+        absl::MutexLock lock(&mu_);
+        auto started = started_.find(name);
+        if (started != started_.end() && started->second == uid) continue;
+        if (auto it = agents_.find(name); it != agents_.end()) {
+          gone.push_back(std::move(it->second));
+          agents_.erase(it);
         }
-        if (!known) StartPod(*pod);
+        started_[name] = uid;
+        to_start.push_back(pod);
       }
-      std::vector<std::unique_ptr<TestAgent>> gone;
       {
         absl::MutexLock lock(&mu_);
         for (auto it = agents_.begin(); it != agents_.end();) {
@@ -437,10 +442,11 @@ class FakeKubelet {
         }
         // A deleted pod may come back under the same name later: forget it.
         for (auto it = started_.begin(); it != started_.end();) {
-          it = live.count(*it) ? std::next(it) : started_.erase(it);
+          it = live.count(it->first) ? std::next(it) : started_.erase(it);
         }
       }
       for (auto& a : gone) a->Stop();
+      for (const kube::ObjectPtr& pod : to_start) StartPod(*pod);
     }
   }
 
@@ -456,8 +462,7 @@ class FakeKubelet {
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<TestAgent>> agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> nodes_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> started_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dead_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> started_ ABSL_GUARDED_BY(mu_);  // name -> uid of the pod started
   std::map<std::string, json> stuck_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> pod_errors_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

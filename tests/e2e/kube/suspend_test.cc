@@ -5,8 +5,11 @@
 
 #include <string>
 
+#include "absl/strings/str_join.h"
+
 #include "controller/core/conditions.h"
 #include "controller/core/job_state.h"
+#include "controller/status_json.h"
 #include "controller/kube/resources.h"
 #include "tests/e2e/kube/kube_env.h"
 
@@ -40,10 +43,26 @@ TEST_CASE("spec.suspend deletes a running job's pods and clearing it resumes the
   CHECK(resume >= 5);
 
   REQUIRE(env.client->MergePatch(TrainingJobsPath(kNs), "pause", json{{"spec", {{"suspend", false}}}}).ok());
-  REQUIRE(env.WaitStatus("pause", [&](const JobStatus& st) {
+  JobStatus last;
+  const bool resumed = env.WaitStatus("pause", [&](const JobStatus& st) {
+    last = st;
     return st.phase == JobPhase::kRunning && st.attempt == 2 && st.last_completed_step >= resume + 3 &&
            st.standby_ready == 1;
-  }));
+  });
+  INFO("the last status seen: " << JobStatusToJson(last, 2));
+  std::string pods;
+  kube::ListOptions opts;
+  opts.label_selector = absl::StrCat(kJobLabel, "=pause");
+  if (auto list = env.client->List(PodsPath(kNs), opts); list.ok()) {
+    for (const json& p : (*list)["items"]) {
+      absl::StrAppend(&pods, p["metadata"].value("name", ""), " uid ", p["metadata"].value("uid", ""), " node ",
+                      p["spec"].value("nodeName", ""), " phase ", p["status"].value("phase", ""),
+                      p["metadata"].contains("deletionTimestamp") ? " deleting" : "", "\n");
+    }
+  }
+  INFO("pods:\n" << pods << "kubelet runs " << absl::StrJoin(env.kubelet->RunningPods(), ", ") << "; "
+                  << env.kubelet->ConnectedAgents() << " agents connected");
+  REQUIRE(resumed);
   CHECK(JobPods(env, "pause") == 3);
   const Condition* after = FindCondition(*env.Status("pause"), "Suspended");
   REQUIRE(after != nullptr);
