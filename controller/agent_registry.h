@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/agent_credentials.h"
+#include "controller/agent_wire.h"
 #include "controller/core/job_state.h"
 #include "peregrine/v1/agent.pb.h"
 
@@ -51,26 +52,6 @@ class AgentStreamSink {
 
 // "namespace/name".
 std::string JobKey(const std::string& ns, const std::string& name);
-
-// Plain <-> wire translation of an assignment. The checkpoint plan's peers are slots;
-// `data_addresses` (slot -> host:port the slot's agent registered) gives their addresses
-// (a peer whose agent has not registered one is sent with an empty address).
-v1::Assignment ToWire(const AssignmentSpec& a, const TrainingJobSpec& spec,
-                      const std::map<int, std::string>& data_addresses = {});
-
-// The plain forms of a CheckpointReport and a CheckpointEvent (`at`: the event's time).
-CheckpointReportObservation CheckpointReportFromWire(const v1::CheckpointReport& r);
-CheckpointEventObservation CheckpointEventFromWire(const v1::CheckpointEvent& e, int64_t at);
-
-// The wire command for a plan's command (every CommandKind; `now` is issued_at).
-v1::Command CommandToWire(const CommandToSend& c, const TrainingJobSpec& spec, int64_t now,
-                          const std::map<int, std::string>& data_addresses = {});
-
-// Plain forms of a CommandResult and its payloads. Stacks are grouped by global rank (-1
-// for processes that are not a rank); each keeps the tool's raw text.
-CommandResultObservation CommandResultFromWire(const v1::CommandResult& r);
-DiagnosticOutcome DiagnosticFromWire(const v1::DiagnosticResult& d);
-v1::DiagnosticResult DiagnosticToWire(const DiagnosticOutcome& d);
 
 // Command results kept per agent (the newest).
 inline constexpr size_t kMaxCommandResults = 64;
