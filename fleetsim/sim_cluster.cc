@@ -222,6 +222,8 @@ void SimCluster::FinishCommand(size_t a, const std::string& id, bool ok, const s
   AgentObservation& agent = obs_.agents[a];
   auto& pending = agent.pending_command_ids;
   pending.erase(std::remove(pending.begin(), pending.end(), id), pending.end());
+  std::deque<std::string>& order = agent_meta_[a].result_order;
+  if (!agent.command_results.count(id)) order.push_back(id);
   CommandResultObservation& r = agent.command_results[id];
   r.command_id = id;
   r.ok = ok;
@@ -229,7 +231,12 @@ void SimCluster::FinishCommand(size_t a, const std::string& id, bool ok, const s
   r.message = message;
   r.finished_at = SimToUnix(now);
   if (!ok) agent.failed_commands[id] = message;
-  while (agent.command_results.size() > kMaxCommandResults) agent.command_results.erase(agent.command_results.begin());
+  // The oldest results go first (the registry's order), never the one just finished: an
+  // id that sorts first (a fail-slow re-confirmation's "c<start>-") must stay readable.
+  while (order.size() > kMaxCommandResults) {
+    agent.command_results.erase(order.front());
+    order.pop_front();
+  }
   changed_ = true;
 }
 

@@ -146,6 +146,9 @@ class SimCluster {
     std::string converge_id;      // the command id (empty: the registration's ack)
     bool crashed = false;         // its training process crashed (software fault)
     bool trapped = false;         // NCCL trapped by a validation (set_nccl_mode trap)
+    // Its command results' ids in arrival order: the oldest is dropped past the bound, as
+    // the controller's agent registry does.
+    std::deque<std::string> result_order;
   };
   // What the agents have reported of the job's iteration time (TrackSlowdown).
   struct Tracker {
