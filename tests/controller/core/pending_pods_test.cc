@@ -14,18 +14,6 @@
 namespace peregrine {
 namespace {
 
-const char kManifest[] = R"(
-apiVersion: peregrine.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: pend}
-spec:
-  machines: 2
-  gpusPerMachine: 1
-  parallelism: {tensor: 1, pipeline: 1, data: 2}
-  codeVersion: {command: ["train"]}
-  standby: {min: 1, max: 1}
-)";
-
 bool Creates(const JobPlan& plan, const std::string& pod) {
   return std::any_of(plan.create_pods.begin(), plan.create_pods.end(),
                      [&](const PodToCreate& c) { return c.name == pod; });
@@ -36,33 +24,33 @@ bool HasEvent(const JobPlan& plan, const std::string& reason) {
 }
 
 TEST_CASE("a suspended job resumed while the cache still shows an old pod creates that slot's pod once the old one is gone", "[unit]") {
-  testing::PlanWorld w(testing::ParsedJob(kManifest));
+  testing::PlanWorld w(testing::TrainJob(2, 1, 1));
   w.Step();
   w.Step();
   REQUIRE(w.status.phase == JobPhase::kRunning);
   REQUIRE(w.status.attempt == 1);
-  const PodObservation old_m1 = *w.Pod("pend-m1");
+  const PodObservation old_m1 = *w.Pod("j-m1");
 
   w.job.spec.suspend = true;
   w.Step();
   REQUIRE(w.status.phase == JobPhase::kSuspended);
-  REQUIRE(w.Pod("pend-m1") == nullptr);
+  REQUIRE(w.Pod("j-m1") == nullptr);
 
-  // Lifted at once: the controller's cache has not seen pend-m1's deletion yet and still
+  // Lifted at once: the controller's cache has not seen j-m1's deletion yet and still
   // shows the old pod running on its old machine.
   w.obs.pods.push_back(old_m1);
   w.job.spec.suspend = false;
   JobPlan resumed = w.Step();
   CHECK(w.status.phase == JobPhase::kPending);
-  CHECK(Creates(resumed, "pend-m0"));
-  CHECK_FALSE(Creates(resumed, "pend-m1"));  // the cache shows one
+  CHECK(Creates(resumed, "j-m0"));
+  CHECK_FALSE(Creates(resumed, "j-m1"));  // the cache shows one
 
   // The deletion reaches the cache: the slot's pod is created again.
   w.obs.pods.erase(std::remove_if(w.obs.pods.begin(), w.obs.pods.end(),
-                                  [](const PodObservation& p) { return p.name == "pend-m1"; }),
+                                  [](const PodObservation& p) { return p.name == "j-m1"; }),
                    w.obs.pods.end());
   JobPlan recreated = w.Step();
-  CHECK(Creates(recreated, "pend-m1"));
+  CHECK(Creates(recreated, "j-m1"));
   CHECK(HasEvent(recreated, "PodRecreated"));
   CHECK(recreated.delete_pods.empty());
   CHECK(w.status.incidents.empty());
@@ -73,10 +61,10 @@ TEST_CASE("a suspended job resumed while the cache still shows an old pod create
 }
 
 TEST_CASE("a pod that fails before the first attempt starts is deleted and created again, no machine blamed", "[unit]") {
-  testing::PlanWorld w(testing::ParsedJob(kManifest));
+  testing::PlanWorld w(testing::TrainJob(2, 1, 1));
   w.Step();  // the pods are created and come up
   REQUIRE(w.status.attempt == 0);
-  PodObservation* m0 = w.Pod("pend-m0");
+  PodObservation* m0 = w.Pod("j-m0");
   REQUIRE(m0 != nullptr);
   m0->running = false;
   m0->failed = true;
@@ -84,10 +72,10 @@ TEST_CASE("a pod that fails before the first attempt starts is deleted and creat
   JobPlan lost = w.Step();
   CHECK(w.status.attempt == 0);
   REQUIRE(lost.delete_pods.size() == 1);
-  CHECK(lost.delete_pods[0].name == "pend-m0");
+  CHECK(lost.delete_pods[0].name == "j-m0");
   CHECK(HasEvent(lost, "PodRecreated"));
   JobPlan recreated = w.Step();
-  CHECK(Creates(recreated, "pend-m0"));
+  CHECK(Creates(recreated, "j-m0"));
   w.Step();
   CHECK(w.status.phase == JobPhase::kRunning);
   CHECK(w.status.attempt == 1);
