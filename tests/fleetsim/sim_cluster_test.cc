@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "absl/strings/str_format.h"
+
 #include "controller/core/decision_engine.h"
 
 namespace peregrine::fleetsim {
@@ -146,6 +148,40 @@ TEST_CASE("agents converge to their attempt after restart_s plus the restore, st
     CHECK(a.checkpoint->stored_steps == std::vector<uint64_t>{72});
     CHECK(a.command_results.at("a/attempt-2").ok);
   }
+}
+
+TEST_CASE("an agent keeps its 64 newest command results: the oldest go first, whatever their ids", "[unit]") {
+  World w;
+  JobPlan plan = CreatePods({"a", "b", "s"}, true);
+  w.cluster->Apply(&plan, 0);
+  w.RunUntil(300 * kS);
+  auto pause = [](const std::string& id) {
+    CommandToSend c;
+    c.pod = "a";
+    c.id = id;
+    c.kind = CommandKind::kPause;
+    return c;
+  };
+  JobPlan many;
+  for (int i = 0; i < 70; ++i) many.commands.push_back(pause(absl::StrFormat("z-%02d", i)));
+  w.cluster->Apply(&many, 300 * kS);
+  w.RunUntil(400 * kS);
+  // The newest result, with an id that sorts before every other one (as a fail-slow
+  // re-confirmation's "c<start>-" ids do).
+  JobPlan last;
+  last.commands.push_back(pause("a-newest"));
+  w.cluster->Apply(&last, 400 * kS);
+  w.RunUntil(500 * kS);
+  const JobObservation& obs = w.cluster->Observe(500 * kS, 0, 0, 0);
+  const AgentObservation* a = nullptr;
+  for (const AgentObservation& agent : obs.agents) {
+    if (agent.pod == "a") a = &agent;
+  }
+  REQUIRE(a != nullptr);
+  CHECK(a->command_results.size() == 64);
+  CHECK(a->command_results.count("a-newest") == 1);
+  for (int i = 0; i < 7; ++i) CHECK(a->command_results.count(absl::StrFormat("z-%02d", i)) == 0);
+  for (int i = 7; i < 70; ++i) CHECK(a->command_results.count(absl::StrFormat("z-%02d", i)) == 1);
 }
 
 }  // namespace
